@@ -1,0 +1,2 @@
+// Present only so cargo resolves this crate's [build-dependencies] (see Cargo.toml).
+fn main() {}
