@@ -1,0 +1,29 @@
+//! Meridian's storage layer: the engine trait, its RocksDB and in-memory engines, the key
+//! encodings of every keyspace, and MVCC reads and writes on top.
+//!
+//! # Layout
+//! - [`engine`]: the [`Engine`] trait (with its durability contract), [`Cf`] column families,
+//!   [`WriteBatch`] and [`EngineOptions`].
+//! - [`rocks`]: [`RocksEngine`], one RocksDB per node with five column families.
+//! - [`memory`]: [`MemoryEngine`], a `BTreeMap` per column family for tests and simulation.
+//! - [`keys`]: order-preserving key layouts (data versions, Raft log, Raft metadata, intents).
+//! - [`mvcc`]: versioned puts, deletes, point reads and paged scans at an HLC read timestamp.
+//! - `conformance` (feature `testing`): the suite every engine must pass.
+//!
+//! The crate is synchronous on purpose: every call may block on disk. Async callers run it on
+//! `spawn_blocking` or a dedicated pool.
+
+pub mod engine;
+pub mod error;
+pub mod keys;
+pub mod memory;
+pub mod mvcc;
+pub mod rocks;
+
+#[cfg(any(test, feature = "testing"))]
+pub mod conformance;
+
+pub use engine::{BatchOp, Cf, Engine, EngineOptions, WriteBatch, MAX_ENTRY_BYTES};
+pub use error::{Error, Result};
+pub use memory::MemoryEngine;
+pub use rocks::{RocksEngine, STORAGE_FORMAT_VERSION};

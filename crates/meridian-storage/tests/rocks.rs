@@ -1,0 +1,128 @@
+//! RocksEngine-specific behaviour: persistence across reopen, the format marker, cluster id.
+
+use meridian_storage::{keys, Cf, Engine, EngineOptions, Error, RocksEngine, WriteBatch};
+use meridian_types::ShardId;
+
+fn opts() -> EngineOptions {
+    EngineOptions {
+        block_cache_bytes: 8 << 20,
+        write_buffer_bytes: 4 << 20,
+    }
+}
+
+/// Data written (synced and not) survives dropping and reopening the engine.
+#[test]
+fn reopen_keeps_data() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let e = RocksEngine::open(dir.path(), &opts()).unwrap();
+        assert_eq!(e.path(), dir.path());
+        let mut b = WriteBatch::new();
+        b.put(Cf::Data, b"synced".to_vec(), b"1".to_vec());
+        e.write(b, true).unwrap();
+        let mut b = WriteBatch::new();
+        b.put(
+            Cf::RaftLog,
+            keys::raft_log_key(ShardId(1), 5),
+            b"entry".to_vec(),
+        );
+        e.write(b, false).unwrap();
+        e.write_cluster_id("c1").unwrap();
+    }
+    let e = RocksEngine::open(dir.path(), &opts()).unwrap();
+    assert_eq!(e.get(Cf::Data, b"synced").unwrap(), Some(b"1".to_vec()));
+    // A clean drop closes the DB, which keeps the WAL, so non-synced writes survive too.
+    assert_eq!(
+        e.get(Cf::RaftLog, &keys::raft_log_key(ShardId(1), 5))
+            .unwrap(),
+        Some(b"entry".to_vec())
+    );
+    assert_eq!(e.read_cluster_id().unwrap().as_deref(), Some("c1"));
+}
+
+/// Data flushed to SST files (not only in the WAL) survives reopen.
+#[test]
+fn flush_then_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let e = RocksEngine::open(dir.path(), &opts()).unwrap();
+        let mut b = WriteBatch::new();
+        for i in 0..1000u32 {
+            b.put(Cf::Data, i.to_be_bytes().to_vec(), vec![7u8; 100]);
+        }
+        e.write(b, false).unwrap();
+        e.flush().unwrap();
+    }
+    let e = RocksEngine::open(dir.path(), &opts()).unwrap();
+    assert_eq!(e.scan(Cf::Data, b"", None, false).count(), 1000);
+}
+
+/// A data dir written with another format version is refused with Error::Incompatible.
+#[test]
+fn wrong_format_version_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let e = RocksEngine::open(dir.path(), &opts()).unwrap();
+        let mut b = WriteBatch::new();
+        b.put(
+            Cf::RaftMeta,
+            keys::FORMAT_VERSION_KEY,
+            99u32.to_be_bytes().to_vec(),
+        );
+        e.write(b, true).unwrap();
+    }
+    match RocksEngine::open(dir.path(), &opts()) {
+        Err(Error::Incompatible(msg)) => {
+            assert!(
+                msg.contains("99")
+                    && msg.contains(&meridian_storage::STORAGE_FORMAT_VERSION.to_string()),
+                "{msg}"
+            )
+        }
+        other => panic!("expected Incompatible, got {other:?}"),
+    }
+}
+
+/// A data dir holding data but no format marker is refused, not silently adopted.
+#[test]
+fn data_without_format_marker_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let e = RocksEngine::open(dir.path(), &opts()).unwrap();
+        let mut b = WriteBatch::new();
+        b.delete(Cf::RaftMeta, keys::FORMAT_VERSION_KEY);
+        b.put(Cf::Data, b"k".to_vec(), b"v".to_vec());
+        e.write(b, true).unwrap();
+    }
+    assert!(matches!(
+        RocksEngine::open(dir.path(), &opts()),
+        Err(Error::Incompatible(_))
+    ));
+}
+
+/// A corrupt format marker is reported as corruption.
+#[test]
+fn corrupt_format_marker_is_reported() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let e = RocksEngine::open(dir.path(), &opts()).unwrap();
+        let mut b = WriteBatch::new();
+        b.put(Cf::RaftMeta, keys::FORMAT_VERSION_KEY, b"xy".to_vec());
+        e.write(b, true).unwrap();
+    }
+    assert!(matches!(
+        RocksEngine::open(dir.path(), &opts()),
+        Err(Error::Corrupt { .. })
+    ));
+}
+
+/// A second open of the same dir while the first is alive fails (RocksDB's LOCK file).
+#[test]
+fn double_open_fails() {
+    let dir = tempfile::tempdir().unwrap();
+    let _e = RocksEngine::open(dir.path(), &opts()).unwrap();
+    assert!(matches!(
+        RocksEngine::open(dir.path(), &opts()),
+        Err(Error::Rocks(_))
+    ));
+}
