@@ -1,0 +1,255 @@
+//! The multi-Raft host: every shard replica on this node, and the transport service that
+//! routes peer messages to them by shard id.
+//!
+//! One [`MultiRaft`] per node owns the shared pieces — the RocksDB engine, the group-commit
+//! [`LogWriter`], the peer channel pool and the HLC — and one openraft `Raft` per shard replica.
+//! Shards are added at startup (the founding shard map); adding them later (splits, rebalancing)
+//! uses the same `open_shard`.
+
+use crate::log_store::LogStore;
+use crate::log_writer::LogWriter;
+use crate::network::{clock_rejection, NetworkFactory, PeerPool, RateLimitedLog};
+use crate::state_machine::{ShardStateMachine, SnapshotFile};
+use crate::types::*;
+use meridian_proto::raft::raft_transport_server::RaftTransport;
+use meridian_proto::raft::{RaftReply, RaftRequest, SnapshotChunk};
+use meridian_storage::Engine;
+use meridian_types::limits::{MAX_MESSAGE_BYTES, SNAPSHOT_CHUNK_BYTES};
+use meridian_types::{Clock, ShardId, Timestamp};
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+use tokio::io::AsyncWriteExt;
+use tonic::{Request, Response, Status, Streaming};
+
+/// Largest snapshot file a node accepts, in bytes.
+pub const MAX_SNAPSHOT_BYTES: u64 = 64 * 1024 * 1024 * 1024;
+
+pub struct ShardReplica {
+    pub shard: ShardId,
+    pub raft: Raft,
+    pub sm: ShardStateMachine,
+}
+
+pub struct MultiRaft {
+    pub node_id: NodeId,
+    pub engine: Arc<dyn Engine>,
+    pub clock: Arc<Clock>,
+    pub pool: Arc<PeerPool>,
+    pub writer: Arc<LogWriter>,
+    pub raft_config: Arc<openraft::Config>,
+    pub data_dir: PathBuf,
+    shards: RwLock<BTreeMap<ShardId, Arc<ShardReplica>>>,
+}
+
+impl MultiRaft {
+    pub fn new(
+        node_id: NodeId,
+        engine: Arc<dyn Engine>,
+        clock: Arc<Clock>,
+        raft_config: openraft::Config,
+        rpc_timeout: Duration,
+        data_dir: PathBuf,
+    ) -> Result<Arc<MultiRaft>, String> {
+        let raft_config = Arc::new(raft_config.validate().map_err(|e| format!("raft config: {e}"))?);
+        Ok(Arc::new(MultiRaft {
+            node_id,
+            writer: Arc::new(LogWriter::start(engine.clone())),
+            pool: PeerPool::new(node_id, clock.clone(), rpc_timeout),
+            engine,
+            clock,
+            raft_config,
+            data_dir,
+            shards: RwLock::new(BTreeMap::new()),
+        }))
+    }
+
+    /// Opens (or creates) this node's replica of `shard` and starts its Raft.
+    pub async fn open_shard(&self, shard: ShardId) -> Result<Arc<ShardReplica>, String> {
+        if let Some(r) = self.get(shard) {
+            return Ok(r);
+        }
+        let engine = self.engine.clone();
+        let clock = self.clock.clone();
+        let dir = self.data_dir.join("snapshots").join(format!("shard-{}", shard.0));
+        let sm = tokio::task::spawn_blocking(move || ShardStateMachine::open(shard, engine, clock, dir))
+            .await
+            .map_err(|e| e.to_string())?
+            .map_err(|e| format!("opening shard {shard} state machine: {e}"))?;
+        let log = LogStore::new(shard, self.engine.clone(), self.writer.clone());
+        let network = NetworkFactory {
+            shard,
+            pool: self.pool.clone(),
+        };
+        let raft = Raft::new(self.node_id, self.raft_config.clone(), network, log, sm.clone())
+            .await
+            .map_err(|e| format!("starting raft for shard {shard}: {e}"))?;
+        let replica = Arc::new(ShardReplica { shard, raft, sm });
+        self.shards
+            .write()
+            .expect("shard table lock poisoned")
+            .insert(shard, replica.clone());
+        Ok(replica)
+    }
+
+    pub fn get(&self, shard: ShardId) -> Option<Arc<ShardReplica>> {
+        self.shards.read().expect("shard table lock poisoned").get(&shard).cloned()
+    }
+
+    pub fn replicas(&self) -> Vec<Arc<ShardReplica>> {
+        self.shards.read().expect("shard table lock poisoned").values().cloned().collect()
+    }
+
+    /// Stops every shard's Raft (in-flight proposals finish or fail), then the log writer.
+    pub async fn shutdown(&self) {
+        for r in self.replicas() {
+            if let Err(e) = r.raft.shutdown().await {
+                tracing::warn!(shard = %r.shard, error = %e, "raft shutdown");
+            }
+        }
+        self.shards.write().expect("shard table lock poisoned").clear();
+    }
+}
+
+/// The `RaftTransport` gRPC service.
+pub struct TransportService {
+    host: Arc<MultiRaft>,
+    clock_log: RateLimitedLog,
+}
+
+impl TransportService {
+    pub fn new(host: Arc<MultiRaft>) -> TransportService {
+        TransportService {
+            host,
+            clock_log: RateLimitedLog::new(Duration::from_secs(5)),
+        }
+    }
+
+    pub fn into_server(self) -> meridian_proto::raft::raft_transport_server::RaftTransportServer<TransportService> {
+        meridian_proto::raft::raft_transport_server::RaftTransportServer::new(self)
+            .max_decoding_message_size(MAX_MESSAGE_BYTES)
+            .max_encoding_message_size(MAX_MESSAGE_BYTES)
+    }
+
+    fn admit(&self, shard_id: u64, hlc: u64, from: u64) -> Result<Arc<ShardReplica>, Status> {
+        if let Err(e) = self.host.clock.update(Timestamp(hlc)) {
+            if self.clock_log.should_log() {
+                tracing::error!(from_node = from, error = %e, "rejecting peer message");
+            }
+            return Err(clock_rejection(&e));
+        }
+        self.host.pool.mark_seen(from);
+        self.host
+            .get(ShardId(shard_id))
+            .ok_or_else(|| Status::not_found(format!("shard {shard_id} has no replica on node {}", self.host.node_id)))
+    }
+
+    fn reply<T: serde::Serialize>(&self, result: Result<T, String>) -> Result<Response<RaftReply>, Status> {
+        let payload = codec::encode(&result).map_err(|e| Status::internal(e.to_string()))?;
+        Ok(Response::new(RaftReply {
+            hlc: self.host.clock.now().0,
+            payload: payload.into(),
+        }))
+    }
+}
+
+fn decode_payload<T: serde::de::DeserializeOwned>(req: &RaftRequest) -> Result<T, Status> {
+    codec::decode(&req.payload).map_err(|e| Status::invalid_argument(format!("malformed raft payload: {e}")))
+}
+
+#[tonic::async_trait]
+impl RaftTransport for TransportService {
+    async fn append(&self, request: Request<RaftRequest>) -> Result<Response<RaftReply>, Status> {
+        let req = request.into_inner();
+        let replica = self.admit(req.shard_id, req.hlc, req.from_node)?;
+        let rpc: AppendEntriesRequest = decode_payload(&req)?;
+        self.reply(replica.raft.append_entries(rpc).await.map_err(|e| e.to_string()))
+    }
+
+    async fn vote(&self, request: Request<RaftRequest>) -> Result<Response<RaftReply>, Status> {
+        let req = request.into_inner();
+        let replica = self.admit(req.shard_id, req.hlc, req.from_node)?;
+        let rpc: VoteRequest = decode_payload(&req)?;
+        self.reply(replica.raft.vote(rpc).await.map_err(|e| e.to_string()))
+    }
+
+    async fn pre_vote(&self, request: Request<RaftRequest>) -> Result<Response<RaftReply>, Status> {
+        let req = request.into_inner();
+        let replica = self.admit(req.shard_id, req.hlc, req.from_node)?;
+        let rpc: VoteRequest = decode_payload(&req)?;
+        self.reply(replica.raft.pre_vote(rpc).await.map_err(|e| e.to_string()))
+    }
+
+    async fn transfer_leader(&self, request: Request<RaftRequest>) -> Result<Response<RaftReply>, Status> {
+        let req = request.into_inner();
+        let replica = self.admit(req.shard_id, req.hlc, req.from_node)?;
+        let rpc: TransferLeaderRequest = decode_payload(&req)?;
+        self.reply(replica.raft.handle_transfer_leader(rpc).await.map_err(|e| e.to_string()))
+    }
+
+    async fn propose(&self, request: Request<RaftRequest>) -> Result<Response<RaftReply>, Status> {
+        let req = request.into_inner();
+        let replica = self.admit(req.shard_id, req.hlc, req.from_node)?;
+        let cmd: Command = decode_payload(&req)?;
+        let result = match replica.raft.client_write(cmd).await {
+            Ok(resp) => Ok(resp.data),
+            Err(e) => Err(e.to_string()),
+        };
+        self.reply(result)
+    }
+
+    async fn install_snapshot(&self, request: Request<Streaming<SnapshotChunk>>) -> Result<Response<RaftReply>, Status> {
+        let mut stream = request.into_inner();
+        let first = stream
+            .message()
+            .await?
+            .ok_or_else(|| Status::invalid_argument("empty snapshot stream"))?;
+        let replica = self.admit(first.shard_id, first.hlc, first.from_node)?;
+        let (vote, meta, version_floor): (Vote, SnapshotMeta, u64) = codec::decode(&first.header)
+            .map_err(|e| Status::invalid_argument(format!("malformed snapshot header: {e}")))?;
+        let dir = replica.sm.snapshot_dir().await;
+        let index = meta.last_log_id.as_ref().map(|l| l.index).unwrap_or(0);
+        let mut path = None;
+        if !first.done {
+            let p = dir.join(format!("incoming-{}-{index}.sst", replica.shard.0));
+            let mut file = tokio::fs::File::create(&p)
+                .await
+                .map_err(|e| Status::internal(format!("creating {}: {e}", p.display())))?;
+            let mut expected_offset = 0u64;
+            loop {
+                let chunk = stream
+                    .message()
+                    .await?
+                    .ok_or_else(|| Status::invalid_argument("snapshot stream ended before its last chunk"))?;
+                if chunk.data.len() > SNAPSHOT_CHUNK_BYTES || chunk.offset != expected_offset {
+                    return Err(Status::invalid_argument(format!(
+                        "snapshot chunk at offset {} ({} bytes), expected offset {expected_offset}",
+                        chunk.offset,
+                        chunk.data.len()
+                    )));
+                }
+                if crc32fast::hash(&chunk.data) != chunk.crc32 {
+                    return Err(Status::data_loss(format!("snapshot chunk at offset {} fails its CRC", chunk.offset)));
+                }
+                expected_offset += chunk.data.len() as u64;
+                if expected_offset > MAX_SNAPSHOT_BYTES {
+                    return Err(Status::resource_exhausted("snapshot larger than MAX_SNAPSHOT_BYTES"));
+                }
+                file.write_all(&chunk.data)
+                    .await
+                    .map_err(|e| Status::internal(format!("writing snapshot: {e}")))?;
+                if chunk.done {
+                    break;
+                }
+            }
+            file.sync_all().await.map_err(|e| Status::internal(e.to_string()))?;
+            path = Some(p);
+        }
+        let snapshot = Snapshot {
+            meta,
+            snapshot: SnapshotFile { path, version_floor },
+        };
+        self.reply(replica.raft.install_full_snapshot(vote, snapshot).await.map_err(|e| e.to_string()))
+    }
+}

@@ -1,0 +1,83 @@
+//! The public `Cluster` service: nodes, shards, leaders, terms, applied index and lag, as this
+//! node sees them. Clients use it as their shard map.
+
+use crate::node::Node;
+use bytes::Bytes;
+use meridian_proto::kv::cluster_server::Cluster;
+use meridian_proto::kv::*;
+use openraft::type_config::async_runtime::WatchReceiver;
+use std::sync::Arc;
+use std::time::Duration;
+use tonic::{Request, Response, Status};
+
+/// A peer counts as live if it acknowledged replication within this window.
+const LIVENESS_WINDOW: Duration = Duration::from_secs(5);
+
+pub struct ClusterService {
+    node: Arc<Node>,
+}
+
+impl ClusterService {
+    pub fn new(node: Arc<Node>) -> ClusterService {
+        ClusterService { node }
+    }
+
+    pub fn into_server(self) -> meridian_proto::kv::cluster_server::ClusterServer<ClusterService> {
+        meridian_proto::kv::cluster_server::ClusterServer::new(self)
+    }
+}
+
+#[tonic::async_trait]
+impl Cluster for ClusterService {
+    async fn status(&self, _request: Request<StatusRequest>) -> Result<Response<StatusResponse>, Status> {
+        let node = &self.node;
+        let me = node.config.node_id;
+        let mut shards = Vec::new();
+        for desc in node.shard_map.all() {
+            let mut info = ShardInfo {
+                shard_id: desc.id.0,
+                start: Bytes::from(desc.start.clone()),
+                end: Bytes::from(desc.end.clone()),
+                replicas: desc.replicas.clone(),
+                ..Default::default()
+            };
+            if let Some(replica) = node.host.get(desc.id) {
+                let m = replica.raft.metrics().borrow_watched().clone();
+                info.leader_id = m.current_leader.unwrap_or(0);
+                info.term = m.current_term;
+                info.applied_index = m.last_applied.as_ref().map(|l| l.index).unwrap_or(0);
+                info.last_log_index = m.last_log_index.unwrap_or(0);
+                if let Some(repl) = &m.replication {
+                    info.replica_status = repl
+                        .iter()
+                        .map(|(id, matched)| ReplicaStatus {
+                            node_id: *id,
+                            matched_index: matched.as_ref().map(|l| l.index).unwrap_or(0),
+                        })
+                        .collect();
+                }
+            }
+            shards.push(info);
+        }
+        let nodes = node
+            .registry()
+            .await
+            .into_values()
+            .map(|r| NodeInfo {
+                live: r.node_id == me || node.host.pool.seen_within(r.node_id, LIVENESS_WINDOW),
+                node_id: r.node_id,
+                client_addr: r.client_addr,
+                peer_addr: r.peer_addr,
+                region: r.region,
+                zone: r.zone,
+            })
+            .collect();
+        Ok(Response::new(StatusResponse {
+            cluster_id: node.cluster_id.clone(),
+            answering_node: me,
+            nodes,
+            shards,
+            hlc_now: node.clock.now().0,
+        }))
+    }
+}

@@ -1,0 +1,400 @@
+//! Node configuration: a TOML file and/or command-line flags (flags win), validated up front.
+//!
+//! Every error names the offending field, e.g. `config field "initial_cluster[1]": ...`, so an
+//! operator can fix it without reading code. Durations are milliseconds and say so in the name.
+//!
+//! ```toml
+//! node_id = 1
+//! region = "us-east"
+//! zone = "a"
+//! client_addr = "127.0.0.1:7001"
+//! peer_addr = "127.0.0.1:7101"
+//! data_dir = "/var/lib/meridian/1"
+//! # id=peer_addr@region/zone for every founding member (same list on every node)
+//! initial_cluster = ["1=127.0.0.1:7101@us-east/a", "2=127.0.0.1:7102@eu-west/a", "3=127.0.0.1:7103@ap-south/a"]
+//!
+//! [cluster]
+//! initial_shards = 8            # data shards a new cluster is pre-split into
+//! split_points = []             # explicit split keys (overrides initial_shards) 
+//! replication_factor = 3
+//! max_offset_ms = 500
+//!
+//! [raft]
+//! heartbeat_interval_ms = 150
+//! election_timeout_min_ms = 1500
+//! election_timeout_max_ms = 3000
+//! rpc_timeout_ms = 2000
+//! ```
+
+use meridian_types::limits::MAX_INITIAL_SHARDS;
+use meridian_types::NodeId;
+use serde::Deserialize;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+#[derive(Debug, thiserror::Error)]
+#[error("config field \"{field}\": {message}")]
+pub struct ConfigError {
+    pub field: String,
+    pub message: String,
+}
+
+fn err(field: impl Into<String>, message: impl Into<String>) -> ConfigError {
+    ConfigError {
+        field: field.into(),
+        message: message.into(),
+    }
+}
+
+/// One founding member as listed in `initial_cluster`: `id=peer_addr@region/zone`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Member {
+    pub node_id: NodeId,
+    pub peer_addr: SocketAddr,
+    pub region: String,
+    pub zone: String,
+}
+
+impl Member {
+    pub fn parse(s: &str) -> Result<Member, String> {
+        let (id, rest) = s
+            .split_once('=')
+            .ok_or_else(|| format!("{s:?} is not of the form id=peer_addr@region/zone"))?;
+        let node_id: NodeId = id
+            .trim()
+            .parse()
+            .map_err(|_| format!("node id {id:?} is not an unsigned integer"))?;
+        if node_id == 0 {
+            return Err("node id 0 is reserved".into());
+        }
+        let (addr, location) = rest.split_once('@').unwrap_or((rest, ""));
+        let peer_addr: SocketAddr = addr
+            .trim()
+            .parse()
+            .map_err(|e| format!("peer address {addr:?}: {e}"))?;
+        let (region, zone) = location.split_once('/').unwrap_or((location, ""));
+        let region = if region.is_empty() { "default" } else { region };
+        let zone = if zone.is_empty() { "default" } else { zone };
+        Ok(Member {
+            node_id,
+            peer_addr,
+            region: region.to_string(),
+            zone: zone.to_string(),
+        })
+    }
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ClusterSection {
+    pub initial_shards: u32,
+    pub split_points: Vec<String>,
+    pub replication_factor: u32,
+    pub max_offset_ms: u64,
+}
+
+impl Default for ClusterSection {
+    fn default() -> Self {
+        ClusterSection {
+            initial_shards: 8,
+            split_points: Vec::new(),
+            replication_factor: 3,
+            max_offset_ms: 500,
+        }
+    }
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RaftSection {
+    pub heartbeat_interval_ms: u64,
+    pub election_timeout_min_ms: u64,
+    pub election_timeout_max_ms: u64,
+    pub rpc_timeout_ms: u64,
+    /// Raft log entries kept behind a snapshot for slow followers.
+    pub logs_to_keep_after_snapshot: u64,
+    /// Take a snapshot after this many applied entries since the last one.
+    pub snapshot_every_entries: u64,
+}
+
+impl Default for RaftSection {
+    fn default() -> Self {
+        // WAN-sized defaults: heartbeats well under the election timeout, which is ≥ 5-10× a
+        // cross-region RTT of ~150 ms. Loopback clusters may lower them.
+        RaftSection {
+            heartbeat_interval_ms: 150,
+            election_timeout_min_ms: 1_500,
+            election_timeout_max_ms: 3_000,
+            rpc_timeout_ms: 2_000,
+            logs_to_keep_after_snapshot: 5_000,
+            snapshot_every_entries: 50_000,
+        }
+    }
+}
+
+/// The file format; every field optional so flags can supply it.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileConfig {
+    pub node_id: Option<NodeId>,
+    pub region: Option<String>,
+    pub zone: Option<String>,
+    pub client_addr: Option<String>,
+    pub peer_addr: Option<String>,
+    pub data_dir: Option<PathBuf>,
+    pub initial_cluster: Option<Vec<String>>,
+    pub join: Option<String>,
+    pub clock_offset_ms: Option<i64>,
+    #[serde(default)]
+    pub cluster: ClusterSection,
+    #[serde(default)]
+    pub raft: RaftSection,
+}
+
+/// Flags of `meridian start`; each overrides the file's field of the same name.
+#[derive(Clone, Debug, Default, clap::Args)]
+pub struct StartArgs {
+    /// TOML config file; flags override its fields.
+    #[arg(long, short = 'c')]
+    pub config: Option<PathBuf>,
+    /// This node's id (unique, > 0, never reused).
+    #[arg(long)]
+    pub node_id: Option<NodeId>,
+    /// Region label (placement spreads replicas across regions first).
+    #[arg(long)]
+    pub region: Option<String>,
+    /// Zone label within the region.
+    #[arg(long)]
+    pub zone: Option<String>,
+    /// Address the public gRPC API listens on.
+    #[arg(long)]
+    pub client_addr: Option<String>,
+    /// Address the internal Raft transport listens on.
+    #[arg(long)]
+    pub peer_addr: Option<String>,
+    /// Directory for the node's RocksDB and snapshots.
+    #[arg(long)]
+    pub data_dir: Option<PathBuf>,
+    /// Founding members, comma-separated `id=peer_addr@region/zone` (same list on every node).
+    #[arg(long, value_delimiter = ',')]
+    pub initial_cluster: Option<Vec<String>>,
+    /// Address of a running member to join (not supported yet: rejected with a clear error).
+    #[arg(long)]
+    pub join: Option<String>,
+    /// Data shards a new cluster is pre-split into.
+    #[arg(long)]
+    pub initial_shards: Option<u32>,
+    /// Largest clock offset tolerated between nodes, in milliseconds.
+    #[arg(long)]
+    pub max_offset_ms: Option<u64>,
+    /// Raft heartbeat interval in milliseconds.
+    #[arg(long)]
+    pub heartbeat_interval_ms: Option<u64>,
+    /// Minimum Raft election timeout in milliseconds (maximum is twice this unless set in the file).
+    #[arg(long)]
+    pub election_timeout_min_ms: Option<u64>,
+    /// Shift this node's physical clock (testing clock skew), in milliseconds.
+    #[arg(long, allow_hyphen_values = true)]
+    pub clock_offset_ms: Option<i64>,
+}
+
+/// A validated node configuration.
+#[derive(Clone, Debug)]
+pub struct NodeConfig {
+    pub node_id: NodeId,
+    pub region: String,
+    pub zone: String,
+    pub client_addr: SocketAddr,
+    pub peer_addr: SocketAddr,
+    pub data_dir: PathBuf,
+    pub initial_cluster: Vec<Member>,
+    pub clock_offset_ms: i64,
+    pub cluster: ClusterSection,
+    pub raft: RaftSection,
+}
+
+fn parse_addr(field: &str, value: Option<String>) -> Result<SocketAddr, ConfigError> {
+    let value = value.ok_or_else(|| err(field, "is required"))?;
+    value
+        .parse()
+        .map_err(|e| err(field, format!("{value:?} is not a socket address: {e}")))
+}
+
+impl NodeConfig {
+    /// Reads the file (if any), applies flags, validates.
+    pub fn load(args: &StartArgs) -> Result<NodeConfig, ConfigError> {
+        let mut file = match &args.config {
+            Some(path) => {
+                let text = std::fs::read_to_string(path)
+                    .map_err(|e| err("config", format!("cannot read {}: {e}", path.display())))?;
+                toml::from_str::<FileConfig>(&text).map_err(|e| {
+                    let field = e.span().map(|s| {
+                        let line = text[..s.start].lines().count();
+                        format!("config (line {line})")
+                    });
+                    err(field.unwrap_or_else(|| "config".into()), e.message().to_string())
+                })?
+            }
+            None => FileConfig::default(),
+        };
+        macro_rules! flag {
+            ($name:ident) => {
+                if let Some(v) = args.$name.clone() {
+                    file.$name = Some(v);
+                }
+            };
+        }
+        flag!(node_id);
+        flag!(region);
+        flag!(zone);
+        flag!(client_addr);
+        flag!(peer_addr);
+        flag!(data_dir);
+        flag!(initial_cluster);
+        flag!(join);
+        flag!(clock_offset_ms);
+        if let Some(v) = args.initial_shards {
+            file.cluster.initial_shards = v;
+        }
+        if let Some(v) = args.max_offset_ms {
+            file.cluster.max_offset_ms = v;
+        }
+        if let Some(v) = args.heartbeat_interval_ms {
+            file.raft.heartbeat_interval_ms = v;
+        }
+        if let Some(v) = args.election_timeout_min_ms {
+            file.raft.election_timeout_min_ms = v;
+            file.raft.election_timeout_max_ms = file.raft.election_timeout_max_ms.max(v * 2);
+        }
+        Self::validate(file)
+    }
+
+    fn validate(file: FileConfig) -> Result<NodeConfig, ConfigError> {
+        let node_id = file.node_id.ok_or_else(|| err("node_id", "is required"))?;
+        if node_id == 0 {
+            return Err(err("node_id", "0 is reserved; use an id > 0"));
+        }
+        if let Some(join) = file.join {
+            return Err(err(
+                "join",
+                format!("joining a running cluster ({join}) is not supported yet; start every founding member with the same initial_cluster"),
+            ));
+        }
+        let client_addr = parse_addr("client_addr", file.client_addr)?;
+        let peer_addr = parse_addr("peer_addr", file.peer_addr)?;
+        let data_dir = file.data_dir.ok_or_else(|| err("data_dir", "is required"))?;
+        let raw = file
+            .initial_cluster
+            .ok_or_else(|| err("initial_cluster", "is required (id=peer_addr@region/zone,...)"))?;
+        let mut initial_cluster = Vec::new();
+        for (i, s) in raw.iter().enumerate() {
+            let m = Member::parse(s).map_err(|e| err(format!("initial_cluster[{i}]"), e))?;
+            if initial_cluster.iter().any(|o: &Member| o.node_id == m.node_id) {
+                return Err(err(format!("initial_cluster[{i}]"), format!("node id {} listed twice", m.node_id)));
+            }
+            initial_cluster.push(m);
+        }
+        let me = initial_cluster
+            .iter()
+            .find(|m| m.node_id == node_id)
+            .ok_or_else(|| err("initial_cluster", format!("does not list this node ({node_id})")))?;
+        if me.peer_addr != peer_addr {
+            return Err(err(
+                "peer_addr",
+                format!("{peer_addr} differs from this node's entry in initial_cluster ({})", me.peer_addr),
+            ));
+        }
+        let region = file.region.unwrap_or_else(|| me.region.clone());
+        let zone = file.zone.unwrap_or_else(|| me.zone.clone());
+        let c = &file.cluster;
+        if c.split_points.is_empty() && !(1..=MAX_INITIAL_SHARDS).contains(&c.initial_shards) {
+            return Err(err(
+                "cluster.initial_shards",
+                format!("{} is outside 1..={MAX_INITIAL_SHARDS}", c.initial_shards),
+            ));
+        }
+        if c.split_points.len() as u32 >= MAX_INITIAL_SHARDS {
+            return Err(err("cluster.split_points", format!("more than {MAX_INITIAL_SHARDS} shards")));
+        }
+        if c.replication_factor == 0 || c.replication_factor % 2 == 0 {
+            return Err(err("cluster.replication_factor", "must be odd and > 0"));
+        }
+        if c.max_offset_ms == 0 {
+            return Err(err("cluster.max_offset_ms", "must be > 0"));
+        }
+        let r = &file.raft;
+        if r.heartbeat_interval_ms == 0 || r.heartbeat_interval_ms * 3 > r.election_timeout_min_ms {
+            return Err(err(
+                "raft.heartbeat_interval_ms",
+                "must be > 0 and at most a third of raft.election_timeout_min_ms",
+            ));
+        }
+        if r.election_timeout_max_ms <= r.election_timeout_min_ms {
+            return Err(err("raft.election_timeout_max_ms", "must exceed raft.election_timeout_min_ms"));
+        }
+        if r.rpc_timeout_ms == 0 {
+            return Err(err("raft.rpc_timeout_ms", "must be > 0"));
+        }
+        Ok(NodeConfig {
+            node_id,
+            region,
+            zone,
+            client_addr,
+            peer_addr,
+            data_dir,
+            initial_cluster,
+            clock_offset_ms: file.clock_offset_ms.unwrap_or(0),
+            cluster: file.cluster,
+            raft: file.raft,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args() -> StartArgs {
+        StartArgs {
+            node_id: Some(1),
+            client_addr: Some("127.0.0.1:7001".into()),
+            peer_addr: Some("127.0.0.1:7101".into()),
+            data_dir: Some("/tmp/x".into()),
+            initial_cluster: Some(vec!["1=127.0.0.1:7101@us/a".into(), "2=127.0.0.1:7102@eu/b".into()]),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn valid_flags_load() {
+        let c = NodeConfig::load(&args()).unwrap();
+        assert_eq!(c.region, "us");
+        assert_eq!(c.initial_cluster[1].zone, "b");
+    }
+
+    #[test]
+    fn errors_name_the_field() {
+        let mut a = args();
+        a.peer_addr = Some("nope".into());
+        assert!(NodeConfig::load(&a).unwrap_err().to_string().contains("\"peer_addr\""));
+        let mut a = args();
+        a.initial_cluster = Some(vec!["1=127.0.0.1:7101".into(), "x=1".into()]);
+        assert!(NodeConfig::load(&a).unwrap_err().to_string().contains("initial_cluster[1]"));
+        let mut a = args();
+        a.initial_shards = Some(0);
+        assert!(NodeConfig::load(&a).unwrap_err().to_string().contains("cluster.initial_shards"));
+    }
+
+    #[test]
+    fn unknown_file_fields_are_rejected() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.toml");
+        std::fs::write(&path, "node_id = 1\nbogus = 2\n").unwrap();
+        let a = StartArgs {
+            config: Some(path),
+            ..Default::default()
+        };
+        let e = NodeConfig::load(&a).unwrap_err().to_string();
+        assert!(e.contains("bogus"), "{e}");
+    }
+}

@@ -1,0 +1,76 @@
+//! The node's error type and its one mapping to gRPC statuses.
+//!
+//! Each variant maps to exactly one [`ErrorCode`] and gRPC code; the code travels in the
+//! `meridian-code` metadata so clients classify errors without parsing messages, and
+//! `NotLeader` carries a `meridian-leader` hint (`<node_id>@<client_addr>`).
+
+use meridian_types::error::{ERROR_CODE_HEADER, LEADER_HINT_HEADER};
+use meridian_types::{ErrorCode, NodeId, ShardId};
+use tonic::Status;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    #[error("{0}")]
+    InvalidArgument(String),
+    #[error("node is not the leader of shard {shard}")]
+    NotLeader {
+        shard: ShardId,
+        leader: Option<(NodeId, String)>,
+    },
+    #[error("{0}")]
+    WrongShard(String),
+    #[error("{0}")]
+    Unavailable(String),
+    #[error("{0}")]
+    ClockOffset(String),
+    #[error("{0}")]
+    Internal(String),
+}
+
+pub type Result<T> = std::result::Result<T, ServerError>;
+
+impl ServerError {
+    pub fn code(&self) -> ErrorCode {
+        match self {
+            ServerError::InvalidArgument(_) => ErrorCode::InvalidArgument,
+            ServerError::NotLeader { .. } => ErrorCode::NotLeader,
+            ServerError::WrongShard(_) => ErrorCode::WrongShard,
+            ServerError::Unavailable(_) => ErrorCode::Unavailable,
+            ServerError::ClockOffset(_) => ErrorCode::ClockOffset,
+            ServerError::Internal(_) => ErrorCode::Internal,
+        }
+    }
+}
+
+pub fn invalid(msg: impl Into<String>) -> ServerError {
+    ServerError::InvalidArgument(msg.into())
+}
+
+impl From<ServerError> for Status {
+    fn from(e: ServerError) -> Status {
+        let code = e.code();
+        let grpc = match code {
+            ErrorCode::InvalidArgument => tonic::Code::InvalidArgument,
+            ErrorCode::NotLeader => tonic::Code::FailedPrecondition,
+            ErrorCode::WrongShard => tonic::Code::NotFound,
+            ErrorCode::Unavailable => tonic::Code::Unavailable,
+            ErrorCode::ClockOffset => tonic::Code::FailedPrecondition,
+            ErrorCode::DeadlineExceeded => tonic::Code::DeadlineExceeded,
+            ErrorCode::Internal => tonic::Code::Internal,
+        };
+        let mut status = Status::new(grpc, e.to_string());
+        if let Ok(v) = code.as_str().parse() {
+            status.metadata_mut().insert(ERROR_CODE_HEADER, v);
+        }
+        if let ServerError::NotLeader {
+            leader: Some((id, addr)),
+            ..
+        } = &e
+        {
+            if let Ok(v) = format!("{id}@{addr}").parse() {
+                status.metadata_mut().insert(LEADER_HINT_HEADER, v);
+            }
+        }
+        status
+    }
+}

@@ -1,0 +1,141 @@
+//! Meridian node: configuration, gRPC services, shard hosting and lifecycle.
+//!
+//! # Layout
+//! - [`config`]: TOML + flags, validated with errors naming the field.
+//! - [`shard_map`]: the founding shard map and region/zone-aware replica placement.
+//! - [`node`]: startup (storage, Raft groups, bootstrap, registration) and shutdown.
+//! - [`kv`]: the public `Kv` service; [`cluster`]: the `Cluster` status service.
+//! - [`error`]: the node's error type and its single mapping to gRPC statuses.
+//!
+//! Two listeners: the client address serves `Kv` and `Cluster`; the peer address serves the
+//! internal `RaftTransport` (meridian-raft). Keeping them apart lets operators firewall peers.
+//!
+//! # Shutdown
+//! On SIGTERM or Ctrl-C both servers stop accepting and drain in-flight requests (bounded by
+//! [`SHUTDOWN_DRAIN`]), every Raft group shuts down, RocksDB is flushed and closed.
+
+pub mod cluster;
+pub mod config;
+pub mod error;
+pub mod kv;
+pub mod node;
+pub mod shard_map;
+
+pub use config::{NodeConfig, StartArgs};
+
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::watch;
+
+/// Longest a graceful shutdown waits for in-flight requests.
+pub const SHUTDOWN_DRAIN: Duration = Duration::from_secs(10);
+/// Server-side deadline for any request that does not carry a shorter one.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+/// Most concurrent HTTP/2 streams per client connection.
+pub const MAX_CONCURRENT_STREAMS: u32 = 1_024;
+
+async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+            .expect("installing the SIGTERM handler");
+        tokio::select! {
+            _ = ctrl_c => {},
+            _ = term.recv() => {},
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = ctrl_c.await;
+}
+
+/// Merges the client's HLC timestamp (`meridian-hlc` metadata, the largest timestamp it has
+/// observed) into the node's clock, so causality carries across regions through clients too.
+/// A timestamp beyond `max_offset` is refused with `CLOCK_OFFSET`; a malformed one with
+/// `INVALID_ARGUMENT`.
+fn hlc_interceptor(
+    clock: Arc<meridian_types::Clock>,
+) -> impl FnMut(tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> + Clone {
+    move |request: tonic::Request<()>| {
+        if let Some(raw) = request.metadata().get(meridian_types::error::HLC_HEADER) {
+            let ts: u64 = raw
+                .to_str()
+                .ok()
+                .and_then(|s| s.parse().ok())
+                .ok_or_else(|| error::ServerError::InvalidArgument("malformed meridian-hlc metadata".into()))?;
+            clock
+                .update(meridian_types::Timestamp(ts))
+                .map_err(|e| error::ServerError::ClockOffset(e.to_string()))?;
+        }
+        Ok(request)
+    }
+}
+
+/// Runs a node until SIGTERM or Ctrl-C, then shuts down gracefully.
+pub async fn run_start(args: StartArgs) -> anyhow::Result<()> {
+    let config = NodeConfig::load(&args)?;
+    run_node(config, shutdown_signal()).await
+}
+
+/// Runs a node until `shutdown` completes.
+pub async fn run_node(config: NodeConfig, shutdown: impl std::future::Future<Output = ()>) -> anyhow::Result<()> {
+    let client_listener = tokio::net::TcpListener::bind(config.client_addr)
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot listen on client_addr {}: {e}", config.client_addr))?;
+    let peer_listener = tokio::net::TcpListener::bind(config.peer_addr)
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot listen on peer_addr {}: {e}", config.peer_addr))?;
+    let node = node::Node::start(config).await?;
+    tracing::info!(
+        node = node.config.node_id,
+        cluster = %node.cluster_id,
+        client = %node.config.client_addr,
+        peer = %node.config.peer_addr,
+        region = %node.config.region,
+        shards = node.host.replicas().len(),
+        "node serving"
+    );
+
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let stopped = |mut rx: watch::Receiver<bool>| async move {
+        let _ = rx.wait_for(|v| *v).await;
+    };
+    let peer_server = tonic::transport::Server::builder()
+        .timeout(REQUEST_TIMEOUT)
+        .tcp_nodelay(true)
+        .max_concurrent_streams(MAX_CONCURRENT_STREAMS)
+        .add_service(meridian_raft::TransportService::new(node.host.clone()).into_server())
+        .serve_with_incoming_shutdown(
+            tokio_stream::wrappers::TcpListenerStream::new(peer_listener),
+            stopped(stop_rx.clone()),
+        );
+    let client_server = tonic::transport::Server::builder()
+        .timeout(REQUEST_TIMEOUT)
+        .tcp_nodelay(true)
+        .max_concurrent_streams(MAX_CONCURRENT_STREAMS)
+        .add_service(tonic::service::interceptor::InterceptedService::new(
+            kv::KvService::new(node.clone()).into_server(),
+            hlc_interceptor(node.clock.clone()),
+        ))
+        .add_service(cluster::ClusterService::new(node.clone()).into_server())
+        .serve_with_incoming_shutdown(
+            tokio_stream::wrappers::TcpListenerStream::new(client_listener),
+            stopped(stop_rx.clone()),
+        );
+    let peer_task = tokio::spawn(peer_server);
+    let client_task = tokio::spawn(client_server);
+
+    shutdown.await;
+    tracing::info!("shutting down: draining requests");
+    let _ = stop_tx.send(true);
+    // Client requests drain first (they may need Raft), then peers, then Raft and storage.
+    if tokio::time::timeout(SHUTDOWN_DRAIN, client_task).await.is_err() {
+        tracing::warn!("client requests did not drain in time");
+    }
+    node.shutdown().await;
+    let _ = tokio::time::timeout(Duration::from_secs(2), peer_task).await;
+    let node_id = node.config.node_id;
+    drop(Arc::try_unwrap(node).ok());
+    tracing::info!(node = node_id, "stopped");
+    Ok(())
+}

@@ -1,0 +1,363 @@
+//! A running node: storage, the multi-Raft host, the founding shard map and the node registry.
+//!
+//! # Startup
+//! 1. Apply the test clock offset, open the node's RocksDB (refusing an incompatible on-disk
+//!    format or a data dir that belongs to another cluster).
+//! 2. Compute the founding shard map (a pure function of the config, identical on every founding
+//!    member) and open a Raft replica for every shard placed on this node.
+//! 3. The lowest-id replica of each shard initializes that shard's Raft group once.
+//! 4. A background task registers this node (client address, region, zone) in the metadata
+//!    group (shard 0), forwarding to its leader; Status and leader hints read the registry.
+//!
+//! # Cluster identity
+//! The cluster id is derived from the founding member list and shard layout, so founding
+//! members agree on it without coordination. It is written into the data dir at first start and
+//! checked on every later start.
+
+use crate::config::{Member, NodeConfig};
+use crate::error::{Result, ServerError};
+use crate::shard_map::{ShardDescriptor, ShardMap};
+use bytes::Bytes;
+use meridian_proto::raft::RaftRequest;
+use meridian_raft::types::codec;
+use meridian_raft::{Command, CommandResult, MultiRaft, ShardReplica};
+use meridian_storage::{mvcc, Engine, EngineOptions, RocksEngine};
+use meridian_types::{Clock, NodeId, ShardId, Timestamp};
+use openraft::impls::BasicNode;
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+/// Key prefix of node records in the metadata group.
+pub const NODE_KEY_PREFIX: &[u8] = b"node/";
+/// Key prefix of shard descriptors in the metadata group.
+pub const SHARD_KEY_PREFIX: &[u8] = b"shard/";
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeRecord {
+    pub node_id: NodeId,
+    pub client_addr: String,
+    pub peer_addr: String,
+    pub region: String,
+    pub zone: String,
+}
+
+pub fn node_key(id: NodeId) -> Vec<u8> {
+    let mut k = NODE_KEY_PREFIX.to_vec();
+    k.extend_from_slice(format!("{id:020}").as_bytes());
+    k
+}
+
+pub struct Node {
+    pub config: NodeConfig,
+    pub cluster_id: String,
+    pub engine: Arc<RocksEngine>,
+    pub host: Arc<MultiRaft>,
+    pub clock: Arc<Clock>,
+    pub shard_map: Arc<ShardMap>,
+    registry_cache: RwLock<HashMap<NodeId, NodeRecord>>,
+}
+
+/// A stable id for the founding configuration (FNV-1a over its canonical text).
+pub fn cluster_id(members: &[Member], map: &ShardMap) -> String {
+    let mut members: Vec<&Member> = members.iter().collect();
+    members.sort_by_key(|m| m.node_id);
+    let mut text = String::new();
+    for m in members {
+        text.push_str(&format!("{}={};", m.node_id, m.peer_addr));
+    }
+    for s in &map.data {
+        text.push_str(&format!("{}:{:?};", s.id.0, s.start));
+    }
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in text.bytes() {
+        h ^= b as u64;
+        h = h.wrapping_mul(0x100_0000_01b3);
+    }
+    format!("mer-{h:016x}")
+}
+
+fn raft_config(cfg: &NodeConfig) -> openraft::Config {
+    let r = &cfg.raft;
+    openraft::Config {
+        cluster_name: "meridian".into(),
+        heartbeat_interval: r.heartbeat_interval_ms,
+        election_timeout_min: r.election_timeout_min_ms,
+        election_timeout_max: r.election_timeout_max_ms,
+        enable_pre_vote: Some(true),
+        snapshot_policy: openraft::SnapshotPolicy::LogsSinceLast(r.snapshot_every_entries),
+        max_in_snapshot_log_to_keep: r.logs_to_keep_after_snapshot,
+        install_snapshot_timeout: r.rpc_timeout_ms.max(10_000),
+        ..Default::default()
+    }
+}
+
+impl Node {
+    pub async fn start(config: NodeConfig) -> anyhow::Result<Arc<Node>> {
+        meridian_types::clock::set_process_offset_ms(config.clock_offset_ms);
+        let clock = Arc::new(Clock::new(Duration::from_millis(config.cluster.max_offset_ms)));
+        std::fs::create_dir_all(&config.data_dir)
+            .map_err(|e| anyhow::anyhow!("cannot create data_dir {}: {e}", config.data_dir.display()))?;
+        let db_dir = config.data_dir.join("db");
+        let engine = tokio::task::spawn_blocking(move || RocksEngine::open(&db_dir, &EngineOptions::default()))
+            .await?
+            .map_err(|e| anyhow::anyhow!("cannot open storage in {}: {e}", config.data_dir.display()))?;
+        let engine = Arc::new(engine);
+
+        let splits: Vec<Vec<u8>> = config.cluster.split_points.iter().map(|s| s.as_bytes().to_vec()).collect();
+        let shard_map = Arc::new(ShardMap::founding(
+            &config.initial_cluster,
+            config.cluster.replication_factor as usize,
+            &splits,
+            config.cluster.initial_shards,
+        ));
+        let id = cluster_id(&config.initial_cluster, &shard_map);
+        match engine.read_cluster_id()? {
+            None => engine.write_cluster_id(&id)?,
+            Some(existing) if existing == id => {}
+            Some(existing) => anyhow::bail!(
+                "data dir {} belongs to cluster {existing}, but this node's initial_cluster describes cluster {id}; \
+                 use an empty data dir or the original configuration",
+                config.data_dir.display()
+            ),
+        }
+
+        let dyn_engine: Arc<dyn Engine> = engine.clone();
+        let host = MultiRaft::new(
+            config.node_id,
+            dyn_engine,
+            clock.clone(),
+            raft_config(&config),
+            Duration::from_millis(config.raft.rpc_timeout_ms),
+            config.data_dir.clone(),
+        )
+        .map_err(|e| anyhow::anyhow!(e))?;
+        let node = Arc::new(Node {
+            cluster_id: id,
+            engine,
+            host,
+            clock,
+            shard_map,
+            registry_cache: RwLock::new(HashMap::new()),
+            config,
+        });
+        node.open_and_bootstrap().await?;
+        let registering = node.clone();
+        tokio::spawn(async move { registering.register_self().await });
+        Ok(node)
+    }
+
+    fn members(&self) -> BTreeMap<NodeId, BasicNode> {
+        self.config
+            .initial_cluster
+            .iter()
+            .map(|m| (m.node_id, BasicNode::new(m.peer_addr.to_string())))
+            .collect()
+    }
+
+    async fn open_and_bootstrap(&self) -> anyhow::Result<()> {
+        let me = self.config.node_id;
+        let all = self.members();
+        for desc in self.shard_map.all() {
+            if !desc.replicas.contains(&me) {
+                continue;
+            }
+            let replica = self.host.open_shard(desc.id).await.map_err(|e| anyhow::anyhow!(e))?;
+            let bootstrapper = desc.replicas.iter().min() == Some(&me);
+            if bootstrapper && !replica.raft.is_initialized().await? {
+                let members: BTreeMap<NodeId, BasicNode> = desc
+                    .replicas
+                    .iter()
+                    .filter_map(|id| all.get(id).map(|n| (*id, n.clone())))
+                    .collect();
+                replica
+                    .raft
+                    .initialize(members)
+                    .await
+                    .map_err(|e| anyhow::anyhow!("initializing shard {}: {e}", desc.id))?;
+                tracing::info!(shard = %desc.id, replicas = ?desc.replicas, "initialized raft group");
+            }
+        }
+        Ok(())
+    }
+
+    fn my_record(&self) -> NodeRecord {
+        NodeRecord {
+            node_id: self.config.node_id,
+            client_addr: self.config.client_addr.to_string(),
+            peer_addr: self.config.peer_addr.to_string(),
+            region: self.config.region.clone(),
+            zone: self.config.zone.clone(),
+        }
+    }
+
+    /// Registers this node in the metadata group; retries with backoff until it succeeds.
+    async fn register_self(self: Arc<Self>) {
+        let record = self.my_record();
+        let mut puts = vec![(
+            Bytes::from(node_key(record.node_id)),
+            Bytes::from(serde_json::to_vec(&record).expect("node record serializes")),
+        )];
+        if self.shard_map.meta.replicas.iter().min() == Some(&self.config.node_id) {
+            for s in &self.shard_map.data {
+                let desc = serde_json::json!({
+                    "id": s.id.0, "start": String::from_utf8_lossy(&s.start), "end": String::from_utf8_lossy(&s.end),
+                    "replicas": s.replicas,
+                });
+                let mut key = SHARD_KEY_PREFIX.to_vec();
+                key.extend_from_slice(format!("{:020}", s.id.0).as_bytes());
+                puts.push((Bytes::from(key), Bytes::from(desc.to_string())));
+            }
+        }
+        let mut delay = Duration::from_millis(100);
+        loop {
+            let cmd = Command::Write {
+                ts: self.clock.now().0,
+                puts: puts.clone(),
+                deletes: Vec::new(),
+            };
+            match self.propose_anywhere(ShardId::META, cmd).await {
+                Ok(_) => {
+                    tracing::info!(node = record.node_id, "registered in the metadata group");
+                    return;
+                }
+                Err(e) => tracing::debug!(error = %e, "node registration not done yet; retrying"),
+            }
+            tokio::time::sleep(delay).await;
+            delay = (delay * 2).min(Duration::from_secs(2));
+        }
+    }
+
+    /// Proposes `cmd` to `shard`: locally if this node leads it, else forwarded to the leader
+    /// (or, when the leader is unknown, to each replica in turn).
+    pub async fn propose_anywhere(&self, shard: ShardId, cmd: Command) -> std::result::Result<CommandResult, String> {
+        if let Some(replica) = self.host.get(shard) {
+            if replica.raft.is_leader() {
+                return replica.raft.client_write(cmd).await.map(|r| r.data).map_err(|e| e.to_string());
+            }
+        }
+        let desc = self.shard_map.get(shard).ok_or("unknown shard")?;
+        let leader = match self.host.get(shard) {
+            Some(r) => r.raft.current_leader().await,
+            None => None,
+        };
+        let targets: Vec<NodeId> = match leader {
+            Some(l) => vec![l],
+            None => desc.replicas.clone(),
+        };
+        let payload = codec::encode(&cmd).map_err(|e| e.to_string())?;
+        let mut last_err = String::from("no replica reachable");
+        for target in targets.into_iter().filter(|t| *t != self.config.node_id) {
+            let Some(member) = self.config.initial_cluster.iter().find(|m| m.node_id == target) else {
+                continue;
+            };
+            let mut client = self.host.pool.client(&member.peer_addr.to_string())?;
+            let mut req = tonic::Request::new(RaftRequest {
+                shard_id: shard.0,
+                hlc: self.clock.now().0,
+                from_node: self.config.node_id,
+                payload: payload.clone().into(),
+            });
+            req.set_timeout(Duration::from_millis(self.config.raft.rpc_timeout_ms));
+            match client.propose(req).await {
+                Ok(reply) => {
+                    let reply = reply.into_inner();
+                    let _ = self.clock.update(Timestamp(reply.hlc));
+                    let r: std::result::Result<CommandResult, String> =
+                        codec::decode(&reply.payload).map_err(|e| e.to_string())?;
+                    match r {
+                        Ok(v) => return Ok(v),
+                        Err(e) => last_err = e,
+                    }
+                }
+                Err(s) => last_err = s.message().to_string(),
+            }
+        }
+        Err(last_err)
+    }
+
+    /// The data shard owning `key` and this node's replica of it.
+    pub fn route(&self, key: &[u8]) -> Result<(&ShardDescriptor, Arc<ShardReplica>)> {
+        let desc = self.shard_map.lookup(key);
+        let replica = self.host.get(desc.id).ok_or_else(|| {
+            ServerError::WrongShard(format!("shard {} has no replica on node {}", desc.id, self.config.node_id))
+        })?;
+        Ok((desc, replica))
+    }
+
+    /// Registered nodes, read from the local metadata replica (falls back to the founding list
+    /// for nodes that have not registered yet).
+    pub async fn registry(&self) -> BTreeMap<NodeId, NodeRecord> {
+        let mut out: BTreeMap<NodeId, NodeRecord> = self
+            .config
+            .initial_cluster
+            .iter()
+            .map(|m| {
+                (
+                    m.node_id,
+                    NodeRecord {
+                        node_id: m.node_id,
+                        client_addr: String::new(),
+                        peer_addr: m.peer_addr.to_string(),
+                        region: m.region.clone(),
+                        zone: m.zone.clone(),
+                    },
+                )
+            })
+            .collect();
+        if self.host.get(ShardId::META).is_some() {
+            let engine = self.engine.clone();
+            let rows = tokio::task::spawn_blocking(move || {
+                let mut end = NODE_KEY_PREFIX.to_vec();
+                *end.last_mut().expect("non-empty prefix") += 1;
+                mvcc::scan(&*engine, ShardId::META, NODE_KEY_PREFIX, Some(&end), Timestamp::MAX, 10_000, false)
+            })
+            .await;
+            if let Ok(Ok(page)) = rows {
+                for (_, _, value) in page.rows {
+                    if let Ok(rec) = serde_json::from_slice::<NodeRecord>(&value) {
+                        out.insert(rec.node_id, rec);
+                    }
+                }
+            }
+        }
+        let mut cache = self.registry_cache.write().expect("registry cache lock");
+        for (id, rec) in &out {
+            if !rec.client_addr.is_empty() {
+                cache.insert(*id, rec.clone());
+            }
+        }
+        for (id, rec) in cache.iter() {
+            out.entry(*id).or_insert_with(|| rec.clone());
+        }
+        out
+    }
+
+    /// The client address of `node`, if registered.
+    pub async fn client_addr_of(&self, node: NodeId) -> Option<String> {
+        if let Some(r) = self.registry_cache.read().expect("registry cache lock").get(&node) {
+            return Some(r.client_addr.clone());
+        }
+        self.registry().await.get(&node).map(|r| r.client_addr.clone()).filter(|a| !a.is_empty())
+    }
+
+    pub async fn not_leader(&self, shard: ShardId, leader: Option<NodeId>) -> ServerError {
+        let leader = match leader {
+            Some(id) if id != self.config.node_id => self.client_addr_of(id).await.map(|a| (id, a)),
+            _ => None,
+        };
+        ServerError::NotLeader { shard, leader }
+    }
+
+    /// Stops Raft, flushes RocksDB. In-flight requests have been drained by the servers.
+    pub async fn shutdown(&self) {
+        self.host.shutdown().await;
+        let engine = self.engine.clone();
+        match tokio::task::spawn_blocking(move || engine.flush()).await {
+            Ok(Ok(())) => tracing::info!("storage flushed"),
+            Ok(Err(e)) => tracing::error!(error = %e, "flushing storage on shutdown"),
+            Err(e) => tracing::error!(error = %e, "flush task"),
+        }
+    }
+}

@@ -1,0 +1,224 @@
+//! The founding shard map and replica placement: pure functions of the configuration, so every
+//! founding member computes the same map without talking to anyone.
+//!
+//! ```text
+//!  keyspace:  ["" ─── split₁) [split₁ ─── split₂) ... [splitₙ₋₁ ─── +∞)
+//!  shard id:        1               2                       n          (0 = metadata group)
+//! ```
+//!
+//! # Default split points
+//! With no explicit `split_points`, the keyspace is pre-split for hashed keys of the YCSB shape
+//! `user<decimal u63>`: the decimal numbers are uniform over [0, 2^63), so the split points are
+//! the evenly spaced numbers' leading digits (`user1844…`, `user2767…`, ...). Other key shapes
+//! should set `cluster.split_points`.
+//!
+//! # Placement
+//! Each shard's replicas are chosen greedily: first a node in a region the shard does not use
+//! yet, then a zone it does not use yet, then any node; ties go to the node with the fewest
+//! replicas so far, then to a rotation by shard id so leaders' initial homes spread out.
+
+use crate::config::Member;
+use meridian_types::{NodeId, ShardId};
+use std::collections::{BTreeMap, HashSet};
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ShardDescriptor {
+    pub id: ShardId,
+    /// Inclusive; empty = start of keyspace.
+    pub start: Vec<u8>,
+    /// Exclusive; empty = end of keyspace.
+    pub end: Vec<u8>,
+    pub replicas: Vec<NodeId>,
+}
+
+impl ShardDescriptor {
+    pub fn contains(&self, key: &[u8]) -> bool {
+        key >= self.start.as_slice() && (self.end.is_empty() || key < self.end.as_slice())
+    }
+}
+
+/// Data shards sorted by start key, plus the metadata group's replicas.
+#[derive(Clone, Debug)]
+pub struct ShardMap {
+    pub meta: ShardDescriptor,
+    pub data: Vec<ShardDescriptor>,
+}
+
+/// Split keys for `n` shards over YCSB-style `user<u63>` keys.
+pub fn default_split_points(n: u32) -> Vec<Vec<u8>> {
+    let n = n.max(1) as u128;
+    let space: u128 = 1 << 63;
+    (1..n)
+        .map(|i| {
+            let boundary = (space * i / n) as u64;
+            // 19-digit numbers dominate; a 6-digit prefix is plenty to spread load evenly.
+            let digits = boundary.to_string();
+            let prefix = &digits[..digits.len().min(6)];
+            format!("user{prefix}").into_bytes()
+        })
+        .collect()
+}
+
+/// Chooses `rf` replicas for `shard` among `members`.
+pub fn place(members: &[Member], rf: usize, shard: ShardId, load: &mut BTreeMap<NodeId, usize>) -> Vec<NodeId> {
+    let rf = rf.min(members.len());
+    let mut chosen: Vec<&Member> = Vec::with_capacity(rf);
+    let n = members.len() as u64;
+    while chosen.len() < rf {
+        let regions: HashSet<&str> = chosen.iter().map(|m| m.region.as_str()).collect();
+        let zones: HashSet<(&str, &str)> = chosen.iter().map(|m| (m.region.as_str(), m.zone.as_str())).collect();
+        let best = members
+            .iter()
+            .enumerate()
+            .filter(|(_, m)| !chosen.iter().any(|c| c.node_id == m.node_id))
+            .min_by_key(|(i, m)| {
+                (
+                    regions.contains(m.region.as_str()),
+                    zones.contains(&(m.region.as_str(), m.zone.as_str())),
+                    load.get(&m.node_id).copied().unwrap_or(0),
+                    (*i as u64 + n - shard.0 % n) % n,
+                )
+            })
+            .map(|(_, m)| m)
+            .expect("fewer candidates than replicas");
+        *load.entry(best.node_id).or_default() += 1;
+        chosen.push(best);
+    }
+    chosen.into_iter().map(|m| m.node_id).collect()
+}
+
+impl ShardMap {
+    /// The founding map for `members`, `rf` replicas, and either explicit split points or
+    /// `initial_shards` default splits.
+    pub fn founding(members: &[Member], rf: usize, split_points: &[Vec<u8>], initial_shards: u32) -> ShardMap {
+        let mut splits: Vec<Vec<u8>> = if split_points.is_empty() {
+            default_split_points(initial_shards)
+        } else {
+            split_points.to_vec()
+        };
+        splits.sort();
+        splits.dedup();
+        splits.retain(|s| !s.is_empty());
+        let mut sorted: Vec<Member> = members.to_vec();
+        sorted.sort_by_key(|m| m.node_id);
+        let mut load = BTreeMap::new();
+        let meta = ShardDescriptor {
+            id: ShardId::META,
+            start: Vec::new(),
+            end: Vec::new(),
+            replicas: place(&sorted, rf, ShardId::META, &mut load),
+        };
+        let mut data = Vec::new();
+        let mut start = Vec::new();
+        for (i, end) in splits.iter().cloned().chain(std::iter::once(Vec::new())).enumerate() {
+            let id = ShardId(i as u64 + 1);
+            data.push(ShardDescriptor {
+                id,
+                start: std::mem::replace(&mut start, end.clone()),
+                end,
+                replicas: place(&sorted, rf, id, &mut load),
+            });
+        }
+        ShardMap { meta, data }
+    }
+
+    /// The data shard owning `key`.
+    pub fn lookup(&self, key: &[u8]) -> &ShardDescriptor {
+        let idx = self.data.partition_point(|s| s.start.as_slice() <= key);
+        &self.data[idx.saturating_sub(1)]
+    }
+
+    /// The data shard owning the largest key below `end` (empty `end` = +∞), for reverse scans.
+    pub fn lookup_before(&self, end: &[u8]) -> &ShardDescriptor {
+        if end.is_empty() {
+            return self.data.last().expect("at least one data shard");
+        }
+        let idx = self.data.partition_point(|s| s.start.as_slice() < end);
+        &self.data[idx.saturating_sub(1)]
+    }
+
+    pub fn get(&self, id: ShardId) -> Option<&ShardDescriptor> {
+        if id == ShardId::META {
+            return Some(&self.meta);
+        }
+        self.data.iter().find(|s| s.id == id)
+    }
+
+    pub fn all(&self) -> impl Iterator<Item = &ShardDescriptor> {
+        std::iter::once(&self.meta).chain(self.data.iter())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn member(id: u64, region: &str, zone: &str) -> Member {
+        Member {
+            node_id: id,
+            peer_addr: format!("127.0.0.1:{}", 7000 + id).parse().unwrap(),
+            region: region.into(),
+            zone: zone.into(),
+        }
+    }
+
+    #[test]
+    fn default_splits_are_sorted_and_spread_over_ycsb_keys() {
+        let s = default_split_points(8);
+        assert_eq!(s.len(), 7);
+        assert!(s.windows(2).all(|w| w[0] < w[1]));
+        assert_eq!(s[0], b"user115292".to_vec());
+    }
+
+    #[test]
+    fn lookup_finds_owning_shard() {
+        let members = [member(1, "a", "x")];
+        let map = ShardMap::founding(&members, 1, &[b"g".to_vec(), b"p".to_vec()], 0);
+        assert_eq!(map.lookup(b"").id, ShardId(1));
+        assert_eq!(map.lookup(b"f").id, ShardId(1));
+        assert_eq!(map.lookup(b"g").id, ShardId(2));
+        assert_eq!(map.lookup(b"zzz").id, ShardId(3));
+        assert_eq!(map.lookup_before(b"g").id, ShardId(1));
+        assert_eq!(map.lookup_before(b"g\0").id, ShardId(2));
+        assert_eq!(map.lookup_before(b"").id, ShardId(3));
+    }
+
+    #[test]
+    fn placement_prefers_distinct_regions_then_zones() {
+        let members = [
+            member(1, "us", "a"),
+            member(2, "us", "b"),
+            member(3, "eu", "a"),
+            member(4, "eu", "b"),
+            member(5, "ap", "a"),
+        ];
+        let map = ShardMap::founding(&members, 3, &[], 16);
+        for s in map.all() {
+            let regions: HashSet<_> = s
+                .replicas
+                .iter()
+                .map(|id| members.iter().find(|m| m.node_id == *id).unwrap().region.clone())
+                .collect();
+            assert_eq!(regions.len(), 3, "shard {} replicas {:?}", s.id, s.replicas);
+        }
+        // Load is balanced: 17 shards × 3 replicas over 5 nodes → 10 or 11 each.
+        let mut count = BTreeMap::new();
+        for s in map.all() {
+            for r in &s.replicas {
+                *count.entry(*r).or_insert(0) += 1;
+            }
+        }
+        assert!(count.values().all(|c| (9..=12).contains(c)), "{count:?}");
+    }
+
+    #[test]
+    fn placement_falls_back_to_zones_then_nodes() {
+        let members = [member(1, "us", "a"), member(2, "us", "a"), member(3, "us", "b")];
+        let map = ShardMap::founding(&members, 3, &[], 1);
+        assert_eq!(map.meta.replicas.len(), 3);
+        let members = [member(1, "us", "a"), member(2, "us", "b"), member(3, "us", "b"), member(4, "eu", "a")];
+        let mut load = BTreeMap::new();
+        let r = place(&members, 2, ShardId(1), &mut load);
+        assert!(r.contains(&4), "one replica must be in the other region: {r:?}");
+    }
+}

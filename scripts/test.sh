@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# The whole test suite: unit, property, conformance, multi-process cluster tests, and the
+# benchmark harness's own tests (against a real etcd it starts here).
+source "$(dirname "$0")/common.sh"
+ensure_build_deps
+ensure_packages etcd:etcd-server etcdctl:etcd-client
+command -v cargo-nextest >/dev/null || cargo install --locked cargo-nextest
+
+ETCD_DIR="$(mktemp -d /tmp/meridian-test-etcd.XXXXXX)"
+ETCD_PORT="${MERIDIAN_TEST_ETCD_PORT:-23790}"
+cleanup() {
+  if [[ -n "${ETCD_PID:-}" ]]; then kill "$ETCD_PID" 2>/dev/null || true; wait "$ETCD_PID" 2>/dev/null || true; fi
+  rm -rf "$ETCD_DIR"
+}
+trap cleanup EXIT INT TERM
+say "starting etcd on 127.0.0.1:$ETCD_PORT for the benchmark driver tests"
+etcd --name meridian-test --data-dir "$ETCD_DIR/data" \
+  --listen-client-urls "http://127.0.0.1:$ETCD_PORT" --advertise-client-urls "http://127.0.0.1:$ETCD_PORT" \
+  --listen-peer-urls "http://127.0.0.1:$((ETCD_PORT + 10))" \
+  --initial-advertise-peer-urls "http://127.0.0.1:$((ETCD_PORT + 10))" \
+  --initial-cluster "meridian-test=http://127.0.0.1:$((ETCD_PORT + 10))" >"$ETCD_DIR/etcd.log" 2>&1 &
+ETCD_PID=$!
+for _ in $(seq 1 50); do
+  ETCDCTL_API=3 etcdctl --endpoints "127.0.0.1:$ETCD_PORT" endpoint health >/dev/null 2>&1 && break
+  sleep 0.2
+done
+export MERIDIAN_BENCH_ETCD="http://127.0.0.1:$ETCD_PORT"
+
+say "building and running the test suite (release profile, shared with the demo)"
+cd "$ROOT"
+cargo nextest run --workspace --release --locked --no-fail-fast "$@"
