@@ -35,7 +35,8 @@ impl Timestamp {
     /// Builds a timestamp from milliseconds since the Unix epoch (logical part zero).
     pub fn from_physical_ms(ms: u64) -> Timestamp {
         let secs = ms / 1000;
-        let frac = ((ms % 1000) << 32) / 1000;
+        // Rounded up so that physical_ms(from_physical_ms(ms)) == ms.
+        let frac = (((ms % 1000) << 32) + 999) / 1000;
         Timestamp((secs << 32) | frac)
     }
 }
