@@ -159,8 +159,7 @@ where
             report: &report,
         };
         let body = serde_json::to_string_pretty(&json)?;
-        std::fs::write(path, body + "\n")
-            .with_context(|| format!("writing {}", path.display()))?;
+        std::fs::write(path, body + "\n").with_context(|| format!("writing {}", path.display()))?;
     }
     Ok(report)
 }

@@ -17,8 +17,8 @@
 //!   operation it sleeps until `thread_start + k × tick` and that deadline becomes the intended
 //!   start of the next operation, so latency from the intended start exposes coordinated
 //!   omission. Threads whose rate is at most 1000 ops/s first sleep a random fraction of a tick
-//!   to spread their starts. Tokio's timer has 1 ms resolution: faster per-thread rates are met
-//!   on average (the deadlines are absolute) but in small bursts.
+//!   to spread their starts. The last 2 ms of each wait are an OS thread sleep, because tokio's
+//!   timer alone would wake up to 1 ms late and inflate intended-start latencies.
 //! - Timing: the clock starts after every thread has its driver state (connections open) and
 //!   stops after every thread finished and cleaned up. YCSB starts it before the threads
 //!   initialise their drivers; excluding connection setup is deliberate.
@@ -44,6 +44,8 @@ use crate::wrapper::MeasuredDb;
 
 /// Most client threads accepted.
 pub const MAX_THREADS: usize = 4096;
+/// How much earlier than the deadline the coarse (millisecond) tokio timer is asked to wake.
+pub const TIMER_SLACK: Duration = Duration::from_millis(2);
 /// How often the load progress bar is refreshed.
 pub const PROGRESS_REFRESH_MS: u64 = 200;
 /// Percentiles reported when `hdrhistogram.percentiles` is not set. YCSB's default is `95,99`;
@@ -103,7 +105,9 @@ pub async fn run_phase(config: &ClientConfig, db: Arc<dyn Db>) -> anyhow::Result
     let max_execution_time_secs: u64 =
         properties.parse_or("maxexecutiontime", 0, "non-negative integer")?;
     if total_ops == 0 && max_execution_time_secs == 0 {
-        bail!("operation count 0 means 'run until maxexecutiontime'; set maxexecutiontime or a count");
+        bail!(
+            "operation count 0 means 'run until maxexecutiontime'; set maxexecutiontime or a count"
+        );
     }
     let interval = match properties.get("measurement.interval") {
         Some(text) => MeasurementInterval::parse(text)
@@ -111,7 +115,8 @@ pub async fn run_phase(config: &ClientConfig, db: Arc<dyn Db>) -> anyhow::Result
         None if config.target_ops_per_sec.is_some() => MeasurementInterval::Both,
         None => MeasurementInterval::Op,
     };
-    let percentiles = parse_percentiles(properties.get_or("hdrhistogram.percentiles", DEFAULT_PERCENTILES))?;
+    let percentiles =
+        parse_percentiles(properties.get_or("hdrhistogram.percentiles", DEFAULT_PERCENTILES))?;
     let seed: u64 = match properties.get("seed") {
         Some(_) => properties.parse_or("seed", 0, "unsigned integer")?,
         None => rand::thread_rng().gen(),
@@ -144,7 +149,11 @@ pub async fn run_phase(config: &ClientConfig, db: Arc<dyn Db>) -> anyhow::Result
         let state = shared.workload.thread_state(rng);
         let thread_ops = total_ops / config.threads as u64
             + u64::from((thread_id as u64) < total_ops % config.threads as u64);
-        prepared.push((MeasuredDb::new(thread_db, measurements.recorder()), state, thread_ops));
+        prepared.push((
+            MeasuredDb::new(thread_db, measurements.recorder()),
+            state,
+            thread_ops,
+        ));
     }
 
     eprintln!(
@@ -164,7 +173,9 @@ pub async fn run_phase(config: &ClientConfig, db: Arc<dyn Db>) -> anyhow::Result
     let mut handles = Vec::with_capacity(config.threads);
     for (db_thread, state, thread_ops) in prepared {
         let shared = Arc::clone(&shared);
-        handles.push(tokio::spawn(client_thread(shared, db_thread, state, thread_ops, tick)));
+        handles.push(tokio::spawn(client_thread(
+            shared, db_thread, state, thread_ops, tick,
+        )));
     }
 
     let finished = Arc::new(AtomicBool::new(false));
@@ -176,8 +187,8 @@ pub async fn run_phase(config: &ClientConfig, db: Arc<dyn Db>) -> anyhow::Result
         total_ops,
         config.status_interval,
     ));
-    let deadline = (max_execution_time_secs > 0)
-        .then(|| start + Duration::from_secs(max_execution_time_secs));
+    let deadline =
+        (max_execution_time_secs > 0).then(|| start + Duration::from_secs(max_execution_time_secs));
     let stopper = deadline.map(|deadline| {
         let shared = Arc::clone(&shared);
         tokio::spawn(async move {
@@ -275,7 +286,7 @@ async fn client_thread(
         shared.ops_done.fetch_add(1, Ordering::Relaxed);
         if let Some(tick) = tick {
             let deadline = thread_start + tick.mul_f64(done as f64);
-            tokio::time::sleep_until(deadline.into()).await;
+            sleep_until_precise(deadline).await;
             db.set_intended_start(Some(deadline));
         }
     }
@@ -284,6 +295,34 @@ async fn client_thread(
         eprintln!("client thread cleanup failed: {error}");
     }
     Ok(())
+}
+
+/// Sleeps until `deadline` with sub-millisecond precision.
+///
+/// Tokio's timer rounds deadlines up to whole milliseconds, which would make every throttled
+/// operation start up to 1 ms late and show up as intended-start latency that the database did
+/// not cause. So the coarse part of the wait is a tokio sleep that ends [`TIMER_SLACK`] early and
+/// the rest an OS thread sleep on the blocking pool (tens of microseconds of precision, like the
+/// `parkNanos` YCSB uses), which costs one blocking-pool hop per throttled operation.
+async fn sleep_until_precise(deadline: Instant) {
+    let now = Instant::now();
+    if deadline <= now {
+        return;
+    }
+    if deadline - now > TIMER_SLACK {
+        tokio::time::sleep_until((deadline - TIMER_SLACK).into()).await;
+    }
+    let remaining = deadline.saturating_duration_since(Instant::now());
+    if remaining.is_zero() {
+        return;
+    }
+    if tokio::task::spawn_blocking(move || std::thread::sleep(remaining))
+        .await
+        .is_err()
+    {
+        // The blocking pool is shutting down; a coarse sleep is still correct, only later.
+        tokio::time::sleep_until(deadline.into()).await;
+    }
 }
 
 async fn status_task(
@@ -320,7 +359,15 @@ async fn status_task(
         }
         let now = Instant::now();
         if bar.is_none() && (done || now.duration_since(last_status) >= status_interval) {
-            let line = status_line(start, last_status, now, ops, last_ops, total_ops, &measurements);
+            let line = status_line(
+                start,
+                last_status,
+                now,
+                ops,
+                last_ops,
+                total_ops,
+                &measurements,
+            );
             let mut stderr = std::io::stderr().lock();
             let _ = writeln!(stderr, "{line}");
             last_status = now;
@@ -362,7 +409,10 @@ fn status_line(
     if remaining_ops != 0 && ops != 0 {
         let overall = ops as f64 / elapsed.as_secs_f64().max(1e-9);
         let remaining_secs = (remaining_ops as f64 / overall).ceil() as u64;
-        line.push_str(&format!("est completion in {}", remaining_text(remaining_secs)));
+        line.push_str(&format!(
+            "est completion in {}",
+            remaining_text(remaining_secs)
+        ));
     }
     line.push_str(&measurements.interval_summary());
     line
@@ -374,9 +424,8 @@ fn remaining_text(seconds: u64) -> String {
     let days = seconds / 86_400;
     let hours = seconds % 86_400 / 3_600;
     let minutes = seconds % 3_600 / 60;
-    let plural = |count: u64, unit: &str| {
-        format!("{count} {unit}{} ", if count == 1 { "" } else { "s" })
-    };
+    let plural =
+        |count: u64, unit: &str| format!("{count} {unit}{} ", if count == 1 { "" } else { "s" });
     if days > 0 {
         out.push_str(&plural(days, "day"));
     }
@@ -413,11 +462,16 @@ fn civil_from_days(days: i64) -> (i64, u32, u32) {
     let z = days + 719_468;
     let era = z.div_euclid(146_097);
     let day_of_era = z.rem_euclid(146_097);
-    let year_of_era = (day_of_era - day_of_era / 1_460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
+    let year_of_era =
+        (day_of_era - day_of_era / 1_460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
     let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
     let month_index = (5 * day_of_year + 2) / 153;
     let day = (day_of_year - (153 * month_index + 2) / 5 + 1) as u32;
-    let month = if month_index < 10 { month_index + 3 } else { month_index - 9 } as u32;
+    let month = if month_index < 10 {
+        month_index + 3
+    } else {
+        month_index - 9
+    } as u32;
     let year = year_of_era + era * 400 + i64::from(month <= 2);
     (year, month, day)
 }
@@ -455,7 +509,10 @@ mod tests {
     /// Percentile lists parse and are range-checked.
     #[test]
     fn percentile_lists() {
-        assert_eq!(parse_percentiles("50, 95,99.9").unwrap(), vec![50.0, 95.0, 99.9]);
+        assert_eq!(
+            parse_percentiles("50, 95,99.9").unwrap(),
+            vec![50.0, 95.0, 99.9]
+        );
         assert!(parse_percentiles("101").is_err());
         assert!(parse_percentiles("x").is_err());
     }

@@ -353,7 +353,12 @@ mod tests {
         let names: Vec<&str> = report.iter().map(|entry| entry.name.as_str()).collect();
         assert_eq!(
             names,
-            ["READ", "READ-FAILED", "Intended-READ", "Intended-READ-FAILED"]
+            [
+                "READ",
+                "READ-FAILED",
+                "Intended-READ",
+                "Intended-READ-FAILED"
+            ]
         );
         assert_eq!(report[0].operations, 2);
         assert_eq!(report[0].min_latency_us, 100);
@@ -371,7 +376,10 @@ mod tests {
         let recorder = measurements.recorder();
         recorder.measure(OpKind::Update, false, 10, 10);
         let summary = measurements.interval_summary();
-        assert!(summary.starts_with("[UPDATE: Count=1, Max=10, Min=10, Avg=10,"), "{summary}");
+        assert!(
+            summary.starts_with("[UPDATE: Count=1, Max=10, Min=10, Avg=10,"),
+            "{summary}"
+        );
         assert_eq!(measurements.interval_summary(), "");
         assert_eq!(measurements.report()[0].operations, 1);
     }

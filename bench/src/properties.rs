@@ -128,14 +128,11 @@ impl Properties {
     ) -> Result<T, PropertiesError> {
         match self.get(key) {
             None => Ok(default),
-            Some(value) => value
-                .trim()
-                .parse()
-                .map_err(|_| PropertiesError::BadValue {
-                    key: key.to_string(),
-                    value: value.to_string(),
-                    expected,
-                }),
+            Some(value) => value.trim().parse().map_err(|_| PropertiesError::BadValue {
+                key: key.to_string(),
+                value: value.to_string(),
+                expected,
+            }),
         }
     }
 
@@ -164,7 +161,8 @@ fn logical_lines(text: &str) -> Vec<(usize, String)> {
         let line_number = index + 1;
         let trimmed = raw.trim_start();
         let continuing = current.is_some();
-        if !continuing && (trimmed.is_empty() || trimmed.starts_with('#') || trimmed.starts_with('!'))
+        if !continuing
+            && (trimmed.is_empty() || trimmed.starts_with('#') || trimmed.starts_with('!'))
         {
             continue;
         }
@@ -221,10 +219,7 @@ fn split_key_value(line: &str, line_number: usize) -> Result<(String, String), P
         value_start += 1;
     }
     let value: String = chars[value_start..].iter().collect();
-    Ok((
-        unescape(&key, line_number)?,
-        unescape(&value, line_number)?,
-    ))
+    Ok((unescape(&key, line_number)?, unescape(&value, line_number)?))
 }
 
 fn unescape(text: &str, line_number: usize) -> Result<String, PropertiesError> {
@@ -293,7 +288,10 @@ mod tests {
     fn overrides_and_typed_getters() {
         let mut properties = Properties::parse("recordcount=10\nreadallfields=TRUE\n").expect("ok");
         properties.merge_override("recordcount=20").expect("ok");
-        assert_eq!(properties.parse_or("recordcount", 0u64, "integer").unwrap(), 20);
+        assert_eq!(
+            properties.parse_or("recordcount", 0u64, "integer").unwrap(),
+            20
+        );
         assert!(properties.bool_or("readallfields", false));
         assert!(!properties.bool_or("missing", false));
         properties.merge_override("fieldcount=ten").expect("ok");

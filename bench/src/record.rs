@@ -103,13 +103,10 @@ pub fn decode(bytes: &[u8], wanted: Option<&[String]>) -> Result<Record, RecordE
         if record.contains_key(&name) {
             return Err(RecordError::DuplicateField { name });
         }
-        let keep = wanted.is_none_or(|fields| fields.iter().any(|field| *field == name));
-        if keep {
-            record.insert(name, value.to_vec());
-        } else {
-            // Still remember the name so duplicates are caught; an empty value is cheap.
-            record.insert(name, Vec::new());
-        }
+        // Unwanted fields are kept with an empty value until the end so duplicates are still
+        // caught, then dropped.
+        let keep = wanted.is_none_or(|fields| fields.contains(&name));
+        record.insert(name, if keep { value.to_vec() } else { Vec::new() });
     }
     if reader.offset != bytes.len() {
         return Err(RecordError::TrailingBytes {
@@ -117,7 +114,7 @@ pub fn decode(bytes: &[u8], wanted: Option<&[String]>) -> Result<Record, RecordE
         });
     }
     if let Some(fields) = wanted {
-        record.retain(|name, _| fields.iter().any(|field| field == name));
+        record.retain(|name, _| fields.contains(name));
     }
     Ok(record)
 }

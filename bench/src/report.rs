@@ -83,7 +83,12 @@ impl Report {
     /// Renders YCSB's text format.
     pub fn render_text(&self) -> String {
         let mut out = String::new();
-        line(&mut out, "OVERALL", "RunTime(ms)", &self.runtime_ms.to_string());
+        line(
+            &mut out,
+            "OVERALL",
+            "RunTime(ms)",
+            &self.runtime_ms.to_string(),
+        );
         line(
             &mut out,
             "OVERALL",
@@ -99,8 +104,18 @@ impl Report {
                 "AverageLatency(us)",
                 &java_double(entry.average_latency_us),
             );
-            line(&mut out, name, "MinLatency(us)", &entry.min_latency_us.to_string());
-            line(&mut out, name, "MaxLatency(us)", &entry.max_latency_us.to_string());
+            line(
+                &mut out,
+                name,
+                "MinLatency(us)",
+                &entry.min_latency_us.to_string(),
+            );
+            line(
+                &mut out,
+                name,
+                "MaxLatency(us)",
+                &entry.max_latency_us.to_string(),
+            );
             for percentile in &entry.percentiles {
                 line(
                     &mut out,
@@ -197,7 +212,9 @@ pub fn parse_text(text: &str) -> Result<Report, ReportError> {
             line: line_number,
             reason: reason.to_string(),
         };
-        let close = raw.find("], ").ok_or_else(|| bad("no '], ' after the name"))?;
+        let close = raw
+            .find("], ")
+            .ok_or_else(|| bad("no '], ' after the name"))?;
         let metric = &raw[1..close];
         let rest = &raw[close + 3..];
         let (measurement, value) = rest
@@ -359,7 +376,10 @@ mod tests {
         let text = sample().render_text();
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(lines[0], "[OVERALL], RunTime(ms), 10234");
-        assert_eq!(lines[1], "[OVERALL], Throughput(ops/sec), 9771.350400625366");
+        assert_eq!(
+            lines[1],
+            "[OVERALL], Throughput(ops/sec), 9771.350400625366"
+        );
         assert_eq!(lines[2], "[READ], Operations, 50123");
         assert_eq!(lines[3], "[READ], AverageLatency(us), 412.871234");
         assert_eq!(lines[6], "[READ], 50thPercentileLatency(us), 377");

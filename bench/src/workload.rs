@@ -211,9 +211,9 @@ impl CoreWorkload {
                 ))
             }
             "latest" => KeyChooser::Latest(SkewedLatestGenerator::new(&insert_key_sequence)),
-            other => bail!(
-                "requestdistribution={other} is not supported (uniform, zipfian, latest)"
-            ),
+            other => {
+                bail!("requestdistribution={other} is not supported (uniform, zipfian, latest)")
+            }
         };
 
         let min_scan_length = count(properties, "minscanlength", 1)?;
@@ -228,7 +228,9 @@ impl CoreWorkload {
             "uniform" => {
                 ScanLength::Uniform(UniformLongGenerator::new(min_scan_length, max_scan_length))
             }
-            "zipfian" => ScanLength::Zipfian(ZipfianGenerator::new(min_scan_length, max_scan_length)),
+            "zipfian" => {
+                ScanLength::Zipfian(ZipfianGenerator::new(min_scan_length, max_scan_length))
+            }
             other => bail!("scanlengthdistribution={other} is not supported (uniform, zipfian)"),
         };
 
@@ -248,8 +250,11 @@ impl CoreWorkload {
             scan_length,
             key_sequence: CounterGenerator::new(insert_start),
             insert_key_sequence,
-            insertion_retry_limit: properties
-                .parse_or("insertionretrylimit", 0u32, "non-negative integer")?,
+            insertion_retry_limit: properties.parse_or(
+                "insertionretrylimit",
+                0u32,
+                "non-negative integer",
+            )?,
             insertion_retry_interval: Duration::from_secs(retry_interval_secs),
             record_count,
         })
@@ -535,7 +540,10 @@ mod tests {
             counts[core.next_key_number(&mut state).expect("key") as usize] += 1;
         }
         let hottest = f64::from(*counts.iter().max().expect("keys")) / f64::from(draws);
-        assert!((0.0368..0.0400).contains(&hottest), "hottest share {hottest}");
+        assert!(
+            (0.0368..0.0400).contains(&hottest),
+            "hottest share {hottest}"
+        );
     }
 
     /// Unsupported settings are refused with a message.

@@ -62,7 +62,10 @@ async fn load_then_run_workload_a() {
     let reads = run.return_count("READ", "OK");
     let updates = run.return_count("UPDATE", "OK");
     assert_eq!(reads + updates, 2000, "every operation OK: {run:?}");
-    assert!(reads > 800 && updates > 800, "about half each: {reads} / {updates}");
+    assert!(
+        reads > 800 && updates > 800,
+        "about half each: {reads} / {updates}"
+    );
     assert_eq!(run.return_count("READ", "NOT_FOUND"), 0);
     assert!(run.throughput_ops_per_sec > 0.0);
 
@@ -85,7 +88,13 @@ async fn workloads_b_to_f_and_throttling() {
     let data_dir = dir.path().join("db");
     ycsb("load", "workloada", &data_dir, &[]).await;
 
-    for name in ["workloadb", "workloadc", "workloadd", "workloade", "workloadf"] {
+    for name in [
+        "workloadb",
+        "workloadc",
+        "workloadd",
+        "workloade",
+        "workloadf",
+    ] {
         let run = ycsb("run", name, &data_dir, &["-p", "seed=7"]).await;
         for entry in &run.operations {
             assert!(
@@ -121,7 +130,11 @@ async fn workloads_b_to_f_and_throttling() {
     assert_eq!(throttled.return_count("READ", "OK"), 400);
     assert_eq!(ops(&throttled, "Intended-READ"), 400);
     // 400 operations at 2000 ops/s take at least ~0.2 s.
-    assert!(throttled.runtime_ms >= 150, "runtime {}", throttled.runtime_ms);
+    assert!(
+        throttled.runtime_ms >= 150,
+        "runtime {}",
+        throttled.runtime_ms
+    );
 }
 
 /// `--db meridian` without the feature is a clear error, not a panic.

@@ -114,7 +114,8 @@ impl DbThread for EtcdThread {
         key: &str,
         fields: Option<&[String]>,
     ) -> Result<Option<Record>, DbError> {
-        let response = with_deadline(self.timeout, self.kv.get(storage_key(table, key), None)).await?;
+        let response =
+            with_deadline(self.timeout, self.kv.get(storage_key(table, key), None)).await?;
         match response.kvs().first() {
             None => Ok(None),
             Some(found) => Ok(Some(record::decode(found.value(), fields)?)),
@@ -148,7 +149,8 @@ impl DbThread for EtcdThread {
     async fn update(&mut self, table: &str, key: &str, values: &Record) -> Result<(), DbError> {
         let key_bytes = storage_key(table, key);
         for _ in 0..MAX_UPDATE_ATTEMPTS {
-            let response = with_deadline(self.timeout, self.kv.get(key_bytes.clone(), None)).await?;
+            let response =
+                with_deadline(self.timeout, self.kv.get(key_bytes.clone(), None)).await?;
             let current = response.kvs().first().ok_or(DbError::NotFound)?;
             let revision = current.mod_revision();
             let merged = record::merge_encoded(current.value(), values)?;

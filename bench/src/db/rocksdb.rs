@@ -158,9 +158,10 @@ impl DbThread for RocksDbThread {
         blocking(move || {
             let mut scan_options = ReadOptions::default();
             scan_options.set_iterate_upper_bound(end);
-            let iterator = shared
-                .db
-                .iterator_opt(IteratorMode::From(start.as_slice(), Direction::Forward), scan_options);
+            let iterator = shared.db.iterator_opt(
+                IteratorMode::From(start.as_slice(), Direction::Forward),
+                scan_options,
+            );
             let mut records = Vec::with_capacity(count);
             for item in iterator.take(count) {
                 let (_, value) = item.map_err(backend)?;
@@ -239,7 +240,10 @@ mod tests {
         let mut full = record_with("field0", b"a");
         full.insert("field1".into(), b"b".to_vec());
         for key in ["user3", "user1", "user2"] {
-            thread.insert("usertable", key, &full).await.expect("insert");
+            thread
+                .insert("usertable", key, &full)
+                .await
+                .expect("insert");
         }
         thread
             .insert("othertable", "user0", &full)

@@ -69,7 +69,9 @@ impl std::fmt::Debug for AckWindow {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         // A million flags are useless in a debug print; count the pending ones instead.
         let pending = self.slots.iter().filter(|slot| **slot).count();
-        f.debug_struct("AckWindow").field("pending", &pending).finish()
+        f.debug_struct("AckWindow")
+            .field("pending", &pending)
+            .finish()
     }
 }
 

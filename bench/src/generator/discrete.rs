@@ -88,7 +88,10 @@ mod tests {
         }
         for (count, expected) in counts.iter().zip([0.5, 0.3, 0.2]) {
             let share = f64::from(*count) / f64::from(draws);
-            assert!((share - expected).abs() < 0.01, "share {share} vs {expected}");
+            assert!(
+                (share - expected).abs() < 0.01,
+                "share {share} vs {expected}"
+            );
         }
     }
 

@@ -60,7 +60,9 @@ mod tests {
         let mut rng = StdRng::seed_from_u64(5);
         let mut counts = vec![0u32; 1000];
         for _ in 0..200_000 {
-            let value = generator.next_value(&basis, &mut rng).expect("acknowledged keys");
+            let value = generator
+                .next_value(&basis, &mut rng)
+                .expect("acknowledged keys");
             counts[value as usize] += 1;
         }
         let hottest = counts

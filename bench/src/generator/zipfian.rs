@@ -55,14 +55,22 @@ impl ZipfianGenerator {
     /// Zipfian over `[min, max]` with θ = [`ZIPFIAN_CONSTANT`]; computes zeta in O(max - min).
     pub fn new(min: u64, max: u64) -> Self {
         let items = max - min + 1;
-        Self::with_zetan(min, max, ZIPFIAN_CONSTANT, zeta(0, items, ZIPFIAN_CONSTANT, 0.0))
+        Self::with_zetan(
+            min,
+            max,
+            ZIPFIAN_CONSTANT,
+            zeta(0, items, ZIPFIAN_CONSTANT, 0.0),
+        )
     }
 
     /// Zipfian over `[min, max]` with constant `theta` and a precomputed `zetan` for the item
     /// count `max - min + 1`.
     pub fn with_zetan(min: u64, max: u64, theta: f64, zetan: f64) -> Self {
         assert!(min <= max, "zipfian range [{min}, {max}] is empty");
-        assert!(theta > 0.0 && theta < 1.0, "zipfian constant {theta} outside (0, 1)");
+        assert!(
+            theta > 0.0 && theta < 1.0,
+            "zipfian constant {theta} outside (0, 1)"
+        );
         let items = max - min + 1;
         let zeta2theta = zeta(0, 2, theta, 0.0);
         let eta = Self::eta_for(items, theta, zeta2theta, zetan);
@@ -127,7 +135,10 @@ pub struct ScrambledZipfianGenerator {
 impl ScrambledZipfianGenerator {
     /// Scrambled zipfian over `[min, max]` with θ = 0.99 and the precomputed [`ZETAN`].
     pub fn new(min: u64, max: u64) -> Self {
-        assert!(min <= max, "scrambled zipfian range [{min}, {max}] is empty");
+        assert!(
+            min <= max,
+            "scrambled zipfian range [{min}, {max}] is empty"
+        );
         Self {
             min,
             item_count: max - min + 1,
