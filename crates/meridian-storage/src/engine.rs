@@ -97,6 +97,12 @@ impl std::fmt::Display for Cf {
     }
 }
 
+/// A key and its value.
+pub type KvPair = (Vec<u8>, Vec<u8>);
+
+/// The iterator [`Engine::scan`] returns.
+pub type KvIter<'a> = Box<dyn Iterator<Item = Result<KvPair>> + 'a>;
+
 /// One operation of a [`WriteBatch`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum BatchOp {
@@ -200,13 +206,7 @@ pub trait Engine: Send + Sync + 'static {
 
     /// Key-ordered iteration over `[start, end)` (`end = None`: to the end of the family),
     /// ascending or (`reverse`) descending. The iterator sees one point-in-time view.
-    fn scan<'a>(
-        &'a self,
-        cf: Cf,
-        start: &[u8],
-        end: Option<&[u8]>,
-        reverse: bool,
-    ) -> Box<dyn Iterator<Item = Result<(Vec<u8>, Vec<u8>)>> + 'a>;
+    fn scan<'a>(&'a self, cf: Cf, start: &[u8], end: Option<&[u8]>, reverse: bool) -> KvIter<'a>;
 
     /// Applies `batch` atomically; see the trait docs for what `sync` promises.
     fn write(&self, batch: WriteBatch, sync: bool) -> Result<()>;
@@ -231,11 +231,7 @@ pub trait Engine: Send + Sync + 'static {
 
     /// For each `(start, end)` range, the first entry of `cf` in `[start, end)`, or `None`.
     /// MVCC point reads use this (one seek per key); RocksDB reuses one iterator for all.
-    fn seek_first_many(
-        &self,
-        cf: Cf,
-        ranges: &[(&[u8], &[u8])],
-    ) -> Result<Vec<Option<(Vec<u8>, Vec<u8>)>>> {
+    fn seek_first_many(&self, cf: Cf, ranges: &[(&[u8], &[u8])]) -> Result<Vec<Option<KvPair>>> {
         ranges
             .iter()
             .map(|(start, end)| self.scan(cf, start, Some(end), false).next().transpose())

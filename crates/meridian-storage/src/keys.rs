@@ -424,7 +424,8 @@ mod tests {
             prop_assert_eq!(ox.cmp(&oy), kx.cmp(&ky));
             prop_assert_eq!(decode_data_key(&kx).unwrap(), (ShardId(x.0), x.1.clone(), Timestamp(x.2)));
             let (prefix, ts) = split_data_key(&kx).unwrap();
-            prop_assert_eq!(prefix, data_key_seek(ShardId(x.0), &x.1).as_slice());
+            let seek = data_key_seek(ShardId(x.0), &x.1);
+            prop_assert_eq!(prefix, seek.as_slice());
             prop_assert_eq!(ts, Timestamp(x.2));
             // The version range of x's key holds kx and holds ky iff ky is a version of x's key.
             let (vs, ve) = data_key_versions_range(ShardId(x.0), &x.1);

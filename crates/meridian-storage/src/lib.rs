@@ -23,7 +23,7 @@ pub mod rocks;
 #[cfg(any(test, feature = "testing"))]
 pub mod conformance;
 
-pub use engine::{BatchOp, Cf, Engine, EngineOptions, WriteBatch, MAX_ENTRY_BYTES};
+pub use engine::{BatchOp, Cf, Engine, EngineOptions, KvIter, KvPair, WriteBatch, MAX_ENTRY_BYTES};
 pub use error::{Error, Result};
 pub use memory::MemoryEngine;
 pub use rocks::{RocksEngine, STORAGE_FORMAT_VERSION};

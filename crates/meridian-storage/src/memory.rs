@@ -20,7 +20,7 @@
 //! - `scan` materializes the whole range under the read lock (fine for tests, not for
 //!   millions of keys).
 
-use crate::engine::{BatchOp, Cf, Engine, WriteBatch, MAX_ENTRY_BYTES};
+use crate::engine::{BatchOp, Cf, Engine, KvIter, KvPair, WriteBatch, MAX_ENTRY_BYTES};
 use crate::error::{Error, Result};
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
@@ -85,20 +85,13 @@ impl Engine for MemoryEngine {
         Ok(keys.iter().map(|k| tree.get(*k).cloned()).collect())
     }
 
-    fn scan<'a>(
-        &'a self,
-        cf: Cf,
-        start: &[u8],
-        end: Option<&[u8]>,
-        reverse: bool,
-    ) -> Box<dyn Iterator<Item = Result<(Vec<u8>, Vec<u8>)>> + 'a> {
+    fn scan<'a>(&'a self, cf: Cf, start: &[u8], end: Option<&[u8]>, reverse: bool) -> KvIter<'a> {
         if end.is_some_and(|end| end <= start) {
             return Box::new(std::iter::empty());
         }
         let trees = self.read();
         let range = trees[cf.index()].range::<[u8], _>(range_bounds(start, end));
-        let mut rows: Vec<(Vec<u8>, Vec<u8>)> =
-            range.map(|(k, v)| (k.clone(), v.clone())).collect();
+        let mut rows: Vec<KvPair> = range.map(|(k, v)| (k.clone(), v.clone())).collect();
         if reverse {
             rows.reverse();
         }
@@ -131,7 +124,7 @@ impl Engine for MemoryEngine {
         if end <= start {
             return Ok(0);
         }
-        let rows: Vec<(Vec<u8>, Vec<u8>)> = {
+        let rows: Vec<KvPair> = {
             let trees = self.read();
             trees[cf.index()]
                 .range::<[u8], _>(range_bounds(start, Some(end)))
@@ -182,7 +175,7 @@ impl Engine for MemoryEngine {
 }
 
 /// Reads and fully validates a snapshot file written by `export_range_sst`.
-fn read_snapshot_file(path: &Path, start: &[u8], end: &[u8]) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+fn read_snapshot_file(path: &Path, start: &[u8], end: &[u8]) -> Result<Vec<KvPair>> {
     const WHAT: &str = "memory snapshot file";
     let mut raw = Vec::new();
     std::fs::File::open(path)?.read_to_end(&mut raw)?;
@@ -203,7 +196,7 @@ fn read_snapshot_file(path: &Path, start: &[u8], end: &[u8]) -> Result<Vec<(Vec<
     }
     let count = u64::from_be_bytes(take::<8>(rest, WHAT)?);
     rest = &rest[8..];
-    let mut rows: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
+    let mut rows: Vec<KvPair> = Vec::new();
     for _ in 0..count {
         let header = take::<8>(rest, WHAT)?;
         rest = &rest[8..];

@@ -42,10 +42,13 @@
 //! - Scans skip invisible versions one by one (no re-seek past a key's remaining versions),
 //!   so keys with very many versions make scans slower.
 
-use crate::engine::{Cf, Engine, WriteBatch};
+use crate::engine::{Cf, Engine, KvIter, KvPair, WriteBatch};
 use crate::error::{Error, Result};
 use crate::keys;
 use meridian_types::{ShardId, Timestamp};
+
+/// A visible version: its timestamp and value.
+pub type Versioned = (Timestamp, Vec<u8>);
 
 const TAG_PUT: u8 = 1;
 const TAG_TOMBSTONE: u8 = 2;
@@ -104,7 +107,7 @@ pub fn delete(batch: &mut WriteBatch, shard: ShardId, key: &[u8], ts: Timestamp)
 }
 
 /// Turns the first entry found at or after `data_key(shard, key, read_ts)` into a read result.
-fn visible(found: Option<(Vec<u8>, Vec<u8>)>) -> Result<Option<(Timestamp, Vec<u8>)>> {
+fn visible(found: Option<KvPair>) -> Result<Option<Versioned>> {
     let Some((k, v)) = found else {
         return Ok(None);
     };
@@ -122,7 +125,7 @@ pub fn get(
     shard: ShardId,
     key: &[u8],
     read_ts: Timestamp,
-) -> Result<Option<(Timestamp, Vec<u8>)>> {
+) -> Result<Option<Versioned>> {
     let start = keys::data_key(shard, key, read_ts);
     let (_, end) = keys::data_key_versions_range(shard, key);
     let first = engine
@@ -138,10 +141,10 @@ pub fn multi_get(
     shard: ShardId,
     keys: &[&[u8]],
     read_ts: Timestamp,
-) -> Result<Vec<Option<(Timestamp, Vec<u8>)>>> {
+) -> Result<Vec<Option<Versioned>>> {
     let mut order: Vec<usize> = (0..keys.len()).collect();
     order.sort_by(|&a, &b| keys[a].cmp(keys[b]));
-    let bounds: Vec<(Vec<u8>, Vec<u8>)> = order
+    let bounds: Vec<KvPair> = order
         .iter()
         .map(|&i| {
             let (_, end) = keys::data_key_versions_range(shard, keys[i]);
@@ -203,7 +206,7 @@ pub fn scan(
     }
 }
 
-type RawIter<'a> = Box<dyn Iterator<Item = Result<(Vec<u8>, Vec<u8>)>> + 'a>;
+type RawIter<'a> = KvIter<'a>;
 
 fn decode_user_key(prefix: &[u8]) -> Result<Vec<u8>> {
     // `prefix` is `shard ‖ encode_bytes(user_key)`; split_data_key checked it has 8+ bytes.
@@ -245,7 +248,7 @@ fn scan_reverse(iter: RawIter<'_>, read_ts: Timestamp, limit: usize) -> Result<S
     let mut page = ScanPage::default();
     // Versions of one key arrive oldest first; keep the newest one at or below read_ts.
     let mut group: Option<Vec<u8>> = None;
-    let mut candidate: Option<(Timestamp, Vec<u8>)> = None;
+    let mut candidate: Option<Versioned> = None;
 
     for item in iter {
         let (k, v) = item?;
@@ -273,7 +276,7 @@ fn scan_reverse(iter: RawIter<'_>, read_ts: Timestamp, limit: usize) -> Result<S
 /// the resume key) when the page is already full.
 fn finish_group(
     prefix: &[u8],
-    candidate: Option<(Timestamp, Vec<u8>)>,
+    candidate: Option<Versioned>,
     page: &mut ScanPage,
     limit: usize,
 ) -> Result<bool> {

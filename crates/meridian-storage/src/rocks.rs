@@ -27,7 +27,7 @@
 //!   `export_range_sst`.
 //! - No periodic manual compaction, rate limiter or statistics export.
 
-use crate::engine::{BatchOp, Cf, Engine, EngineOptions, WriteBatch};
+use crate::engine::{BatchOp, Cf, Engine, EngineOptions, KvIter, KvPair, WriteBatch};
 use crate::error::{Error, Result};
 use crate::keys;
 use rocksdb::{
@@ -222,13 +222,7 @@ impl Engine for RocksEngine {
             .collect()
     }
 
-    fn scan<'a>(
-        &'a self,
-        cf: Cf,
-        start: &[u8],
-        end: Option<&[u8]>,
-        reverse: bool,
-    ) -> Box<dyn Iterator<Item = Result<(Vec<u8>, Vec<u8>)>> + 'a> {
+    fn scan<'a>(&'a self, cf: Cf, start: &[u8], end: Option<&[u8]>, reverse: bool) -> KvIter<'a> {
         let h = match self.handle(cf) {
             Ok(h) => h,
             Err(e) => return Box::new(std::iter::once(Err(e))),
@@ -335,11 +329,7 @@ impl Engine for RocksEngine {
         Ok(())
     }
 
-    fn seek_first_many(
-        &self,
-        cf: Cf,
-        ranges: &[(&[u8], &[u8])],
-    ) -> Result<Vec<Option<(Vec<u8>, Vec<u8>)>>> {
+    fn seek_first_many(&self, cf: Cf, ranges: &[(&[u8], &[u8])]) -> Result<Vec<Option<KvPair>>> {
         let h = self.handle(cf)?;
         // One unbounded raw iterator, re-seeked per range: avoids building an iterator (and
         // its memtable/SST cursors) per key.
