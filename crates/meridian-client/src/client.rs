@@ -1,0 +1,922 @@
+//! [`Client`]: routes each request to the leader of the key's shard and retries until the
+//! call's deadline.
+//!
+//! # The retry loop
+//! Every public call gets one deadline (`call_timeout`). Each shard request inside it runs
+//! [`Client::call`]'s loop:
+//!
+//! ```text
+//!  resolve target ──► send (timeout = min(rpc_timeout, time left)) ──► Ok ──► done
+//!        ▲                    │
+//!        │       NOT_LEADER + usable hint ──► record leader, retry at once (bounded)
+//!        │       NOT_LEADER, no hint ───────► forget leader ─┐
+//!        │       WRONG_SHARD, UNAVAILABLE ──► refresh map ────┼─► back off (jitter) ─┐
+//!        │       transport error ───────────► suspect node,   │                      │
+//!        │                                    refresh map ────┘                      │
+//!        └───────────────────────────────────────────────────────────────────────────┘
+//!        other errors: returned at once;  time left < next delay: DeadlineExceeded{last}
+//! ```
+//!
+//! Map refreshes are single-flight: concurrent callers that saw the same map generation share
+//! one `Cluster.Status` round.
+//!
+//! # Batches
+//! `batch_get`/`batch_put` group keys by shard (the server requires one shard per request),
+//! run the groups concurrently (at most `max_parallel_shard_requests`), and scatter results
+//! back into input order. A group answered `WRONG_SHARD` is regrouped under a refreshed map.
+//!
+//! # Invariants
+//! - No lock is held across an `.await` except the refresh mutex, whose wait is bounded by the
+//!   deadline.
+//! - Every network call has a timeout no later than the call's deadline.
+//!
+//! # Not done yet
+//! - Retried writes are not deduplicated: a put whose first attempt committed but whose answer
+//!   was lost is applied again (same value, newer version). KV writes are overwrites, so the
+//!   final state is the same; there are no conditional writes yet.
+//! - No follower or bounded-staleness reads; every read goes to the leader.
+
+use crate::backoff::Backoff;
+use crate::config::{endpoint_uri, ClientConfig};
+use crate::error::{Error, Result};
+use crate::routing::{RoutingState, ShardMap, ShardRoute, Target};
+use crate::validate;
+use bytes::Bytes;
+use futures::stream::{self, StreamExt};
+use meridian_proto::kv::{
+    self as proto, cluster_client::ClusterClient, kv_client::KvClient, StatusResponse,
+};
+use meridian_types::limits::MAX_MESSAGE_BYTES;
+use meridian_types::Timestamp;
+use rand::rngs::StdRng;
+use rand::SeedableRng;
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::time::{Duration, Instant};
+use tonic::transport::{Channel, Endpoint};
+
+/// Most `NOT_LEADER` redirects followed without backing off, per shard request.
+pub const MAX_IMMEDIATE_REDIRECTS: u32 = 3;
+/// Most pages one scan call fetches (each page makes progress, so this only guards bugs).
+pub const MAX_SCAN_PAGES: usize = 4_096;
+/// Most node channels kept open; beyond it the cache is reset (a cluster has far fewer nodes).
+pub const MAX_CACHED_CHANNELS: usize = 1_024;
+/// Extra time the client waits past an attempt's gRPC timeout before giving up on it locally.
+const ATTEMPT_GRACE: Duration = Duration::from_millis(100);
+
+/// A value and the HLC timestamp of the version it came from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Versioned {
+    pub value: Bytes,
+    pub version_ts: Timestamp,
+}
+
+/// One row of a scan.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KeyValue {
+    pub key: Bytes,
+    pub value: Bytes,
+    pub version_ts: Timestamp,
+}
+
+/// An async Meridian client. Cheap to clone: clones share the routing cache and connections.
+///
+/// See the [crate docs](crate) for an example.
+#[derive(Clone)]
+pub struct Client {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    config: ClientConfig,
+    routing: RwLock<RoutingState>,
+    channels: Mutex<HashMap<String, Channel>>,
+    refresh_lock: tokio::sync::Mutex<()>,
+    rng: Mutex<StdRng>,
+}
+
+/// Where a shard request goes.
+#[derive(Clone, Copy, Debug)]
+enum Route<'a> {
+    /// The shard owning this key.
+    Key(&'a [u8]),
+    /// The shard owning the greatest key below this exclusive bound (empty = +inf).
+    Below(&'a [u8]),
+    /// This shard, as grouped by a batch; `WRONG_SHARD` ends the request so the batch regroups.
+    Shard(u64),
+}
+
+/// One public call's time budget.
+#[derive(Clone, Copy, Debug)]
+struct Deadline {
+    started: Instant,
+    at: Instant,
+}
+
+impl Deadline {
+    fn after(budget: Duration) -> Deadline {
+        let started = Instant::now();
+        Deadline {
+            started,
+            at: started + budget,
+        }
+    }
+
+    fn remaining(&self) -> Duration {
+        self.at.saturating_duration_since(Instant::now())
+    }
+
+    fn exceeded(&self, attempts: u32, last: Option<Error>) -> Error {
+        Error::DeadlineExceeded {
+            elapsed_ms: u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX),
+            attempts,
+            last: last.map(Box::new),
+        }
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A panic while holding these locks cannot leave them inconsistent (single assignments).
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+fn kv_client(channel: Channel) -> KvClient<Channel> {
+    KvClient::new(channel)
+        .max_decoding_message_size(MAX_MESSAGE_BYTES)
+        .max_encoding_message_size(MAX_MESSAGE_BYTES)
+}
+
+fn cluster_client(channel: Channel) -> ClusterClient<Channel> {
+    ClusterClient::new(channel)
+        .max_decoding_message_size(MAX_MESSAGE_BYTES)
+        .max_encoding_message_size(MAX_MESSAGE_BYTES)
+}
+
+fn request<T>(message: T, timeout: Duration) -> tonic::Request<T> {
+    let mut request = tonic::Request::new(message);
+    request.set_timeout(timeout);
+    request
+}
+
+fn display_key(key: &[u8]) -> String {
+    const SHOWN: usize = 64;
+    let shown = &key[..key.len().min(SHOWN)];
+    let mut text: String = shown.escape_ascii().to_string();
+    if key.len() > SHOWN {
+        text.push('…');
+    }
+    text
+}
+
+/// Asks one node for `Cluster.Status` over a fresh connection, within `timeout`.
+///
+/// For tools that watch individual nodes (readiness checks, `meridian cluster status`); a
+/// [`Client`] reuses its connections instead ([`Client::node_status`]).
+pub async fn fetch_status(address: &str, timeout: Duration) -> Result<StatusResponse> {
+    let transport = |message: String| Error::Transport {
+        address: address.to_string(),
+        message,
+    };
+    let endpoint = Endpoint::from_shared(endpoint_uri(address))
+        .map_err(|e| transport(format!("invalid address: {e}")))?
+        .connect_timeout(timeout)
+        .timeout(timeout)
+        .tcp_nodelay(true);
+    let call = async {
+        let channel = endpoint
+            .connect()
+            .await
+            .map_err(|e| transport(format!("connect: {e}")))?;
+        cluster_client(channel)
+            .status(request(proto::StatusRequest {}, timeout))
+            .await
+            .map(|response| response.into_inner())
+            .map_err(|status| Error::from_status(&status, address))
+    };
+    tokio::time::timeout(timeout + ATTEMPT_GRACE, call)
+        .await
+        .unwrap_or_else(|_| {
+            Err(transport(format!(
+                "no answer within {} ms",
+                timeout.as_millis()
+            )))
+        })
+}
+
+impl Client {
+    /// Validates `config` and fetches the shard map from the first seed that answers,
+    /// retrying the seeds until `call_timeout`.
+    pub async fn connect(config: ClientConfig) -> Result<Client> {
+        config.validate()?;
+        let rng = match config.jitter_seed {
+            Some(seed) => StdRng::seed_from_u64(seed),
+            None => StdRng::from_entropy(),
+        };
+        let client = Client {
+            inner: Arc::new(Inner {
+                config,
+                routing: RwLock::new(RoutingState::default()),
+                channels: Mutex::new(HashMap::new()),
+                refresh_lock: tokio::sync::Mutex::new(()),
+                rng: Mutex::new(rng),
+            }),
+        };
+        client.status().await?;
+        Ok(client)
+    }
+
+    /// The configuration this client was built with.
+    pub fn config(&self) -> &ClientConfig {
+        &self.inner.config
+    }
+
+    /// A copy of the cached shard map (with the leaders learnt so far).
+    pub fn shard_map(&self) -> ShardMap {
+        self.state().map.clone()
+    }
+
+    /// The cached route of `key`: its shard and, if known, the shard's leader.
+    pub fn route(&self, key: &[u8]) -> Option<ShardRoute> {
+        self.state().map.shard_for_key(key).cloned()
+    }
+
+    /// Reads `key`'s latest value (linearizable by default). `None` if absent or deleted.
+    pub async fn get(&self, key: impl Into<Bytes>) -> Result<Option<Bytes>> {
+        Ok(self.get_versioned(key).await?.map(|v| v.value))
+    }
+
+    /// Like [`Client::get`], with the version's HLC timestamp.
+    pub async fn get_versioned(&self, key: impl Into<Bytes>) -> Result<Option<Versioned>> {
+        let key: Bytes = key.into();
+        validate::key(&key)?;
+        let deadline = self.deadline();
+        let message = proto::GetRequest {
+            key: key.clone(),
+            consistency: self.inner.config.read_consistency.to_proto(),
+        };
+        let response = self
+            .call(Route::Key(&key), &deadline, |channel, timeout| {
+                let message = message.clone();
+                async move {
+                    kv_client(channel)
+                        .get(request(message, timeout))
+                        .await
+                        .map(|r| r.into_inner())
+                }
+            })
+            .await?;
+        Ok(response.found.then(|| Versioned {
+            value: response.value,
+            version_ts: Timestamp(response.version_ts),
+        }))
+    }
+
+    /// Writes `value` under `key`; returns the new version's commit timestamp.
+    pub async fn put(&self, key: impl Into<Bytes>, value: impl Into<Bytes>) -> Result<Timestamp> {
+        let key: Bytes = key.into();
+        let value: Bytes = value.into();
+        validate::key(&key)?;
+        validate::value(&value)?;
+        let deadline = self.deadline();
+        let message = proto::PutRequest {
+            key: key.clone(),
+            value,
+        };
+        let response = self
+            .call(Route::Key(&key), &deadline, |channel, timeout| {
+                let message = message.clone();
+                async move {
+                    kv_client(channel)
+                        .put(request(message, timeout))
+                        .await
+                        .map(|r| r.into_inner())
+                }
+            })
+            .await?;
+        Ok(Timestamp(response.commit_ts))
+    }
+
+    /// Deletes `key` (writes a tombstone); returns the tombstone's commit timestamp.
+    pub async fn delete(&self, key: impl Into<Bytes>) -> Result<Timestamp> {
+        let key: Bytes = key.into();
+        validate::key(&key)?;
+        let deadline = self.deadline();
+        let message = proto::DeleteRequest { key: key.clone() };
+        let response = self
+            .call(Route::Key(&key), &deadline, |channel, timeout| {
+                let message = message.clone();
+                async move {
+                    kv_client(channel)
+                        .delete(request(message, timeout))
+                        .await
+                        .map(|r| r.into_inner())
+                }
+            })
+            .await?;
+        Ok(Timestamp(response.commit_ts))
+    }
+
+    /// Up to `limit` rows of `[start, end)` (`end` `None` = to the end of the keyspace; an
+    /// empty `start` = from the beginning), ascending, or descending with `reverse`.
+    ///
+    /// The scan pages across shards; every page after the first is read at the first page's
+    /// timestamp, so the result is one consistent snapshot.
+    pub async fn scan(
+        &self,
+        start: impl Into<Bytes>,
+        end: Option<Bytes>,
+        limit: u32,
+        reverse: bool,
+    ) -> Result<Vec<KeyValue>> {
+        let start: Bytes = start.into();
+        let end: Bytes = end.unwrap_or_default();
+        validate::scan(&start, Some(&end), limit)?;
+        let mut rows: Vec<KeyValue> = Vec::new();
+        if !end.is_empty() && start == end {
+            return Ok(rows);
+        }
+        let deadline = self.deadline();
+        let consistency = self.inner.config.read_consistency.to_proto();
+        let mut read_ts = 0u64;
+        // Forward scans advance `cursor_start`; reverse scans lower `cursor_end`.
+        let mut cursor_start = start.clone();
+        let mut cursor_end = end.clone();
+        for _page in 0..MAX_SCAN_PAGES {
+            let wanted = limit - rows.len() as u32;
+            let message = proto::ScanRequest {
+                start: cursor_start.clone(),
+                end: cursor_end.clone(),
+                limit: wanted,
+                reverse,
+                consistency,
+                read_ts,
+            };
+            let route = if reverse {
+                Route::Below(&cursor_end)
+            } else {
+                Route::Key(&cursor_start)
+            };
+            let page = self
+                .call(route, &deadline, |channel, timeout| {
+                    let message = message.clone();
+                    async move {
+                        kv_client(channel)
+                            .scan(request(message, timeout))
+                            .await
+                            .map(|r| r.into_inner())
+                    }
+                })
+                .await?;
+            if read_ts == 0 {
+                read_ts = page.read_ts;
+            }
+            rows.extend(
+                page.rows
+                    .into_iter()
+                    .take(wanted as usize)
+                    .map(|row| KeyValue {
+                        key: row.key,
+                        value: row.value,
+                        version_ts: Timestamp(row.version_ts),
+                    }),
+            );
+            if !page.more || rows.len() >= limit as usize {
+                return Ok(rows);
+            }
+            let resume = page.resume_key;
+            if resume.is_empty() {
+                return Err(Error::internal(
+                    "scan page has more = true but an empty resume_key",
+                ));
+            }
+            if reverse {
+                let progressed = cursor_end.is_empty() || resume < cursor_end;
+                if !progressed {
+                    return Err(Error::internal(format!(
+                        "reverse scan did not progress: resume_key {} is not below {}",
+                        display_key(&resume),
+                        display_key(&cursor_end)
+                    )));
+                }
+                if resume <= start && !start.is_empty() {
+                    return Ok(rows);
+                }
+                cursor_end = resume;
+            } else {
+                if resume <= cursor_start {
+                    return Err(Error::internal(format!(
+                        "scan did not progress: resume_key {} is not after {}",
+                        display_key(&resume),
+                        display_key(&cursor_start)
+                    )));
+                }
+                if !end.is_empty() && resume >= end {
+                    return Ok(rows);
+                }
+                cursor_start = resume;
+            }
+        }
+        Err(Error::internal(format!(
+            "scan exceeded MAX_SCAN_PAGES ({MAX_SCAN_PAGES})"
+        )))
+    }
+
+    /// Reads many keys; the result is in input order (`None` = absent). Keys are grouped per
+    /// shard and the groups are read concurrently; each group is one consistent snapshot, but
+    /// different shards may be read at different timestamps.
+    pub async fn batch_get<K: Into<Bytes>>(
+        &self,
+        keys: impl IntoIterator<Item = K>,
+    ) -> Result<Vec<Option<Bytes>>> {
+        let keys: Vec<Bytes> = keys.into_iter().map(Into::into).collect();
+        validate::batch_len(keys.len())?;
+        for key in &keys {
+            validate::key(key)?;
+        }
+        let mut out: Vec<Option<Bytes>> = vec![None; keys.len()];
+        if keys.is_empty() {
+            return Ok(out);
+        }
+        let deadline = self.deadline();
+        let consistency = self.inner.config.read_consistency.to_proto();
+        let keys_ref = &keys;
+        let groups = self
+            .run_grouped(&keys, &deadline, |shard_id, positions: Vec<usize>| {
+                let message = proto::BatchGetRequest {
+                    keys: positions.iter().map(|&p| keys_ref[p].clone()).collect(),
+                    consistency,
+                };
+                async move {
+                    self.call(Route::Shard(shard_id), &deadline, |channel, timeout| {
+                        let message = message.clone();
+                        async move {
+                            kv_client(channel)
+                                .batch_get(request(message, timeout))
+                                .await
+                                .map(|r| r.into_inner())
+                        }
+                    })
+                    .await
+                }
+            })
+            .await?;
+        for (positions, response) in groups {
+            if response.results.len() != positions.len() {
+                return Err(Error::internal(format!(
+                    "batch_get asked {} keys, got {} results",
+                    positions.len(),
+                    response.results.len()
+                )));
+            }
+            for (position, result) in positions.into_iter().zip(response.results) {
+                out[position] = result.found.then_some(result.value);
+            }
+        }
+        Ok(out)
+    }
+
+    /// Writes many key-value pairs.
+    ///
+    /// Atomic **per shard only**: the entries are split by shard and each shard's part commits
+    /// as one Raft entry, concurrently with the others. If an error is returned, some shards'
+    /// parts may have committed and others not. Use the transaction API (not yet available)
+    /// for cross-shard atomicity.
+    pub async fn batch_put<K: Into<Bytes>, V: Into<Bytes>>(
+        &self,
+        entries: impl IntoIterator<Item = (K, V)>,
+    ) -> Result<()> {
+        let (keys, values): (Vec<Bytes>, Vec<Bytes>) = entries
+            .into_iter()
+            .map(|(k, v)| (k.into(), v.into()))
+            .unzip();
+        validate::batch_len(keys.len())?;
+        let mut total_bytes = 0usize;
+        for (key, value) in keys.iter().zip(&values) {
+            validate::key(key)?;
+            validate::value(value)?;
+            total_bytes = total_bytes.saturating_add(key.len() + value.len());
+        }
+        validate::batch_bytes(total_bytes)?;
+        if keys.is_empty() {
+            return Ok(());
+        }
+        let deadline = self.deadline();
+        let (keys_ref, values_ref) = (&keys, &values);
+        self.run_grouped(&keys, &deadline, |shard_id, positions: Vec<usize>| {
+            let message = proto::BatchPutRequest {
+                entries: positions
+                    .iter()
+                    .map(|&p| proto::KeyValue {
+                        key: keys_ref[p].clone(),
+                        value: values_ref[p].clone(),
+                        version_ts: 0,
+                    })
+                    .collect(),
+                deletes: Vec::new(),
+            };
+            async move {
+                self.call(Route::Shard(shard_id), &deadline, |channel, timeout| {
+                    let message = message.clone();
+                    async move {
+                        kv_client(channel)
+                            .batch_put(request(message, timeout))
+                            .await
+                            .map(|r| r.into_inner())
+                    }
+                })
+                .await
+            }
+        })
+        .await?;
+        Ok(())
+    }
+
+    /// The cluster's status from any node (trying known nodes, then seeds); also refreshes the
+    /// cached shard map with it.
+    pub async fn status(&self) -> Result<StatusResponse> {
+        let deadline = self.deadline();
+        let mut backoff = self.backoff();
+        let mut rounds = 0u32;
+        loop {
+            rounds += 1;
+            let mut last = match self.status_round(&deadline).await {
+                Ok(status) => return Ok(status),
+                Err(error) if error.is_retryable() || matches!(error, Error::NoSeeds) => {
+                    Some(error)
+                }
+                Err(error) => return Err(error),
+            };
+            self.back_off(&mut backoff, &deadline, rounds, &mut last)
+                .await?;
+        }
+    }
+
+    /// Re-fetches the shard map now.
+    pub async fn refresh_shard_map(&self) -> Result<()> {
+        self.status().await.map(|_| ())
+    }
+
+    /// `Cluster.Status` from one particular node (one attempt, `rpc_timeout`); the cached map
+    /// is not changed.
+    pub async fn node_status(&self, address: &str) -> Result<StatusResponse> {
+        self.status_from(address, self.inner.config.rpc_timeout)
+            .await
+    }
+
+    // ---- internals ------------------------------------------------------------------------
+
+    fn deadline(&self) -> Deadline {
+        Deadline::after(self.inner.config.call_timeout)
+    }
+
+    fn backoff(&self) -> Backoff {
+        Backoff::new(
+            self.inner.config.backoff_initial,
+            self.inner.config.backoff_max,
+        )
+    }
+
+    fn state(&self) -> RwLockReadGuard<'_, RoutingState> {
+        self.inner
+            .routing
+            .read()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn state_mut(&self) -> RwLockWriteGuard<'_, RoutingState> {
+        self.inner
+            .routing
+            .write()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn channel(&self, address: &str) -> Result<Channel> {
+        let mut channels = lock(&self.inner.channels);
+        if let Some(channel) = channels.get(address) {
+            return Ok(channel.clone());
+        }
+        if channels.len() >= MAX_CACHED_CHANNELS {
+            channels.clear();
+        }
+        let config = &self.inner.config;
+        let endpoint = Endpoint::from_shared(endpoint_uri(address))
+            .map_err(|e| Error::Transport {
+                address: address.to_string(),
+                message: format!("invalid address: {e}"),
+            })?
+            .connect_timeout(config.connect_timeout)
+            .timeout(config.rpc_timeout)
+            .tcp_nodelay(true)
+            .http2_keep_alive_interval(Duration::from_secs(10))
+            .keep_alive_timeout(Duration::from_secs(5));
+        let channel = endpoint.connect_lazy();
+        channels.insert(address.to_string(), channel.clone());
+        Ok(channel)
+    }
+
+    /// Sleeps the next backoff delay, or fails with `DeadlineExceeded` when the retry after it
+    /// could not start before the deadline.
+    async fn back_off(
+        &self,
+        backoff: &mut Backoff,
+        deadline: &Deadline,
+        attempts: u32,
+        last: &mut Option<Error>,
+    ) -> Result<()> {
+        let delay = backoff.next_delay(&mut *lock(&self.inner.rng));
+        if delay >= deadline.remaining() {
+            return Err(deadline.exceeded(attempts, last.take()));
+        }
+        tokio::time::sleep(delay).await;
+        Ok(())
+    }
+
+    async fn status_from(&self, address: &str, timeout: Duration) -> Result<StatusResponse> {
+        let channel = self.channel(address)?;
+        let mut cluster = cluster_client(channel);
+        let call = cluster.status(request(proto::StatusRequest {}, timeout));
+        match tokio::time::timeout(timeout + ATTEMPT_GRACE, call).await {
+            Ok(Ok(response)) => Ok(response.into_inner()),
+            Ok(Err(status)) => Err(Error::from_status(&status, address)),
+            Err(_) => Err(Error::Transport {
+                address: address.to_string(),
+                message: format!("no answer within {} ms", timeout.as_millis()),
+            }),
+        }
+    }
+
+    /// One pass over the refresh candidates; the first answer is installed and returned.
+    async fn status_round(&self, deadline: &Deadline) -> Result<StatusResponse> {
+        let candidates = self
+            .state()
+            .refresh_candidates(&self.inner.config.seeds, Instant::now());
+        let mut last = None;
+        for (node_id, address) in candidates {
+            let remaining = deadline.remaining();
+            if remaining.is_zero() {
+                break;
+            }
+            let timeout = self.inner.config.rpc_timeout.min(remaining);
+            match self.status_from(&address, timeout).await {
+                Ok(status) => {
+                    self.state_mut().install(ShardMap::from_status(&status));
+                    return Ok(status);
+                }
+                Err(error) => {
+                    tracing::debug!(%address, %error, "status request failed");
+                    if let (Some(node_id), Error::Transport { .. }) = (node_id, &error) {
+                        self.state_mut().note_node_failure(node_id, Instant::now());
+                    }
+                    last = Some(error);
+                }
+            }
+        }
+        Err(last.unwrap_or(Error::NoSeeds))
+    }
+
+    /// Refreshes the map unless someone installed a newer one since `seen_generation`.
+    /// A failed refresh is recorded in `last` (the caller backs off and retries anyway).
+    async fn refresh_after_failure(
+        &self,
+        seen_generation: u64,
+        deadline: &Deadline,
+        last: &mut Option<Error>,
+    ) {
+        let remaining = deadline.remaining();
+        let Ok(_guard) = tokio::time::timeout(remaining, self.inner.refresh_lock.lock()).await
+        else {
+            return;
+        };
+        if self.state().generation != seen_generation {
+            return;
+        }
+        if let Err(error) = self.status_round(deadline).await {
+            tracing::debug!(%error, "shard map refresh failed");
+            if last.is_none() {
+                *last = Some(error);
+            }
+        }
+    }
+
+    /// Runs one shard request with routing, retries and backoff (see the module docs).
+    async fn call<T, F, Fut>(&self, route: Route<'_>, deadline: &Deadline, mut send: F) -> Result<T>
+    where
+        F: FnMut(Channel, Duration) -> Fut,
+        Fut: Future<Output = std::result::Result<T, tonic::Status>>,
+    {
+        let mut backoff = self.backoff();
+        let mut last: Option<Error> = None;
+        let mut redirects = 0u32;
+        let mut attempts = 0u32;
+        loop {
+            if attempts >= self.inner.config.max_attempts {
+                return Err(last.unwrap_or_else(|| Error::Unavailable {
+                    message: "max_attempts reached".into(),
+                }));
+            }
+            let remaining = deadline.remaining();
+            if remaining.is_zero() {
+                return Err(deadline.exceeded(attempts, last));
+            }
+            let (generation, target) = {
+                let state = self.state();
+                (state.generation, resolve(&state, route, attempts))
+            };
+            attempts += 1;
+            let target: Target = match target {
+                Ok(target) => target,
+                Err(error) => {
+                    if matches!(route, Route::Shard(_)) {
+                        return Err(error);
+                    }
+                    last = Some(error);
+                    self.refresh_after_failure(generation, deadline, &mut last)
+                        .await;
+                    self.back_off(&mut backoff, deadline, attempts, &mut last)
+                        .await?;
+                    continue;
+                }
+            };
+            let timeout = self.inner.config.rpc_timeout.min(remaining);
+            let error = match self.channel(&target.address) {
+                Ok(channel) => {
+                    match tokio::time::timeout(timeout + ATTEMPT_GRACE, send(channel, timeout))
+                        .await
+                    {
+                        Ok(Ok(value)) => return Ok(value),
+                        Ok(Err(status)) => Error::from_status(&status, &target.address),
+                        Err(_) => Error::Transport {
+                            address: target.address.clone(),
+                            message: format!("no answer within {} ms", timeout.as_millis()),
+                        },
+                    }
+                }
+                Err(error) => error,
+            };
+            tracing::debug!(
+                shard_id = target.shard_id,
+                node_id = target.node_id,
+                attempt = attempts,
+                %error,
+                "shard request failed"
+            );
+            match &error {
+                Error::NotLeader { leader, .. } => {
+                    let follow = self.state_mut().note_not_leader(
+                        target.shard_id,
+                        target.node_id,
+                        leader.as_ref(),
+                        Instant::now(),
+                    );
+                    last = Some(error);
+                    if follow && redirects < MAX_IMMEDIATE_REDIRECTS {
+                        redirects += 1;
+                        continue;
+                    }
+                }
+                Error::WrongShard { .. } => {
+                    if matches!(route, Route::Shard(_)) {
+                        return Err(error);
+                    }
+                    last = Some(error);
+                    self.refresh_after_failure(generation, deadline, &mut last)
+                        .await;
+                }
+                Error::Unavailable { .. } => {
+                    last = Some(error);
+                    self.refresh_after_failure(generation, deadline, &mut last)
+                        .await;
+                }
+                Error::Transport { .. } => {
+                    self.state_mut()
+                        .note_node_failure(target.node_id, Instant::now());
+                    last = Some(error);
+                    self.refresh_after_failure(generation, deadline, &mut last)
+                        .await;
+                }
+                _ => return Err(error),
+            }
+            redirects = 0;
+            self.back_off(&mut backoff, deadline, attempts, &mut last)
+                .await?;
+        }
+    }
+
+    /// Groups `keys` by shard, runs `per_group(shard_id, positions)` for every group with
+    /// bounded concurrency, and regroups the keys of groups answered `WRONG_SHARD` under a
+    /// refreshed map. Returns each group's positions (into `keys`) with its result.
+    async fn run_grouped<R, F, Fut>(
+        &self,
+        keys: &[Bytes],
+        deadline: &Deadline,
+        per_group: F,
+    ) -> Result<Vec<(Vec<usize>, R)>>
+    where
+        F: Fn(u64, Vec<usize>) -> Fut,
+        Fut: Future<Output = Result<R>>,
+    {
+        let mut pending: Vec<usize> = (0..keys.len()).collect();
+        let mut done: Vec<(Vec<usize>, R)> = Vec::new();
+        let mut backoff = self.backoff();
+        let mut last: Option<Error> = None;
+        let mut rounds = 0u32;
+        loop {
+            rounds += 1;
+            let (generation, grouped) = {
+                let state = self.state();
+                let grouped = state
+                    .map
+                    .group_by_shard(pending.iter().map(|&p| keys[p].as_ref()));
+                (state.generation, grouped)
+            };
+            match grouped {
+                Ok(groups) => {
+                    let groups = groups.into_iter().map(|(shard_id, in_pending)| {
+                        let positions: Vec<usize> =
+                            in_pending.iter().map(|&i| pending[i]).collect();
+                        (shard_id, positions)
+                    });
+                    let outcomes: Vec<(Vec<usize>, Result<R>)> = stream::iter(groups)
+                        .map(|(shard_id, positions)| {
+                            let work = per_group(shard_id, positions.clone());
+                            async move { (positions, work.await) }
+                        })
+                        .buffer_unordered(self.inner.config.max_parallel_shard_requests)
+                        .collect()
+                        .await;
+                    let mut regroup = Vec::new();
+                    for (positions, outcome) in outcomes {
+                        match outcome {
+                            Ok(result) => done.push((positions, result)),
+                            Err(error @ Error::WrongShard { .. }) => {
+                                regroup.extend(positions);
+                                last = Some(error);
+                            }
+                            Err(error) => return Err(error),
+                        }
+                    }
+                    if regroup.is_empty() {
+                        return Ok(done);
+                    }
+                    regroup.sort_unstable();
+                    pending = regroup;
+                }
+                Err(index) => {
+                    last = Some(Error::WrongShard {
+                        message: format!(
+                            "no shard in the cached map owns key {}",
+                            display_key(&keys[pending[index]])
+                        ),
+                    });
+                }
+            }
+            self.refresh_after_failure(generation, deadline, &mut last)
+                .await;
+            self.back_off(&mut backoff, deadline, rounds, &mut last)
+                .await?;
+        }
+    }
+}
+
+/// The node to ask for `route` on attempt number `attempt`, or why there is none.
+fn resolve(state: &RoutingState, route: Route<'_>, attempt: u32) -> Result<Target> {
+    let shard_id = match route {
+        Route::Key(key) => state
+            .map
+            .shard_for_key(key)
+            .map(|s| s.shard_id)
+            .ok_or_else(|| Error::WrongShard {
+                message: format!("no shard in the cached map owns key {}", display_key(key)),
+            })?,
+        Route::Below(end) => state
+            .map
+            .shard_below(end)
+            .map(|s| s.shard_id)
+            .ok_or_else(|| Error::WrongShard {
+                message: format!(
+                    "no shard in the cached map owns keys below {}",
+                    if end.is_empty() {
+                        "+inf".to_string()
+                    } else {
+                        display_key(end)
+                    }
+                ),
+            })?,
+        Route::Shard(shard_id) => {
+            if state.map.shard(shard_id).is_none() {
+                return Err(Error::WrongShard {
+                    message: format!("shard {shard_id} is no longer in the shard map"),
+                });
+            }
+            shard_id
+        }
+    };
+    state
+        .target(shard_id, attempt, Instant::now())
+        .ok_or_else(|| Error::Unavailable {
+            message: format!("shard {shard_id} has no replica with a known address"),
+        })
+}
