@@ -1,0 +1,178 @@
+//! `meridian kv …` and `meridian cluster …`: thin wrappers over [`meridian_client`].
+//!
+//! Output goes to stdout (values, tables), diagnostics to stderr; any error makes the process
+//! exit non-zero (see `main.rs`). With `--hex`, key and value arguments are hexadecimal.
+
+use crate::display::{format_bytes, parse_hex, ClusterView};
+use anyhow::Context;
+use bytes::Bytes;
+use meridian_client::{Client, ClientConfig};
+use std::time::Duration;
+
+/// How to reach the cluster.
+#[derive(Clone, Debug, clap::Args)]
+pub struct ConnectArgs {
+    /// Client addresses of cluster nodes, comma-separated.
+    #[arg(
+        long,
+        env = "MERIDIAN_ENDPOINTS",
+        value_delimiter = ',',
+        default_value = "127.0.0.1:7001",
+        global = true
+    )]
+    pub endpoints: Vec<String>,
+    /// Budget of each command including retries, in milliseconds.
+    #[arg(long, default_value_t = 10_000, global = true)]
+    pub timeout_ms: u64,
+}
+
+impl ConnectArgs {
+    pub fn client_config(&self) -> ClientConfig {
+        let mut config = ClientConfig::new(self.endpoints.iter().map(|e| e.trim().to_string()));
+        config.call_timeout = Duration::from_millis(self.timeout_ms.max(1));
+        config.rpc_timeout = config.rpc_timeout.min(config.call_timeout);
+        config
+    }
+
+    pub async fn connect(&self) -> anyhow::Result<Client> {
+        Client::connect(self.client_config())
+            .await
+            .with_context(|| format!("connecting to {}", self.endpoints.join(",")))
+    }
+}
+
+/// `meridian kv`: read and write keys.
+#[derive(Clone, Debug, clap::Args)]
+pub struct KvCommand {
+    #[command(flatten)]
+    pub connect: ConnectArgs,
+    /// Keys and values on the command line are hex (optionally 0x-prefixed).
+    #[arg(long, global = true)]
+    pub hex: bool,
+    #[command(subcommand)]
+    pub op: KvOp,
+}
+
+#[derive(Clone, Debug, clap::Subcommand)]
+pub enum KvOp {
+    /// Print a key's value (text if printable UTF-8, else 0x-hex).
+    Get { key: String },
+    /// Write a value; prints the commit timestamp.
+    Put { key: String, value: String },
+    /// Delete a key; prints the commit timestamp.
+    Del { key: String },
+    /// Print `key<TAB>value` lines of a key range.
+    Scan {
+        /// Inclusive start (default: beginning of the keyspace).
+        #[arg(long, default_value = "")]
+        start: String,
+        /// Exclusive end (default: end of the keyspace).
+        #[arg(long)]
+        end: Option<String>,
+        /// Most rows to print.
+        #[arg(long, default_value_t = 100)]
+        limit: u32,
+        /// Descending order.
+        #[arg(long)]
+        reverse: bool,
+    },
+}
+
+impl KvCommand {
+    fn bytes(&self, text: &str) -> anyhow::Result<Bytes> {
+        if self.hex {
+            Ok(Bytes::from(parse_hex(text).map_err(anyhow::Error::msg)?))
+        } else {
+            Ok(Bytes::copy_from_slice(text.as_bytes()))
+        }
+    }
+
+    pub async fn run(&self) -> anyhow::Result<()> {
+        // Parse arguments before connecting, so typos fail fast.
+        match &self.op {
+            KvOp::Get { key } => {
+                let key = self.bytes(key)?;
+                let client = self.connect.connect().await?;
+                match client.get(key).await? {
+                    Some(value) => println!("{}", format_bytes(&value)),
+                    None => eprintln!("(not found)"),
+                }
+            }
+            KvOp::Put { key, value } => {
+                let (key, value) = (self.bytes(key)?, self.bytes(value)?);
+                let client = self.connect.connect().await?;
+                let commit_ts = client.put(key, value).await?;
+                println!("OK commit_ts={commit_ts}");
+            }
+            KvOp::Del { key } => {
+                let key = self.bytes(key)?;
+                let client = self.connect.connect().await?;
+                let commit_ts = client.delete(key).await?;
+                println!("OK commit_ts={commit_ts}");
+            }
+            KvOp::Scan {
+                start,
+                end,
+                limit,
+                reverse,
+            } => {
+                let start = self.bytes(start)?;
+                let end = end.as_deref().map(|e| self.bytes(e)).transpose()?;
+                let client = self.connect.connect().await?;
+                let rows = client.scan(start, end, *limit, *reverse).await?;
+                for row in &rows {
+                    println!("{}\t{}", format_bytes(&row.key), format_bytes(&row.value));
+                }
+                eprintln!("({} rows)", rows.len());
+            }
+        }
+        Ok(())
+    }
+}
+
+/// `meridian cluster`: inspect the cluster.
+#[derive(Clone, Debug, clap::Args)]
+pub struct ClusterCommand {
+    #[command(flatten)]
+    pub connect: ConnectArgs,
+    #[command(subcommand)]
+    pub op: ClusterOp,
+}
+
+#[derive(Clone, Debug, clap::Subcommand)]
+pub enum ClusterOp {
+    /// Nodes (labels, addresses, liveness) and shards (ranges, leaders, terms, indexes, lag).
+    Status,
+}
+
+impl ClusterCommand {
+    pub async fn run(&self) -> anyhow::Result<()> {
+        match self.op {
+            ClusterOp::Status => {
+                let client = self.connect.connect().await?;
+                print!("{}", gather_cluster_view(&client).await?.render());
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Asks any node for the node list, then every node for its own view, concurrently.
+pub async fn gather_cluster_view(client: &Client) -> anyhow::Result<ClusterView> {
+    let base = client.status().await.context("cluster status")?;
+    let answers =
+        futures::future::join_all(base.nodes.iter().map(|node| async move {
+            (node.node_id, client.node_status(&node.client_addr).await)
+        }))
+        .await;
+    let mut view = ClusterView {
+        base,
+        ..Default::default()
+    };
+    for (node_id, answer) in answers {
+        if let Ok(answer) = answer {
+            view.answers.insert(node_id, answer);
+        }
+    }
+    Ok(view)
+}

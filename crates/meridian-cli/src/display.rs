@@ -1,0 +1,340 @@
+//! Human-readable output: byte strings, hex input, and the `cluster status` tables.
+//!
+//! Keys and values are bytes. They print as text when they are valid UTF-8 without control
+//! characters, and as `0x…` hex otherwise, so binary data never garbles a terminal.
+
+use meridian_client::proto::{ShardInfo, StatusResponse};
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+/// Longest key shown in a shard range before it is truncated.
+const MAX_RANGE_KEY_CHARS: usize = 24;
+
+/// Text if printable UTF-8, else `0x` + lowercase hex.
+///
+/// ```
+/// use meridian_cli::display::format_bytes;
+/// assert_eq!(format_bytes(b"hello"), "hello");
+/// assert_eq!(format_bytes(&[0xff, 0x00]), "0xff00");
+/// ```
+pub fn format_bytes(bytes: &[u8]) -> String {
+    match std::str::from_utf8(bytes) {
+        Ok(text) if !text.chars().any(char::is_control) => text.to_string(),
+        _ => {
+            let mut out = String::with_capacity(2 + bytes.len() * 2);
+            out.push_str("0x");
+            for byte in bytes {
+                let _ = write!(out, "{byte:02x}");
+            }
+            out
+        }
+    }
+}
+
+/// Decodes hex (an optional `0x` prefix is allowed) for `--hex` arguments.
+pub fn parse_hex(text: &str) -> Result<Vec<u8>, String> {
+    let digits = text.strip_prefix("0x").unwrap_or(text);
+    if digits.len() % 2 == 1 {
+        return Err(format!("{text:?}: odd number of hex digits"));
+    }
+    (0..digits.len())
+        .step_by(2)
+        .map(|i| {
+            u8::from_str_radix(&digits[i..i + 2], 16)
+                .map_err(|_| format!("{text:?}: not hexadecimal"))
+        })
+        .collect()
+}
+
+fn range_key(bytes: &[u8], open_end: &str) -> String {
+    if bytes.is_empty() {
+        return open_end.to_string();
+    }
+    let mut text = bytes.escape_ascii().to_string();
+    if text.chars().count() > MAX_RANGE_KEY_CHARS {
+        text = text.chars().take(MAX_RANGE_KEY_CHARS).collect::<String>() + "…";
+    }
+    format!("{text:?}")
+}
+
+/// `[start, end)` with `-inf`/`+inf` for open ends.
+pub fn format_range(start: &[u8], end: &[u8]) -> String {
+    format!("[{}, {})", range_key(start, "-inf"), range_key(end, "+inf"))
+}
+
+/// A left-aligned text table.
+#[derive(Default)]
+pub struct Table {
+    rows: Vec<Vec<String>>,
+}
+
+impl Table {
+    pub fn new<I: IntoIterator<Item = S>, S: Into<String>>(header: I) -> Table {
+        Table {
+            rows: vec![header.into_iter().map(Into::into).collect()],
+        }
+    }
+
+    pub fn row<I: IntoIterator<Item = S>, S: Into<String>>(&mut self, cells: I) {
+        self.rows.push(cells.into_iter().map(Into::into).collect());
+    }
+
+    pub fn render(&self) -> String {
+        let columns = self.rows.iter().map(Vec::len).max().unwrap_or(0);
+        let widths: Vec<usize> = (0..columns)
+            .map(|c| {
+                self.rows
+                    .iter()
+                    .filter_map(|r| r.get(c))
+                    .map(|s| s.chars().count())
+                    .max()
+                    .unwrap_or(0)
+            })
+            .collect();
+        let mut out = String::new();
+        for row in &self.rows {
+            let mut line = String::from("  ");
+            for (c, cell) in row.iter().enumerate() {
+                let pad = widths[c].saturating_sub(cell.chars().count());
+                line.push_str(cell);
+                if c + 1 < row.len() {
+                    line.push_str(&" ".repeat(pad + 2));
+                }
+            }
+            out.push_str(line.trim_end());
+            out.push('\n');
+        }
+        out
+    }
+}
+
+/// The cluster as seen by every node that answered: the node list from any of them, and for
+/// each shard the row reported by its leader (which alone knows replica progress).
+#[derive(Clone, Debug, Default)]
+pub struct ClusterView {
+    /// The answer used for the cluster id and node list.
+    pub base: StatusResponse,
+    /// Every answer, by answering node id.
+    pub answers: BTreeMap<u64, StatusResponse>,
+}
+
+impl ClusterView {
+    /// For each shard: the row of a node that answered as the shard's leader (the highest
+    /// term if two claim it), else `base`'s row.
+    pub fn shards(&self) -> Vec<ShardInfo> {
+        let mut by_id: BTreeMap<u64, (bool, ShardInfo)> = BTreeMap::new();
+        for shard in &self.base.shards {
+            by_id.insert(shard.shard_id, (false, shard.clone()));
+        }
+        for (node_id, answer) in &self.answers {
+            for shard in answer.shards.iter().filter(|s| s.leader_id == *node_id) {
+                let replace = match by_id.get(&shard.shard_id) {
+                    Some((true, current)) => shard.term > current.term,
+                    _ => true,
+                };
+                if replace {
+                    by_id.insert(shard.shard_id, (true, shard.clone()));
+                }
+            }
+        }
+        by_id.into_values().map(|(_, shard)| shard).collect()
+    }
+
+    /// The `cluster status` report.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        let _ = writeln!(
+            out,
+            "cluster {}  ({} of {} nodes answered)",
+            if self.base.cluster_id.is_empty() {
+                "?"
+            } else {
+                &self.base.cluster_id
+            },
+            self.answers.len(),
+            self.base.nodes.len()
+        );
+        let _ = writeln!(out, "\nNODES");
+        let mut nodes = Table::new([
+            "ID",
+            "REGION",
+            "ZONE",
+            "CLIENT ADDR",
+            "PEER ADDR",
+            "LIVE",
+            "ANSWERS",
+        ]);
+        for node in &self.base.nodes {
+            nodes.row([
+                node.node_id.to_string(),
+                node.region.clone(),
+                node.zone.clone(),
+                node.client_addr.clone(),
+                node.peer_addr.clone(),
+                yes_no(node.live).into(),
+                yes_no(self.answers.contains_key(&node.node_id)).into(),
+            ]);
+        }
+        out.push_str(&nodes.render());
+        let _ = writeln!(out, "\nSHARDS");
+        let mut shards = Table::new([
+            "ID",
+            "RANGE",
+            "REPLICAS",
+            "LEADER",
+            "TERM",
+            "APPLIED",
+            "LAST LOG",
+            "LAG (node:entries)",
+        ]);
+        for shard in self.shards() {
+            let range = if shard.shard_id == 0 {
+                "(metadata)".to_string()
+            } else {
+                format_range(&shard.start, &shard.end)
+            };
+            shards.row([
+                shard.shard_id.to_string(),
+                range,
+                shard
+                    .replicas
+                    .iter()
+                    .map(u64::to_string)
+                    .collect::<Vec<_>>()
+                    .join(","),
+                if shard.leader_id == 0 {
+                    "none".into()
+                } else {
+                    shard.leader_id.to_string()
+                },
+                shard.term.to_string(),
+                shard.applied_index.to_string(),
+                shard.last_log_index.to_string(),
+                format_lag(&shard),
+            ]);
+        }
+        out.push_str(&shards.render());
+        out
+    }
+}
+
+fn yes_no(value: bool) -> &'static str {
+    if value {
+        "yes"
+    } else {
+        "no"
+    }
+}
+
+/// Lag per replica = leader's last log index − the replica's matched index; `?` when the
+/// reporting node does not know (it is not the leader).
+pub fn format_lag(shard: &ShardInfo) -> String {
+    shard
+        .replicas
+        .iter()
+        .map(|replica| {
+            let lag = shard
+                .replica_status
+                .iter()
+                .find(|r| r.node_id == *replica)
+                .map(|r| {
+                    shard
+                        .last_log_index
+                        .saturating_sub(r.matched_index)
+                        .to_string()
+                })
+                .unwrap_or_else(|| "?".into());
+            format!("{replica}:{lag}")
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use meridian_client::proto::ReplicaStatus;
+
+    /// Printable text stays text; anything else becomes hex; hex parses back.
+    #[test]
+    fn bytes_round_trip_through_hex() {
+        assert_eq!(format_bytes(b""), "");
+        assert_eq!(format_bytes(b"a\tb"), "0x610962");
+        assert_eq!(format_bytes("héllo".as_bytes()), "héllo");
+        assert_eq!(parse_hex("0x610962").unwrap(), b"a\tb");
+        assert_eq!(parse_hex("FF00").unwrap(), vec![0xff, 0]);
+        assert!(parse_hex("abc").is_err());
+        assert!(parse_hex("zz").is_err());
+    }
+
+    /// Open range ends print as infinities.
+    #[test]
+    fn ranges() {
+        assert_eq!(format_range(b"", b"m"), "[-inf, \"m\")");
+        assert_eq!(format_range(b"m", b""), "[\"m\", +inf)");
+        assert_eq!(format_range(&[0x40], b""), "[\"@\", +inf)");
+    }
+
+    /// Lag is computed from the leader's replica progress; unknown replicas show `?`.
+    #[test]
+    fn lag_per_replica() {
+        let shard = ShardInfo {
+            shard_id: 1,
+            replicas: vec![1, 2, 3],
+            leader_id: 1,
+            last_log_index: 100,
+            replica_status: vec![
+                ReplicaStatus {
+                    node_id: 1,
+                    matched_index: 100,
+                },
+                ReplicaStatus {
+                    node_id: 2,
+                    matched_index: 93,
+                },
+            ],
+            ..Default::default()
+        };
+        assert_eq!(format_lag(&shard), "1:0 2:7 3:?");
+    }
+
+    /// The leader's own row wins over a follower's.
+    #[test]
+    fn view_prefers_leader_rows() {
+        let follower_row = ShardInfo {
+            shard_id: 1,
+            leader_id: 2,
+            term: 3,
+            applied_index: 5,
+            ..Default::default()
+        };
+        let leader_row = ShardInfo {
+            shard_id: 1,
+            leader_id: 2,
+            term: 3,
+            applied_index: 9,
+            ..Default::default()
+        };
+        let base = StatusResponse {
+            answering_node: 1,
+            shards: vec![follower_row.clone()],
+            ..Default::default()
+        };
+        let mut view = ClusterView {
+            base: base.clone(),
+            ..Default::default()
+        };
+        view.answers.insert(1, base);
+        view.answers.insert(
+            2,
+            StatusResponse {
+                answering_node: 2,
+                shards: vec![leader_row],
+                ..Default::default()
+            },
+        );
+        assert_eq!(view.shards()[0].applied_index, 9);
+        let table = Table::new(["A", "BB"]).render();
+        assert_eq!(table, "  A  BB\n");
+    }
+}

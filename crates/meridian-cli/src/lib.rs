@@ -1,0 +1,18 @@
+//! The `meridian` command line, as a library so tests share its machinery.
+//!
+//! # Layout
+//! - [`local_cluster`]: real `meridian start` child processes on loopback, with ordered
+//!   shutdown and no leftovers; used by `meridian demo` and by the cluster tests.
+//! - [`demo`]: `meridian demo` — cluster, sample data, mixed workload, latency report.
+//! - [`commands`]: `meridian kv get|put|del|scan` and `meridian cluster status`.
+//! - [`display`]: byte formatting (text or hex) and the status tables.
+//!
+//! `main.rs` only parses arguments, sets up tracing and the runtime, and maps errors to a
+//! non-zero exit code.
+
+pub mod commands;
+pub mod demo;
+pub mod display;
+pub mod local_cluster;
+
+pub use local_cluster::{LocalCluster, LocalClusterConfig};

@@ -1,0 +1,73 @@
+//! The `meridian` binary: argument parsing and wiring only (see the `meridian_cli` library).
+
+use clap::{Parser, Subcommand};
+use meridian_cli::commands::{ClusterCommand, KvCommand};
+use meridian_cli::demo::DemoArgs;
+use meridian_server::StartArgs;
+use std::process::ExitCode;
+use tracing_subscriber::EnvFilter;
+
+/// Meridian: a geo-distributed, transactional key-value store.
+#[derive(Debug, Parser)]
+#[command(name = "meridian", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run a node until SIGTERM or Ctrl-C.
+    Start(StartArgs),
+    /// Read and write keys.
+    Kv(KvCommand),
+    /// Inspect the cluster.
+    Cluster(ClusterCommand),
+    /// Start a local 3-region cluster, load sample data, run a workload and report latencies.
+    Demo(DemoArgs),
+}
+
+/// Logs go to stderr. A node logs at `info` by default; client commands only warn, so their
+/// stdout stays clean. `RUST_LOG` overrides both.
+fn init_tracing(default_level: &str) {
+    let filter =
+        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_level));
+    // try_init: the server may have installed a subscriber of its own already (tests).
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_tracing(match cli.command {
+        Command::Start(_) => "info",
+        _ => "warn",
+    });
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("error: cannot start the async runtime: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = runtime.block_on(async move {
+        match cli.command {
+            Command::Start(args) => meridian_server::run_start(args).await,
+            Command::Kv(command) => command.run().await,
+            Command::Cluster(command) => command.run().await,
+            Command::Demo(args) => meridian_cli::demo::run(args).await,
+        }
+    });
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("error: {error:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,114 @@
+//! Helpers shared by the cluster tests: real `meridian start` processes on loopback.
+//!
+//! Every test uses its own port range (nodes at base+i and base+100+i) and temporary
+//! directory, and every wait is bounded. Tests in one binary are serialized ([`run_scenario`])
+//! because a 3-node cluster already keeps this 2-core machine busy.
+
+#![allow(dead_code)] // each test binary uses a different subset
+
+use meridian_cli::{LocalCluster, LocalClusterConfig};
+use meridian_client::{Client, ClientConfig};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+/// Bound on a cluster electing every shard's leader.
+pub const READY_TIMEOUT: Duration = Duration::from_secs(90);
+/// Bound on a whole test.
+pub const TEST_TIMEOUT: Duration = Duration::from_secs(600);
+
+static SERIAL: Mutex<()> = Mutex::new(());
+
+/// Holds the per-binary test lock (a panicking test does not block the others).
+fn serial() -> MutexGuard<'static, ()> {
+    SERIAL
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// Runs one cluster scenario: alone in its binary, on a fresh multi-threaded runtime, within
+/// TEST_TIMEOUT. Started nodes die with the scenario (LocalCluster's Drop) even on panic.
+pub fn run_scenario(scenario: impl std::future::Future<Output = ()>) {
+    let _serial = serial();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(4)
+        .enable_all()
+        .build()
+        .expect("building the test runtime");
+    runtime.block_on(async {
+        tokio::time::timeout(TEST_TIMEOUT, scenario)
+            .await
+            .expect("scenario exceeded TEST_TIMEOUT")
+    });
+}
+
+pub fn binary() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_meridian"))
+}
+
+/// A 3-node cluster with `shards` data shards, loopback Raft timings and extra per-node args.
+pub fn start_cluster(
+    base_port: u16,
+    dir: &Path,
+    shards: u32,
+    per_node: &[(u64, &[&str])],
+) -> LocalCluster {
+    let mut config = LocalClusterConfig::new(binary(), 3, base_port, dir)
+        .common_args(["--initial-shards".to_string(), shards.to_string()]);
+    for (node_id, args) in per_node {
+        config = config.node_args(*node_id, args.iter().copied());
+    }
+    let cluster = LocalCluster::start(config).expect("spawning the cluster");
+    eprintln!("cluster at ports {base_port}+, logs in {}", dir.display());
+    cluster
+}
+
+/// A client with room for a leader election inside one call.
+pub async fn connect_client(endpoints: Vec<String>) -> Client {
+    let mut config = ClientConfig::new(endpoints);
+    config.call_timeout = Duration::from_secs(20);
+    config.rpc_timeout = Duration::from_secs(2);
+    Client::connect(config)
+        .await
+        .expect("connecting the client")
+}
+
+/// Runs a command to completion, killing it after `timeout`.
+pub fn run_bounded(command: &mut Command, timeout: Duration) -> Output {
+    let mut child = command
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawning meridian");
+    let give_up = Instant::now() + timeout;
+    loop {
+        if child.try_wait().expect("polling child").is_some() {
+            return child.wait_with_output().expect("collecting output");
+        }
+        if Instant::now() >= give_up {
+            let _ = child.kill();
+            let output = child.wait_with_output().expect("collecting output");
+            panic!(
+                "command did not finish within {timeout:?}; stderr:\n{}",
+                String::from_utf8_lossy(&output.stderr)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Copies a directory tree (the source must not be written meanwhile).
+pub fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).expect("creating copy target");
+    for entry in std::fs::read_dir(from).expect("reading source dir") {
+        let entry = entry.expect("dir entry");
+        let target = to.join(entry.file_name());
+        if entry.file_type().expect("file type").is_dir() {
+            copy_dir(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), &target).expect("copying file");
+        }
+    }
+}
