@@ -231,3 +231,58 @@ fn take<const N: usize>(input: &[u8], what: &'static str) -> Result<[u8; N]> {
         .and_then(|s| s.try_into().ok())
         .ok_or_else(|| Error::corrupt(what, "truncated header"))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A flipped bit or a truncation in a snapshot file is refused and leaves the range intact.
+    #[test]
+    fn corrupt_snapshot_file_is_refused_without_side_effects() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("snap");
+        let source = MemoryEngine::new();
+        let mut b = WriteBatch::new();
+        b.put(Cf::Data, b"k1".to_vec(), b"v1".to_vec());
+        b.put(Cf::Data, b"k2".to_vec(), b"v2".to_vec());
+        source.write(b, false).unwrap();
+        assert_eq!(
+            source
+                .export_range_sst(Cf::Data, b"k", b"l", &path)
+                .unwrap(),
+            2
+        );
+        let good = std::fs::read(&path).unwrap();
+
+        let target = MemoryEngine::new();
+        let mut b = WriteBatch::new();
+        b.put(Cf::Data, b"k0".to_vec(), b"old".to_vec());
+        target.write(b, false).unwrap();
+        for bad in [
+            {
+                let mut f = good.clone();
+                f[20] ^= 0x01;
+                f
+            },
+            good[..good.len() - 1].to_vec(),
+            Vec::new(),
+        ] {
+            std::fs::write(&path, &bad).unwrap();
+            let err = target
+                .ingest_range_sst(Cf::Data, b"k", b"l", Some(&path))
+                .unwrap_err();
+            assert!(matches!(err, Error::Corrupt { .. }), "{err}");
+            assert_eq!(target.get(Cf::Data, b"k0").unwrap(), Some(b"old".to_vec()));
+        }
+        // Keys outside the ingested range are refused too.
+        std::fs::write(&path, &good).unwrap();
+        assert!(target
+            .ingest_range_sst(Cf::Data, b"k", b"k2", Some(&path))
+            .is_err());
+        target
+            .ingest_range_sst(Cf::Data, b"k", b"l", Some(&path))
+            .unwrap();
+        assert_eq!(target.get(Cf::Data, b"k0").unwrap(), None);
+        assert_eq!(target.get(Cf::Data, b"k2").unwrap(), Some(b"v2".to_vec()));
+    }
+}
