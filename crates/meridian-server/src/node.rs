@@ -164,7 +164,9 @@ impl Node {
                 continue;
             }
             let replica = self.host.open_shard(desc.id).await.map_err(|e| anyhow::anyhow!(e))?;
-            let bootstrapper = desc.replicas.iter().min() == Some(&me);
+            // The first replica in placement order initializes the group and so usually wins
+            // its first election: placement rotates that first replica, spreading leaders.
+            let bootstrapper = desc.replicas.first() == Some(&me);
             if bootstrapper && !replica.raft.is_initialized().await? {
                 let members: BTreeMap<NodeId, BasicNode> = desc
                     .replicas
@@ -199,7 +201,7 @@ impl Node {
             Bytes::from(node_key(record.node_id)),
             Bytes::from(serde_json::to_vec(&record).expect("node record serializes")),
         )];
-        if self.shard_map.meta.replicas.iter().min() == Some(&self.config.node_id) {
+        if self.shard_map.meta.replicas.first() == Some(&self.config.node_id) {
             for s in &self.shard_map.data {
                 let desc = serde_json::json!({
                     "id": s.id.0, "start": String::from_utf8_lossy(&s.start), "end": String::from_utf8_lossy(&s.end),

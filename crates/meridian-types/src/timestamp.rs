@@ -36,7 +36,7 @@ impl Timestamp {
     pub fn from_physical_ms(ms: u64) -> Timestamp {
         let secs = ms / 1000;
         // Rounded up so that physical_ms(from_physical_ms(ms)) == ms.
-        let frac = (((ms % 1000) << 32) + 999) / 1000;
+        let frac = ((ms % 1000) << 32).div_ceil(1000);
         Timestamp((secs << 32) | frac)
     }
 }
