@@ -118,6 +118,15 @@ fn new_histogram() -> Histogram<u64> {
         .expect("3 significant digits is a valid histogram configuration")
 }
 
+/// Records a value, growing the histogram as needed. (`saturating_record` would NOT grow an
+/// auto-resizing histogram: it clamps to the initial range, about 2 ms, and corrupts the tail.)
+fn record_latency(histogram: &mut Histogram<u64>, value_us: u64) {
+    if histogram.record(value_us).is_err() {
+        // Only values beyond what a u64-indexed histogram can grow to get here.
+        histogram.saturating_record(value_us);
+    }
+}
+
 impl Series {
     fn new() -> Self {
         Self {
@@ -164,8 +173,8 @@ impl ThreadRecorder {
                 op,
                 failed,
             });
-            series.total.saturating_record(latency_us);
-            series.interval.saturating_record(latency_us);
+            record_latency(&mut series.total, latency_us);
+            record_latency(&mut series.interval, latency_us);
         }
         if self.interval.records_intended() {
             let series = guard.series(SeriesKey {
@@ -173,8 +182,8 @@ impl ThreadRecorder {
                 op,
                 failed,
             });
-            series.total.saturating_record(intended_latency_us);
-            series.interval.saturating_record(intended_latency_us);
+            record_latency(&mut series.total, intended_latency_us);
+            record_latency(&mut series.interval, intended_latency_us);
         }
     }
 
@@ -382,6 +391,29 @@ mod tests {
         );
         assert_eq!(measurements.interval_summary(), "");
         assert_eq!(measurements.report()[0].operations, 1);
+    }
+
+    /// Latencies far beyond the histogram's initial range are kept, not clamped.
+    #[test]
+    fn large_latencies_are_not_clamped() {
+        let measurements = Measurements::new(MeasurementInterval::Op, vec![50.0, 99.0]);
+        let recorder = measurements.recorder();
+        for latency_us in [5_000, 250_000, 10_000_000] {
+            recorder.measure(OpKind::Read, false, latency_us, latency_us);
+        }
+        let report = measurements.report();
+        assert!((4_995..=5_000).contains(&report[0].min_latency_us));
+        // 3 significant digits: within 0.1%.
+        let max = report[0].max_latency_us as f64;
+        assert!(
+            (max - 10_000_000.0).abs() / 10_000_000.0 < 0.001,
+            "max {max}"
+        );
+        let median = report[0].percentiles[0].latency_us as f64;
+        assert!(
+            (median - 250_000.0).abs() / 250_000.0 < 0.001,
+            "median {median}"
+        );
     }
 
     /// DecimalFormat("#.##") drops trailing zeros.
