@@ -42,7 +42,8 @@ fn init_tracing(default_level: &str) {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     init_tracing(match cli.command {
-        Command::Start(_) => "info",
+        // openraft logs every election step at info; keep node logs about Meridian itself.
+        Command::Start(_) => "info,openraft=warn",
         _ => "warn",
     });
     let runtime = match tokio::runtime::Builder::new_multi_thread()

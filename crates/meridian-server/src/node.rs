@@ -212,7 +212,7 @@ impl Node {
                 puts.push((Bytes::from(key), Bytes::from(desc.to_string())));
             }
         }
-        let mut delay = Duration::from_millis(100);
+        let mut delay = Duration::from_millis(20);
         loop {
             let cmd = Command::Write {
                 ts: self.clock.now().0,
@@ -227,7 +227,8 @@ impl Node {
                 Err(e) => tracing::debug!(error = %e, "node registration not done yet; retrying"),
             }
             tokio::time::sleep(delay).await;
-            delay = (delay * 2).min(Duration::from_secs(2));
+            // Kept short: clients cannot route to this node until it is registered.
+            delay = (delay * 2).min(Duration::from_millis(200));
         }
     }
 
