@@ -24,12 +24,8 @@ pub const MAX_PROPERTIES_FILE_BYTES: u64 = 1024 * 1024;
 /// Errors reading or interpreting properties.
 #[derive(Debug, thiserror::Error)]
 pub enum PropertiesError {
-    #[error("cannot read properties file {path}: {source}")]
-    Io {
-        path: String,
-        #[source]
-        source: std::io::Error,
-    },
+    #[error("cannot read properties file {path}: {error}")]
+    Io { path: String, error: std::io::Error },
     #[error("properties file {path} is {size_bytes} bytes, over the limit of {MAX_PROPERTIES_FILE_BYTES}")]
     TooLarge { path: String, size_bytes: u64 },
     #[error("bad \\u escape in line {line}")]
@@ -66,9 +62,9 @@ impl Properties {
     /// Reads and merges a properties file into `self`.
     pub fn merge_file(&mut self, path: &Path) -> Result<(), PropertiesError> {
         let display = path.display().to_string();
-        let metadata = std::fs::metadata(path).map_err(|source| PropertiesError::Io {
+        let metadata = std::fs::metadata(path).map_err(|error| PropertiesError::Io {
             path: display.clone(),
-            source,
+            error,
         })?;
         if metadata.len() > MAX_PROPERTIES_FILE_BYTES {
             return Err(PropertiesError::TooLarge {
@@ -76,9 +72,9 @@ impl Properties {
                 size_bytes: metadata.len(),
             });
         }
-        let text = std::fs::read_to_string(path).map_err(|source| PropertiesError::Io {
+        let text = std::fs::read_to_string(path).map_err(|error| PropertiesError::Io {
             path: display,
-            source,
+            error,
         })?;
         self.merge_text(&text)
     }

@@ -31,12 +31,11 @@ pub async fn open(_options: &DriverOptions) -> Result<Arc<dyn Db>, DbError> {
     ))
 }
 
-#[cfg(test)]
+#[cfg(all(test, not(feature = "meridian")))]
 mod tests {
     use super::*;
 
     /// Without the feature, opening the driver is a clear error, not a panic.
-    #[cfg(not(feature = "meridian"))]
     #[tokio::test]
     async fn reports_not_built_in() {
         let options = DriverOptions {

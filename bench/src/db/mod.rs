@@ -42,13 +42,21 @@ pub enum DbError {
     Timeout { timeout_ms: u64 },
     /// A stored value is not a valid record.
     #[error("stored record is malformed: {0}")]
-    Record(#[from] RecordError),
+    Record(RecordError),
     /// A conditional update lost to concurrent writers too many times.
     #[error("update of {key} lost {attempts} compare-and-swap races")]
     Contended { key: String, attempts: u32 },
     /// The backend failed.
     #[error("{0}")]
     Backend(String),
+}
+
+// Not `#[from]`: that would also make the record error the `source`, and error chains printed
+// with `{:#}` would repeat it.
+impl From<RecordError> for DbError {
+    fn from(error: RecordError) -> Self {
+        DbError::Record(error)
+    }
 }
 
 impl DbError {
