@@ -7,7 +7,8 @@
 //!
 //! # Layouts
 //! ```text
-//! Cf::Data        shard u64 BE ‖ encode_bytes(user_key) ‖ !ts u64 BE     (versions newest first)
+//! Cf::Data        shard u64 BE ‖ encode_bytes(user_key) ‖ 0x00×8          (latest-version slot)
+//!                 shard u64 BE ‖ encode_bytes(user_key) ‖ !ts u64 BE     (versions newest first)
 //! Cf::RaftLog     shard u64 BE ‖ index u64 BE
 //! Cf::RaftMeta    shard u64 BE ‖ MetaKind u8
 //!                 0xFF×8 ‖ name                                        (node-wide reserved keys)
@@ -23,8 +24,25 @@
 //!
 //! # MVCC versions
 //! The timestamp is stored inverted (`!ts`) so that, for one user key, newer versions sort
-//! first. "The newest version at or below `read_ts`" is then the first key at or after
+//! first. "The newest version at or below `read_ts`" is then the first *version* at or after
 //! `data_key(shard, key, read_ts)` that still has the key's prefix ([`data_key_seek`]).
+//!
+//! # Latest-version slot
+//! `Timestamp::MAX` is not a version timestamp: `data_key(shard, key, Timestamp::MAX)`
+//! ([`data_slot_key`], suffix `!u64::MAX` = eight `0x00` bytes) is the key's *slot*, whose
+//! value names the newest version's timestamp (see `mvcc`). It is an exact key a point get or
+//! a MultiGet can find without knowing any timestamp, and it sorts *before* every version of
+//! its key, inside [`data_key_versions_range`]:
+//!
+//! ```text
+//!   s ‖ enc("k") ‖ 00 00 00 00 00 00 00 00   slot  → ts 30
+//!   s ‖ enc("k") ‖ !30                        version
+//!   s ‖ enc("k") ‖ !10                        version
+//!   s ‖ enc("k\0") ‖ 00×8                     next user key's slot
+//! ```
+//!
+//! A seek from `data_key(shard, key, read_ts)` with `read_ts < Timestamp::MAX` starts after
+//! the slot; scans over a key's range meet it and must skip it ([`is_slot_ts`]).
 //!
 //! # Reserved keys
 //! Shard id `u64::MAX` is reserved (see [`MAX_SHARD_ID`]), so keys starting with `0xFF×8`
@@ -151,7 +169,25 @@ pub fn data_key(shard: ShardId, user_key: &[u8], ts: Timestamp) -> Vec<u8> {
     k
 }
 
-/// Decodes a [`data_key`] into `(shard, user_key, ts)`.
+/// The timestamp of [`data_slot_key`]s. No version may carry it.
+pub const SLOT_TS: Timestamp = Timestamp::MAX;
+
+/// Newest timestamp a version may carry (`Timestamp::MAX - 1`): `Timestamp::MAX` is the slot.
+pub const MAX_VERSION_TS: Timestamp = Timestamp(u64::MAX - 1);
+
+/// `shard ‖ encode_bytes(user_key) ‖ 0x00×8`: the key's latest-version slot, i.e.
+/// `data_key(shard, user_key, SLOT_TS)`. Sorts before every version of `user_key`.
+pub fn data_slot_key(shard: ShardId, user_key: &[u8]) -> Vec<u8> {
+    data_key(shard, user_key, SLOT_TS)
+}
+
+/// Whether a data key's timestamp (from [`split_data_key`] or [`decode_data_key`]) marks the
+/// latest-version slot rather than a version.
+pub fn is_slot_ts(ts: Timestamp) -> bool {
+    ts == SLOT_TS
+}
+
+/// Decodes a [`data_key`] into `(shard, user_key, ts)`. A slot decodes with `ts = SLOT_TS`.
 pub fn decode_data_key(k: &[u8]) -> Result<(ShardId, Vec<u8>, Timestamp)> {
     let (shard, rest) = decode_shard(k, "data key")?;
     let (user_key, rest) = decode_bytes(rest)?;
@@ -202,9 +238,9 @@ pub fn data_key_seek(shard: ShardId, user_key: &[u8]) -> Vec<u8> {
     k
 }
 
-/// `[start, end)` holding exactly the versions of `user_key`. The end replaces the final
-/// terminator byte `0x00` with `0x01`: no valid encoding continues `… 0x00 0x01`, so nothing
-/// but this key's versions lies in between.
+/// `[start, end)` holding exactly `user_key`'s slot (first) and versions. The end replaces
+/// the final terminator byte `0x00` with `0x01`: no valid encoding continues `… 0x00 0x01`,
+/// so nothing but this key's slot and versions lies in between.
 pub fn data_key_versions_range(shard: ShardId, user_key: &[u8]) -> (Vec<u8>, Vec<u8>) {
     let start = data_key_seek(shard, user_key);
     let mut end = start.clone();
@@ -357,6 +393,28 @@ mod tests {
         assert!(decode_raft_meta_key(&[0; 10]).is_err());
         assert!(decode_raft_meta_key(&[0, 0, 0, 0, 0, 0, 0, 1, 99]).is_err());
         assert!(decode_raft_meta_key(FORMAT_VERSION_KEY).is_err());
+    }
+
+    /// A slot sorts before every version of its key, after every entry of smaller keys, and
+    /// lies inside the key's versions range.
+    #[test]
+    fn slot_key_sorts_first_among_its_versions() {
+        let s = ShardId(4);
+        let slot = data_slot_key(s, b"a");
+        assert_eq!(slot, data_key(s, b"a", SLOT_TS));
+        assert!(slot.ends_with(&[0u8; 8]));
+        for ts in [0, 1, 30, MAX_VERSION_TS.0] {
+            assert!(slot < data_key(s, b"a", Timestamp(ts)));
+            assert!(data_key(s, b"", Timestamp(ts)) < slot);
+            assert!(data_key(s, b"a", Timestamp(ts)) < data_slot_key(s, b"a\0"));
+        }
+        let (vs, ve) = data_key_versions_range(s, b"a");
+        assert!(vs <= slot && slot < ve);
+        let (_, ts) = split_data_key(&slot).unwrap();
+        assert!(is_slot_ts(ts));
+        assert!(!is_slot_ts(MAX_VERSION_TS));
+        // A seek at any real read timestamp starts after the slot.
+        assert!(slot < data_key(s, b"a", MAX_VERSION_TS));
     }
 
     #[test]
