@@ -9,7 +9,7 @@
 //! ```text
 //!   raft log store ──┐                 ┌── Cf::RaftLog     shard ‖ index
 //!   state machine ───┼── Engine ──────►├── Cf::RaftMeta    shard ‖ kind, reserved keys
-//!   mvcc / txn ──────┘   (this trait)  ├── Cf::Data        shard ‖ key ‖ !ts
+//!   mvcc / txn ──────┘   (this trait)  ├── Cf::Data        shard ‖ key ‖ !ts (+ slot)
 //!                                      ├── Cf::Intents     shard ‖ key
 //!                                      └── Cf::TxnRecords  shard ‖ txn id
 //! ```
@@ -51,7 +51,7 @@ pub enum Cf {
     /// Raft hard state, applied state, membership, snapshot meta: [`keys::raft_meta_key`],
     /// plus node-wide reserved keys (format version, cluster id).
     RaftMeta,
-    /// MVCC versions: [`keys::data_key`].
+    /// MVCC versions ([`keys::data_key`]) and latest-version slots ([`keys::data_slot_key`]).
     Data,
     /// Provisional transaction writes (intents).
     Intents,
@@ -201,7 +201,8 @@ pub trait Engine: Send + Sync + 'static {
 
     /// Values for `keys`, in the same order as `keys`. Uses RocksDB's batched MultiGet;
     /// callers should pass keys sorted ascending (the engine detects it and tells RocksDB,
-    /// which then skips its own sort). Unsorted input and duplicates are allowed.
+    /// which then skips its own sort). Unsorted input and duplicates are allowed. MVCC point
+    /// reads and BatchGet are served by this (exact slot and version keys, see `mvcc`).
     fn multi_get(&self, cf: Cf, keys: &[&[u8]]) -> Result<Vec<Option<Vec<u8>>>>;
 
     /// Key-ordered iteration over `[start, end)` (`end = None`: to the end of the family),
@@ -230,7 +231,8 @@ pub trait Engine: Send + Sync + 'static {
         -> Result<()>;
 
     /// For each `(start, end)` range, the first entry of `cf` in `[start, end)`, or `None`.
-    /// MVCC point reads use this (one seek per key); RocksDB reuses one iterator for all.
+    /// MVCC batched reads use this (one seek per key) only for keys written after the read
+    /// timestamp; RocksDB reuses one iterator for all.
     fn seek_first_many(&self, cf: Cf, ranges: &[(&[u8], &[u8])]) -> Result<Vec<Option<KvPair>>> {
         ranges
             .iter()

@@ -1,46 +1,78 @@
 //! Multi-version reads and writes over an [`Engine`]'s `Cf::Data`, at HLC timestamps.
 //!
 //! Every write creates a new *version* of a user key at a timestamp; nothing is overwritten
-//! in place. A read at `read_ts` sees, per key, the newest version with `ts <= read_ts`; if
-//! that version is a tombstone the key does not exist at `read_ts`.
+//! in place except the key's *latest-version slot*. A read at `read_ts` sees, per key, the
+//! newest version with `ts <= read_ts`; if that version is a tombstone the key does not exist
+//! at `read_ts`.
 //!
 //! ```text
-//!  Cf::Data, one user key "k" (versions newest first thanks to !ts):
+//!  Cf::Data, one user key "k" (slot first, then versions newest first thanks to !ts):
 //!
-//!    s ‖ enc("k") ‖ !30  → Put("c")        read at 35 → "c"@30
-//!    s ‖ enc("k") ‖ !20  → Tombstone       read at 25 → none
-//!    s ‖ enc("k") ‖ !10  → Put("a")        read at 15 → "a"@10,  read at 5 → none
+//!    s ‖ enc("k") ‖ 0x00×8 → Slot(30)      newest version's ts, found by exact key
+//!    s ‖ enc("k") ‖ !30    → Put("c")      read at 35 → "c"@30
+//!    s ‖ enc("k") ‖ !20    → Tombstone     read at 25 → none
+//!    s ‖ enc("k") ‖ !10    → Put("a")      read at 15 → "a"@10,  read at 5 → none
 //! ```
 //!
 //! # Value encoding
-//! The first byte of a version's value is a tag: `1` = Put (the value bytes follow),
-//! `2` = Tombstone (nothing follows). Anything else is `Error::Corrupt`.
+//! The first byte of a `Cf::Data` value is a tag: `1` = Put (the value bytes follow),
+//! `2` = Tombstone (nothing follows), `3` = Slot (the newest version's timestamp follows as a
+//! `u64` BE, 9 bytes in all; only ever stored under a slot key). Anything else, or a slot
+//! value where a version is expected (and vice versa), is `Error::Corrupt`.
+//!
+//! # The latest-version slot
+//! RocksDB's MultiGet needs *exact* keys, but a version's key contains its timestamp, which a
+//! reader does not know. So every [`put`] and [`delete`] also overwrites, in the same
+//! `WriteBatch`, the key's slot ([`keys::data_slot_key`], i.e. `data_key(shard, key,
+//! Timestamp::MAX)`) with the timestamp it wrote. A reader point-gets the slot, then
+//! point-gets the exact version it names: two exact-key lookups instead of an iterator seek,
+//! and MultiGet batches them across keys.
+//!
+//! Preconditions of the writers (they are what makes the slot right):
+//! - **Per shard, writes are applied in non-decreasing timestamp order.** The slot holds the
+//!   timestamp of the *last write applied*, which is the newest version only because the Raft
+//!   state machine assigns strictly increasing per-shard timestamps (each above the shard's
+//!   version floor). A write below the slot's timestamp would leave the slot pointing at it and
+//!   hide the newer version from reads at or above it.
+//! - **Version timestamps are below `Timestamp::MAX`** (at most [`keys::MAX_VERSION_TS`]):
+//!   `Timestamp::MAX` is the slot's key. Asserted (in release builds too: a version at `MAX`
+//!   would silently overwrite the slot).
 //!
 //! # Reads
-//! - **Point read** ([`get`]): seek to `data_key(shard, key, read_ts)`; the first entry at or
-//!   after it, if it is still a version of `key`, is the answer (a bounded seek: the upper
-//!   bound is the end of the key's versions).
-//! - **Batched read** ([`multi_get`]): RocksDB's MultiGet needs *exact* keys, but a versioned
-//!   read does not know the timestamp of the version it wants, so MultiGet cannot serve it.
-//!   Instead the keys are sorted and each does one bounded seek, all on one reused iterator
-//!   ([`Engine::seek_first_many`]), which keeps the access pattern sequential. A "latest
-//!   version" index (a column family `key → newest ts`) would make reads at `Timestamp::MAX`
-//!   exact-key lookups that MultiGet could batch; it is not built yet.
-//! - **Scan** ([`scan`]): one iterator over the user-key range; per key, the newest visible
-//!   version. Forward iteration meets a key's newest version first and skips the rest.
-//!   Reverse iteration meets the *oldest* version first, so it keeps the latest candidate with
-//!   `ts <= read_ts` and emits it when the user key changes.
+//! - **Point read** ([`get`]): point-get the slot. No slot: the key was never written (every
+//!   version is written in one atomic batch with its slot, and snapshots carry the whole data
+//!   range), so `None`. Slot ts `<= read_ts`: point-get the exact version `data_key(shard, key,
+//!   slot_ts)`, which is the answer (a tombstone reads as `None`); a missing version is
+//!   `Error::Corrupt`. Slot ts `> read_ts` (a read in the past of a key written since): fall
+//!   back to a bounded seek from `data_key(shard, key, read_ts)`, which starts after the slot
+//!   because the slot sorts first.
+//! - **Batched read** ([`multi_get`]): the keys are sorted (slot keys and version keys then
+//!   come out sorted too, since the encoding preserves order), then **one**
+//!   [`Engine::multi_get`] fetches all slots and **one** more fetches the exact versions of the
+//!   keys whose slot is at or below `read_ts`. Only keys written after `read_ts` fall back to a
+//!   seek, all on one reused iterator ([`Engine::seek_first_many`]). A read at "now" of keys
+//!   not written in the meantime never creates an iterator.
+//! - **Scan** ([`scan`]): one iterator over the user-key range; slots are skipped; per key,
+//!   the newest visible version. Forward iteration meets a key's newest version first and
+//!   skips the rest. Reverse iteration meets the *oldest* version first, so it keeps the latest
+//!   candidate with `ts <= read_ts` and emits it when the user key changes.
 //!
 //! # Invariants
+//! - Every user key with at least one version has exactly one slot, naming its newest
+//!   version's timestamp; no slot exists without versions.
 //! - Writers never create two versions of a key at one timestamp with different values (the
-//!   state machine enforces this; a second write at the same timestamp replaces the first).
-//! - Reads never see versions above `read_ts`.
+//!   state machine enforces this; a second write at the same timestamp replaces the first,
+//!   and the slot names that timestamp either way).
+//! - Reads never see versions above `read_ts`, and never return a slot as a row.
 //!
 //! # Not done yet
-//! - No garbage collection of versions below a GC threshold.
+//! - No garbage collection of versions below a GC threshold (it must never remove the
+//!   version a slot names).
 //! - Intents are not consulted here; the transaction layer checks them around these reads.
 //! - Scans skip invisible versions one by one (no re-seek past a key's remaining versions),
 //!   so keys with very many versions make scans slower.
+//! - Writes out of timestamp order (e.g. importing history) are not supported: they would
+//!   need a read of the current slot before overwriting it.
 
 use crate::engine::{Cf, Engine, KvIter, KvPair, WriteBatch};
 use crate::error::{Error, Result};
@@ -52,6 +84,9 @@ pub type Versioned = (Timestamp, Vec<u8>);
 
 const TAG_PUT: u8 = 1;
 const TAG_TOMBSTONE: u8 = 2;
+const TAG_SLOT: u8 = 3;
+/// A slot value: `TAG_SLOT ‖ newest ts u64 BE`.
+const SLOT_VALUE_BYTES: usize = 9;
 
 /// The value of one version.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -76,6 +111,10 @@ impl VersionValue {
                 "version value",
                 format!("tombstone with {} trailing bytes", rest.len()),
             )),
+            Some((&TAG_SLOT, _)) => Err(Error::corrupt(
+                "version value",
+                "latest-version slot value under a version key",
+            )),
             Some((tag, _)) => Err(Error::corrupt(
                 "version value",
                 format!("unknown tag {tag}"),
@@ -92,42 +131,135 @@ fn encode_put(value: &[u8]) -> Vec<u8> {
     raw
 }
 
-/// Adds a version of `key` holding `value` at `ts` to `batch`.
-pub fn put(batch: &mut WriteBatch, shard: ShardId, key: &[u8], ts: Timestamp, value: &[u8]) {
-    batch.put(Cf::Data, keys::data_key(shard, key, ts), encode_put(value));
+/// The value of a latest-version slot naming `newest`.
+fn encode_slot(newest: Timestamp) -> Vec<u8> {
+    let mut raw = Vec::with_capacity(SLOT_VALUE_BYTES);
+    raw.push(TAG_SLOT);
+    raw.extend_from_slice(&newest.0.to_be_bytes());
+    raw
 }
 
-/// Adds a tombstone version of `key` at `ts` to `batch`.
-pub fn delete(batch: &mut WriteBatch, shard: ShardId, key: &[u8], ts: Timestamp) {
-    batch.put(
-        Cf::Data,
-        keys::data_key(shard, key, ts),
-        VersionValue::Tombstone.encode(),
+/// Decodes a latest-version slot value into the newest version's timestamp.
+pub fn decode_slot(raw: &[u8]) -> Result<Timestamp> {
+    match raw.split_first() {
+        Some((&TAG_SLOT, ts)) => {
+            let ts: [u8; 8] = ts.try_into().map_err(|_| {
+                Error::corrupt(
+                    "latest-version slot",
+                    format!("{} bytes, want {SLOT_VALUE_BYTES}", raw.len()),
+                )
+            })?;
+            let ts = Timestamp(u64::from_be_bytes(ts));
+            if keys::is_slot_ts(ts) {
+                return Err(Error::corrupt(
+                    "latest-version slot",
+                    "names Timestamp::MAX, which no version may carry",
+                ));
+            }
+            Ok(ts)
+        }
+        Some((tag, _)) => Err(Error::corrupt(
+            "latest-version slot",
+            format!("tag {tag}, want {TAG_SLOT}"),
+        )),
+        None => Err(Error::corrupt("latest-version slot", "empty")),
+    }
+}
+
+/// Adds the version `raw` of `key` at `ts` and points the key's slot at it.
+fn write_version(batch: &mut WriteBatch, shard: ShardId, key: &[u8], ts: Timestamp, raw: Vec<u8>) {
+    assert!(
+        ts <= keys::MAX_VERSION_TS,
+        "version timestamp {} is Timestamp::MAX, reserved for the latest-version slot",
+        ts.0
     );
+    batch.put(Cf::Data, keys::data_key(shard, key, ts), raw);
+    batch.put(Cf::Data, keys::data_slot_key(shard, key), encode_slot(ts));
 }
 
-/// Turns the first entry found at or after `data_key(shard, key, read_ts)` into a read result.
+/// Adds a version of `key` holding `value` at `ts` to `batch`, and overwrites the key's
+/// latest-version slot with `ts` in the same batch.
+///
+/// Preconditions (see the module docs): per shard, writes are applied in non-decreasing
+/// timestamp order, so `ts` is the key's newest version once the batch is applied; and
+/// `ts < Timestamp::MAX` (panics otherwise: `MAX` is the slot's key).
+pub fn put(batch: &mut WriteBatch, shard: ShardId, key: &[u8], ts: Timestamp, value: &[u8]) {
+    write_version(batch, shard, key, ts, encode_put(value));
+}
+
+/// Adds a tombstone version of `key` at `ts` to `batch`, and overwrites the key's
+/// latest-version slot with `ts` in the same batch. Same preconditions as [`put`].
+pub fn delete(batch: &mut WriteBatch, shard: ShardId, key: &[u8], ts: Timestamp) {
+    write_version(batch, shard, key, ts, VersionValue::Tombstone.encode());
+}
+
+/// Turns the first entry found by a seek from `data_key(shard, key, read_ts)` into a read
+/// result.
 fn visible(found: Option<KvPair>) -> Result<Option<Versioned>> {
     let Some((k, v)) = found else {
         return Ok(None);
     };
     let (_, ts) = keys::split_data_key(&k)?;
-    match VersionValue::decode(&v)? {
+    if keys::is_slot_ts(ts) {
+        // Seeks start at a real read timestamp, which sorts after the slot.
+        return Err(Error::corrupt(
+            "data key",
+            "seek for a version landed on a latest-version slot",
+        ));
+    }
+    visible_at(ts, &v)
+}
+
+/// The read result of version `raw` at `ts`: tombstones read as `None`.
+fn visible_at(ts: Timestamp, raw: &[u8]) -> Result<Option<Versioned>> {
+    match VersionValue::decode(raw)? {
         VersionValue::Put(value) => Ok(Some((ts, value))),
         VersionValue::Tombstone => Ok(None),
     }
 }
 
+/// The result of the exact-key read of the version a slot names. The version must exist: it
+/// was written in the same batch as the slot.
+fn named_version(newest: Timestamp, found: Option<Vec<u8>>) -> Result<Option<Versioned>> {
+    match found {
+        Some(raw) => visible_at(newest, &raw),
+        None => Err(Error::corrupt(
+            "latest-version slot",
+            format!("names version ts {} that does not exist", newest.0),
+        )),
+    }
+}
+
+/// `[start, end)` of a bounded seek for the newest version of `key` at or below `read_ts`.
+/// `read_ts` is clamped to [`keys::MAX_VERSION_TS`] (no version is newer) so the seek never
+/// starts at the slot.
+fn seek_bounds(shard: ShardId, key: &[u8], read_ts: Timestamp) -> KvPair {
+    let start = keys::data_key(shard, key, read_ts.min(keys::MAX_VERSION_TS));
+    let (_, end) = keys::data_key_versions_range(shard, key);
+    (start, end)
+}
+
 /// The newest version of `key` with `ts <= read_ts`, as `(ts, value)`; `None` if there is
 /// none or it is a tombstone.
+///
+/// Reads the key's slot with a point get; when the newest version is visible at `read_ts`
+/// (the common case) it is read by exact key too, and only a read below the newest version
+/// seeks. See the module docs.
 pub fn get(
     engine: &dyn Engine,
     shard: ShardId,
     key: &[u8],
     read_ts: Timestamp,
 ) -> Result<Option<Versioned>> {
-    let start = keys::data_key(shard, key, read_ts);
-    let (_, end) = keys::data_key_versions_range(shard, key);
+    let Some(slot) = engine.get(Cf::Data, &keys::data_slot_key(shard, key))? else {
+        return Ok(None);
+    };
+    let newest = decode_slot(&slot)?;
+    if newest <= read_ts {
+        let found = engine.get(Cf::Data, &keys::data_key(shard, key, newest))?;
+        return named_version(newest, found);
+    }
+    let (start, end) = seek_bounds(shard, key, read_ts);
     let first = engine
         .scan(Cf::Data, &start, Some(&end), false)
         .next()
@@ -135,36 +267,87 @@ pub fn get(
     visible(first)
 }
 
+fn check_len(what: &'static str, got: usize, want: usize) -> Result<()> {
+    if got == want {
+        Ok(())
+    } else {
+        Err(Error::corrupt(
+            what,
+            format!("{got} results for {want} keys"),
+        ))
+    }
+}
+
+fn as_slices(owned: &[Vec<u8>]) -> Vec<&[u8]> {
+    owned.iter().map(Vec::as_slice).collect()
+}
+
 /// [`get`] for many keys; results in the order of `keys`. Duplicates are allowed.
+///
+/// At most two [`Engine::multi_get`] calls (the slots, then the exact versions they name),
+/// each over keys sorted ascending, plus one [`Engine::seek_first_many`] for the keys whose
+/// newest version is above `read_ts` (none when `read_ts` is at or above every key's newest
+/// version).
 pub fn multi_get(
     engine: &dyn Engine,
     shard: ShardId,
     keys: &[&[u8]],
     read_ts: Timestamp,
 ) -> Result<Vec<Option<Versioned>>> {
+    let mut out = vec![None; keys.len()];
+    if keys.is_empty() {
+        return Ok(out);
+    }
+    // Sorting the user keys sorts the slot keys and the version keys too: the encoding
+    // preserves order and distinct user keys differ before the timestamp suffix.
     let mut order: Vec<usize> = (0..keys.len()).collect();
     order.sort_by(|&a, &b| keys[a].cmp(keys[b]));
-    let bounds: Vec<KvPair> = order
+
+    let slot_keys: Vec<Vec<u8>> = order
         .iter()
-        .map(|&i| {
-            let (_, end) = keys::data_key_versions_range(shard, keys[i]);
-            (keys::data_key(shard, keys[i], read_ts), end)
-        })
+        .map(|&i| keys::data_slot_key(shard, keys[i]))
         .collect();
-    let ranges: Vec<(&[u8], &[u8])> = bounds
-        .iter()
-        .map(|(s, e)| (s.as_slice(), e.as_slice()))
-        .collect();
-    let found = engine.seek_first_many(Cf::Data, &ranges)?;
-    if found.len() != keys.len() {
-        return Err(Error::corrupt(
-            "seek_first_many result",
-            format!("{} results for {} ranges", found.len(), keys.len()),
-        ));
+    let slots = engine.multi_get(Cf::Data, &as_slices(&slot_keys))?;
+    check_len("multi_get result", slots.len(), slot_keys.len())?;
+
+    // Keys whose newest version is visible: read it by exact key. The rest: seek.
+    let mut exact: Vec<(usize, Timestamp)> = Vec::new();
+    let mut exact_keys: Vec<Vec<u8>> = Vec::new();
+    let mut past: Vec<usize> = Vec::new();
+    let mut past_bounds: Vec<KvPair> = Vec::new();
+    for (&i, slot) in order.iter().zip(slots) {
+        let Some(slot) = slot else {
+            continue; // never written: stays None
+        };
+        let newest = decode_slot(&slot)?;
+        if newest <= read_ts {
+            exact.push((i, newest));
+            exact_keys.push(keys::data_key(shard, keys[i], newest));
+        } else {
+            past.push(i);
+            past_bounds.push(seek_bounds(shard, keys[i], read_ts));
+        }
     }
-    let mut out = vec![None; keys.len()];
-    for (&i, entry) in order.iter().zip(found) {
-        out[i] = visible(entry)?;
+
+    if !exact_keys.is_empty() {
+        debug_assert!(exact_keys.windows(2).all(|w| w[0] <= w[1]));
+        let found = engine.multi_get(Cf::Data, &as_slices(&exact_keys))?;
+        check_len("multi_get result", found.len(), exact_keys.len())?;
+        for ((i, newest), raw) in exact.into_iter().zip(found) {
+            out[i] = named_version(newest, raw)?;
+        }
+    }
+
+    if !past_bounds.is_empty() {
+        let ranges: Vec<(&[u8], &[u8])> = past_bounds
+            .iter()
+            .map(|(s, e)| (s.as_slice(), e.as_slice()))
+            .collect();
+        let found = engine.seek_first_many(Cf::Data, &ranges)?;
+        check_len("seek_first_many result", found.len(), ranges.len())?;
+        for (i, entry) in past.into_iter().zip(found) {
+            out[i] = visible(entry)?;
+        }
     }
     Ok(out)
 }
@@ -227,7 +410,9 @@ fn scan_forward(iter: RawIter<'_>, read_ts: Timestamp, limit: usize) -> Result<S
     for item in iter {
         let (k, v) = item?;
         let (prefix, ts) = keys::split_data_key(&k)?;
-        if done_prefix.as_deref() == Some(prefix) || ts > read_ts {
+        // The slot sorts first in its key's group; `ts > read_ts` alone would not skip it at
+        // `read_ts = Timestamp::MAX`.
+        if keys::is_slot_ts(ts) || done_prefix.as_deref() == Some(prefix) || ts > read_ts {
             continue;
         }
         // First version of this key at or below read_ts: the visible one.
@@ -253,6 +438,10 @@ fn scan_reverse(iter: RawIter<'_>, read_ts: Timestamp, limit: usize) -> Result<S
     for item in iter {
         let (k, v) = item?;
         let (prefix, ts) = keys::split_data_key(&k)?;
+        if keys::is_slot_ts(ts) {
+            // Arrives last in its key's group (it sorts first); never a row.
+            continue;
+        }
         if group.as_deref() != Some(prefix) {
             if let Some(prev) = group.take() {
                 if !finish_group(&prev, candidate.take(), &mut page, limit)? {
@@ -294,26 +483,24 @@ fn finish_group(
 }
 
 /// The timestamp of `key`'s newest version (tombstones included), or `None` if it has none.
+/// One point get of the key's latest-version slot.
 pub fn latest_version_ts(
     engine: &dyn Engine,
     shard: ShardId,
     key: &[u8],
 ) -> Result<Option<Timestamp>> {
-    let (start, end) = keys::data_key_versions_range(shard, key);
-    match engine
-        .scan(Cf::Data, &start, Some(&end), false)
-        .next()
-        .transpose()?
-    {
-        Some((k, _)) => Ok(Some(keys::split_data_key(&k)?.1)),
-        None => Ok(None),
-    }
+    engine
+        .get(Cf::Data, &keys::data_slot_key(shard, key))?
+        .map(|raw| decode_slot(&raw))
+        .transpose()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::MemoryEngine;
+    use std::path::Path;
+    use std::sync::atomic::{AtomicUsize, Ordering};
 
     #[test]
     fn version_value_round_trips_and_rejects_garbage() {
@@ -325,8 +512,26 @@ mod tests {
             assert_eq!(VersionValue::decode(&v.encode()).unwrap(), v);
         }
         assert!(VersionValue::decode(&[]).is_err());
-        assert!(VersionValue::decode(&[3, 1]).is_err());
+        assert!(VersionValue::decode(&[4, 1]).is_err());
         assert!(VersionValue::decode(&[TAG_TOMBSTONE, 0]).is_err());
+        // A slot value is never mistaken for a version.
+        assert!(VersionValue::decode(&encode_slot(Timestamp(7))).is_err());
+    }
+
+    /// Slot values round-trip and are told apart from versions, wrong lengths and MAX.
+    #[test]
+    fn slot_value_round_trips_and_rejects_garbage() {
+        for ts in [0, 1, 30, keys::MAX_VERSION_TS.0] {
+            let raw = encode_slot(Timestamp(ts));
+            assert_eq!(raw.len(), SLOT_VALUE_BYTES);
+            assert_eq!(decode_slot(&raw).unwrap(), Timestamp(ts));
+        }
+        assert!(decode_slot(&[]).is_err());
+        assert!(decode_slot(&[TAG_SLOT, 0, 0]).is_err());
+        assert!(decode_slot(&[TAG_SLOT; 10]).is_err());
+        assert!(decode_slot(&encode_slot(Timestamp::MAX)).is_err());
+        assert!(decode_slot(&VersionValue::Put(vec![0; 8]).encode()).is_err());
+        assert!(decode_slot(&VersionValue::Tombstone.encode()).is_err());
     }
 
     #[test]
@@ -351,5 +556,200 @@ mod tests {
         assert_eq!(latest_version_ts(&e, s, b"k").unwrap(), Some(Timestamp(30)));
         assert_eq!(latest_version_ts(&e, s, b"k2").unwrap(), None);
         assert_eq!(get(&e, ShardId(2), b"k", Timestamp::MAX).unwrap(), None);
+        // The slot is stored as the doc diagram shows: first in the key's range, naming 30.
+        let (start, end) = keys::data_key_versions_range(s, b"k");
+        let (first_key, first_value) = e
+            .scan(Cf::Data, &start, Some(&end), false)
+            .next()
+            .unwrap()
+            .unwrap();
+        assert_eq!(first_key, keys::data_slot_key(s, b"k"));
+        assert_eq!(decode_slot(&first_value).unwrap(), Timestamp(30));
+    }
+
+    /// Scans at `Timestamp::MAX` (where `ts > read_ts` skips nothing) never return slots.
+    #[test]
+    fn scans_at_max_skip_slots() {
+        let e = MemoryEngine::new();
+        let s = ShardId(1);
+        let mut b = WriteBatch::new();
+        put(&mut b, s, b"a", Timestamp(1), b"1");
+        put(&mut b, s, b"b", Timestamp(2), b"2");
+        delete(&mut b, s, b"b", Timestamp(3));
+        put(&mut b, s, b"c", Timestamp(4), b"3");
+        e.write(b, false).unwrap();
+        for reverse in [false, true] {
+            let page = scan(&e, s, b"", None, Timestamp::MAX, 10, reverse).unwrap();
+            let mut want = vec![
+                (b"a".to_vec(), Timestamp(1), b"1".to_vec()),
+                (b"c".to_vec(), Timestamp(4), b"3".to_vec()),
+            ];
+            if reverse {
+                want.reverse();
+            }
+            assert_eq!(page.rows, want, "reverse={reverse}");
+        }
+    }
+
+    /// A version at `Timestamp::MAX` would overwrite the slot, so it is refused.
+    #[test]
+    #[should_panic(expected = "reserved for the latest-version slot")]
+    fn put_at_max_panics() {
+        let mut b = WriteBatch::new();
+        put(&mut b, ShardId(1), b"k", Timestamp::MAX, b"v");
+    }
+
+    /// A slot naming a version that is not there is reported as corruption, not `None`.
+    #[test]
+    fn slot_without_its_version_is_corrupt() {
+        let e = MemoryEngine::new();
+        let s = ShardId(1);
+        let mut b = WriteBatch::new();
+        b.put(
+            Cf::Data,
+            keys::data_slot_key(s, b"k"),
+            encode_slot(Timestamp(5)),
+        );
+        e.write(b, false).unwrap();
+        assert!(matches!(
+            get(&e, s, b"k", Timestamp(9)),
+            Err(Error::Corrupt { .. })
+        ));
+        assert!(matches!(
+            multi_get(&e, s, &[b"k"], Timestamp(9)),
+            Err(Error::Corrupt { .. })
+        ));
+    }
+
+    /// Counts the engine calls MVCC reads make; delegates everything to a MemoryEngine.
+    #[derive(Default)]
+    struct CountingEngine {
+        inner: MemoryEngine,
+        gets: AtomicUsize,
+        multi_gets: AtomicUsize,
+        multi_get_keys: AtomicUsize,
+        scans: AtomicUsize,
+        seek_ranges: AtomicUsize,
+        seek_calls: AtomicUsize,
+    }
+
+    impl CountingEngine {
+        /// `(gets, multi_gets, multi_get_keys, scans, seek_calls, seek_ranges)` since the
+        /// last call, then resets.
+        fn take(&self) -> [usize; 6] {
+            [
+                &self.gets,
+                &self.multi_gets,
+                &self.multi_get_keys,
+                &self.scans,
+                &self.seek_calls,
+                &self.seek_ranges,
+            ]
+            .map(|c| c.swap(0, Ordering::Relaxed))
+        }
+    }
+
+    impl Engine for CountingEngine {
+        fn get(&self, cf: Cf, key: &[u8]) -> Result<Option<Vec<u8>>> {
+            self.gets.fetch_add(1, Ordering::Relaxed);
+            self.inner.get(cf, key)
+        }
+        fn multi_get(&self, cf: Cf, keys: &[&[u8]]) -> Result<Vec<Option<Vec<u8>>>> {
+            assert!(
+                keys.windows(2).all(|w| w[0] <= w[1]),
+                "mvcc passes MultiGet keys sorted"
+            );
+            self.multi_gets.fetch_add(1, Ordering::Relaxed);
+            self.multi_get_keys.fetch_add(keys.len(), Ordering::Relaxed);
+            self.inner.multi_get(cf, keys)
+        }
+        fn scan<'a>(
+            &'a self,
+            cf: Cf,
+            start: &[u8],
+            end: Option<&[u8]>,
+            reverse: bool,
+        ) -> KvIter<'a> {
+            self.scans.fetch_add(1, Ordering::Relaxed);
+            self.inner.scan(cf, start, end, reverse)
+        }
+        fn seek_first_many(
+            &self,
+            cf: Cf,
+            ranges: &[(&[u8], &[u8])],
+        ) -> Result<Vec<Option<KvPair>>> {
+            self.seek_calls.fetch_add(1, Ordering::Relaxed);
+            self.seek_ranges.fetch_add(ranges.len(), Ordering::Relaxed);
+            self.inner.seek_first_many(cf, ranges)
+        }
+        fn write(&self, batch: WriteBatch, sync: bool) -> Result<()> {
+            self.inner.write(batch, sync)
+        }
+        fn flush(&self) -> Result<()> {
+            self.inner.flush()
+        }
+        fn export_range_sst(&self, cf: Cf, start: &[u8], end: &[u8], path: &Path) -> Result<u64> {
+            self.inner.export_range_sst(cf, start, end, path)
+        }
+        fn ingest_range_sst(
+            &self,
+            cf: Cf,
+            start: &[u8],
+            end: &[u8],
+            path: Option<&Path>,
+        ) -> Result<()> {
+            self.inner.ingest_range_sst(cf, start, end, path)
+        }
+    }
+
+    /// Reads at or above the newest versions are served by exact-key lookups only: two
+    /// MultiGets (or two point gets) and no iterator; only keys written after `read_ts` seek.
+    #[test]
+    fn reads_at_or_above_newest_use_exact_keys_only() {
+        let e = CountingEngine::default();
+        let s = ShardId(1);
+        let mut b = WriteBatch::new();
+        put(&mut b, s, b"a", Timestamp(10), b"a10");
+        put(&mut b, s, b"b", Timestamp(11), b"b11");
+        put(&mut b, s, b"c", Timestamp(12), b"c12");
+        delete(&mut b, s, b"c", Timestamp(13));
+        put(&mut b, s, b"a", Timestamp(20), b"a20");
+        e.write(b, false).unwrap();
+        let query: [&[u8]; 6] = [b"c", b"missing", b"a", b"b", b"a", b""];
+
+        for read_ts in [Timestamp(20), Timestamp(1_000), Timestamp::MAX] {
+            let got = multi_get(&e, s, &query, read_ts).unwrap();
+            let a = Some((Timestamp(20), b"a20".to_vec()));
+            let b_ = Some((Timestamp(11), b"b11".to_vec()));
+            assert_eq!(got, vec![None, None, a.clone(), b_, a, None]);
+            // 6 slots, then the 4 versions named by the 4 slots found (c's is a tombstone).
+            assert_eq!(e.take(), [0, 2, 10, 0, 0, 0], "multi_get@{read_ts:?}");
+
+            assert_eq!(
+                get(&e, s, b"b", read_ts).unwrap(),
+                Some((Timestamp(11), b"b11".to_vec()))
+            );
+            assert_eq!(e.take(), [2, 0, 0, 0, 0, 0], "get@{read_ts:?}");
+            assert_eq!(get(&e, s, b"missing", read_ts).unwrap(), None);
+            assert_eq!(e.take(), [1, 0, 0, 0, 0, 0], "get missing@{read_ts:?}");
+        }
+
+        // At 15, only "a" (newest 20) was written since: one seek range, for it alone.
+        let got = multi_get(&e, s, &query, Timestamp(15)).unwrap();
+        let a = Some((Timestamp(10), b"a10".to_vec()));
+        let b_ = Some((Timestamp(11), b"b11".to_vec()));
+        assert_eq!(got, vec![None, None, a.clone(), b_, a, None]);
+        assert_eq!(e.take(), [0, 2, 8, 0, 1, 2]);
+        assert_eq!(
+            get(&e, s, b"a", Timestamp(15)).unwrap(),
+            Some((Timestamp(10), b"a10".to_vec()))
+        );
+        assert_eq!(e.take(), [1, 0, 0, 1, 0, 0]);
+
+        // Nothing to read: no engine call at all.
+        assert_eq!(multi_get(&e, s, &[], Timestamp::MAX).unwrap(), vec![]);
+        assert_eq!(e.take(), [0; 6]);
+        assert_eq!(latest_version_ts(&e, s, b"a").unwrap(), Some(Timestamp(20)));
+        assert_eq!(e.take(), [1, 0, 0, 0, 0, 0]);
     }
 }

@@ -12,17 +12,23 @@
 //! - **Level compaction** with `max_background_jobs = 2` (this is a 2-core class machine),
 //!   LZ4 everywhere, one LRU block cache shared by all families.
 //! - **Bloom filters** (10 bits/key, full filters) on `data`, `intents` and `txn_records`.
-//!   They speed up exact-key lookups (MultiGet on intents and records, misses). MVCC reads
-//!   *seek* to `key ‖ !read_ts` and so do not consult whole-key filters; a prefix extractor
-//!   over `shard ‖ encode_bytes(key)` would, see "not done yet".
+//!   They speed up exact-key lookups: MVCC point reads and BatchGet get the key's
+//!   latest-version slot and then the exact version it names (see `mvcc`), so a miss costs a
+//!   filter probe, not a seek. Only reads below a key's newest version still *seek* to
+//!   `key ‖ !read_ts`, which whole-key filters cannot serve; a prefix extractor over
+//!   `shard ‖ encode_bytes(key)` would, see "not done yet".
+//! - **MultiGet** ([`Engine::multi_get`]) is RocksDB's batched MultiGet. It checks whether the
+//!   keys are sorted and, if so, passes `sorted_input = true` so RocksDB skips its own sort;
+//!   MVCC always passes them sorted.
 //! - **Format marker**: `open` writes (fresh dir) or checks (existing dir)
 //!   [`STORAGE_FORMAT_VERSION`] under [`keys::FORMAT_VERSION_KEY`]. A directory with another
 //!   version, or with data but no marker, is refused with [`Error::Incompatible`]: the node
 //!   must be re-seeded rather than misread old bytes.
 //!
 //! # Not done yet
-//! - No prefix extractor / prefix bloom for MVCC seeks (needs a custom `SliceTransform` that
-//!   finds the end of the escaped user key).
+//! - No prefix extractor / prefix bloom for the MVCC seeks that remain (reads below a key's
+//!   newest version, scans); it needs a custom `SliceTransform` that finds the end of the
+//!   escaped user key.
 //! - No checkpoints (`rocksdb::checkpoint`) for whole-node seeding; shard snapshots use
 //!   `export_range_sst`.
 //! - No periodic manual compaction, rate limiter or statistics export.
@@ -39,7 +45,11 @@ use std::path::{Path, PathBuf};
 
 /// The on-disk format this build reads and writes. Bump it when any key layout, value
 /// encoding or column family changes meaning.
-pub const STORAGE_FORMAT_VERSION: u32 = 1;
+///
+/// History: 1 = versions only; 2 = every data key also has a latest-version slot
+/// (`keys::data_slot_key`, value tag 3) written with each version. A version-1 dir has no
+/// slots, so reads on it would miss every key: it is refused, not misread.
+pub const STORAGE_FORMAT_VERSION: u32 = 2;
 
 /// Bloom filter bits per key on the point-lookup families.
 const BLOOM_BITS_PER_KEY: f64 = 10.0;
@@ -214,6 +224,9 @@ impl Engine for RocksEngine {
 
     fn multi_get(&self, cf: Cf, keys: &[&[u8]]) -> Result<Vec<Option<Vec<u8>>>> {
         let h = self.handle(cf)?;
+        // RocksDB only asserts sortedness in debug builds and otherwise trusts the flag, so
+        // it must be exact: non-decreasing bytewise order (the default comparator; equal keys
+        // are fine). Callers that sort (mvcc) get RocksDB's sort skipped.
         let sorted = keys.windows(2).all(|w| w[0] <= w[1]);
         self.db
             .batched_multi_get_cf_opt(h, keys.iter().copied(), sorted, &self.read_opts)

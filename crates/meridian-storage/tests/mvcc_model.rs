@@ -1,12 +1,17 @@
 //! MVCC visibility against a simple model, on both engines.
 //!
-//! Random histories of puts and deletes (timestamps in any order, repeats allowed) on a few
-//! adversarial keys; then every read API at many read timestamps is compared with a
-//! `BTreeMap<key, BTreeMap<ts, Option<value>>>` model, including paged forward and reverse
-//! scans stitched together through `resume_key`.
+//! Random histories of puts and deletes on a few adversarial keys, applied in non-decreasing
+//! timestamp order (the writers' precondition: the Raft state machine assigns increasing
+//! per-shard timestamps; repeats of one timestamp are allowed and the last write wins), with
+//! timestamps up to the largest a version may carry (`Timestamp::MAX - 1`). Then every read
+//! API at read timestamps below, between, at and above the versions (including
+//! `Timestamp::MAX`, the slot's own timestamp) is compared with a
+//! `BTreeMap<key, BTreeMap<ts, Option<value>>>` model: `get` and `multi_get` (exact-key slot
+//! path and seek fallback), `latest_version_ts`, and paged forward and reverse scans stitched
+//! together through `resume_key`, which must never surface a latest-version slot as a row.
 
 use meridian_storage::mvcc::{self, ScanPage};
-use meridian_storage::{Engine, EngineOptions, MemoryEngine, RocksEngine, WriteBatch};
+use meridian_storage::{keys, Cf, Engine, EngineOptions, MemoryEngine, RocksEngine, WriteBatch};
 use meridian_types::{ShardId, Timestamp};
 use proptest::prelude::*;
 use std::collections::BTreeMap;
@@ -26,10 +31,13 @@ struct Op {
     value: Option<u8>,
 }
 
+/// The largest timestamp a version may carry.
+const TS_TOP: u64 = u64::MAX - 1;
+
 fn op() -> impl Strategy<Value = Op> {
     (
         0..KEYS.len(),
-        1u64..12,
+        prop_oneof![12 => 1u64..12, 1 => Just(TS_TOP)],
         proptest::option::weighted(0.75, any::<u8>()),
     )
         .prop_map(|(key, ts, value)| Op { key, ts, value })
@@ -84,6 +92,10 @@ fn paged_scan(
 }
 
 fn check_history(e: &dyn Engine, shard: ShardId, ops: &[Op], limit: usize, bounds: (usize, usize)) {
+    // Writers apply versions in non-decreasing timestamp order; a stable sort keeps the order
+    // of same-timestamp writes, so the later one wins in the engine and in the model alike.
+    let mut ops = ops.to_vec();
+    ops.sort_by_key(|op| op.ts);
     let mut model = Model::new();
     for chunk in ops.chunks(3) {
         let mut batch = WriteBatch::new();
@@ -104,7 +116,7 @@ fn check_history(e: &dyn Engine, shard: ShardId, ops: &[Op], limit: usize, bound
     let (lo, hi) = (bounds.0.min(bounds.1), bounds.0.max(bounds.1));
     let start = KEYS[lo];
     let end = if hi == lo { None } else { Some(KEYS[hi]) };
-    let read_tss = (0..14u64).chain([u64::MAX]);
+    let read_tss = (0..14u64).chain([TS_TOP - 1, TS_TOP, u64::MAX]);
     for read_ts in read_tss {
         let rts = Timestamp(read_ts);
         for key in KEYS {
@@ -114,18 +126,22 @@ fn check_history(e: &dyn Engine, shard: ShardId, ops: &[Op], limit: usize, bound
                 "get {key:?}@{read_ts}"
             );
         }
+        // Unsorted, with duplicates, and (below) every subset shape from one key to all.
         let query: Vec<&[u8]> = KEYS
             .iter()
             .rev()
             .chain(KEYS.iter().take(2))
             .copied()
             .collect();
-        let expect: Vec<_> = query.iter().map(|k| visible(&model, k, read_ts)).collect();
-        assert_eq!(
-            mvcc::multi_get(e, shard, &query, rts).unwrap(),
-            expect,
-            "multi_get@{read_ts}"
-        );
+        for len in [1, 3, query.len()] {
+            let query = &query[query.len() - len..];
+            let expect: Vec<_> = query.iter().map(|k| visible(&model, k, read_ts)).collect();
+            assert_eq!(
+                mvcc::multi_get(e, shard, query, rts).unwrap(),
+                expect,
+                "multi_get {query:?}@{read_ts}"
+            );
+        }
         for reverse in [false, true] {
             let want = model_scan(&model, start, end, read_ts, reverse);
             let got = paged_scan(e, shard, start, end, rts, limit, reverse);
@@ -141,6 +157,24 @@ fn check_history(e: &dyn Engine, shard: ShardId, ops: &[Op], limit: usize, bound
             .and_then(|vs| vs.keys().next_back().copied())
             .map(Timestamp);
         assert_eq!(mvcc::latest_version_ts(e, shard, key).unwrap(), want);
+    }
+    // Raw layout: each written key has exactly one slot, first in its range, plus one entry
+    // per distinct version timestamp; nothing else is in the shard.
+    let (start, end) = keys::shard_data_range(shard);
+    let raw: Vec<Vec<u8>> = e
+        .scan(Cf::Data, &start, Some(&end), false)
+        .map(|r| r.unwrap().0)
+        .collect();
+    let slots = raw
+        .iter()
+        .filter(|k| keys::is_slot_ts(keys::split_data_key(k).unwrap().1))
+        .count();
+    let versions: usize = model.values().map(BTreeMap::len).sum();
+    assert_eq!((slots, raw.len() - slots), (model.len(), versions));
+    for key in model.keys() {
+        let (vs, ve) = keys::data_key_versions_range(shard, key);
+        let first = raw.iter().find(|k| **k >= vs && **k < ve).unwrap();
+        assert_eq!(*first, keys::data_slot_key(shard, key));
     }
 }
 
