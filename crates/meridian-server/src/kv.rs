@@ -170,9 +170,12 @@ impl Kv for KvService {
         check_key(&req.key, "key")?;
         let (desc, replica) = self.node.route(&req.key)?;
         let shard = desc.id;
+        let t0 = std::time::Instant::now();
         let read_ts = self.linearize(shard, &replica, req.consistency).await?;
+        let t1 = t0.elapsed();
         let key = req.key.clone();
         let found = self.read(move |e| mvcc::get(e, shard, &key, read_ts)).await?;
+        tracing::debug!(linearize_us = t1.as_micros() as u64, total_us = t0.elapsed().as_micros() as u64, "get timing");
         Ok(Response::new(match found {
             Some((ts, value)) => GetResponse {
                 found: true,

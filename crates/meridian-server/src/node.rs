@@ -86,6 +86,11 @@ fn raft_config(cfg: &NodeConfig) -> openraft::Config {
         election_timeout_min: r.election_timeout_min_ms,
         election_timeout_max: r.election_timeout_max_ms,
         enable_pre_vote: Some(true),
+        // Replicate new entries to followers while the leader's own fsync is in flight: a
+        // commit then costs max(leader fsync, follower fsync + RTT), not their sum.
+        broadcast_submitted_on_append: Some(true),
+        // Under load, replication acks prove liveness; skip the redundant heartbeats.
+        heartbeat_min_interval: Some(r.heartbeat_interval_ms),
         snapshot_policy: openraft::SnapshotPolicy::LogsSinceLast(r.snapshot_every_entries),
         max_in_snapshot_log_to_keep: r.logs_to_keep_after_snapshot,
         install_snapshot_timeout: r.rpc_timeout_ms.max(10_000),
