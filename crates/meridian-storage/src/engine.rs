@@ -202,7 +202,7 @@ pub trait Engine: Send + Sync + 'static {
     /// Values for `keys`, in the same order as `keys`. Uses RocksDB's batched MultiGet;
     /// callers should pass keys sorted ascending (the engine detects it and tells RocksDB,
     /// which then skips its own sort). Unsorted input and duplicates are allowed. MVCC point
-    /// reads and BatchGet are served by this (exact slot and version keys, see `mvcc`).
+    /// reads and BatchGet are served by this (exact latest-version slot keys, see `mvcc`).
     fn multi_get(&self, cf: Cf, keys: &[&[u8]]) -> Result<Vec<Option<Vec<u8>>>>;
 
     /// Key-ordered iteration over `[start, end)` (`end = None`: to the end of the family),

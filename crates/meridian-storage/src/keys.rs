@@ -7,7 +7,8 @@
 //!
 //! # Layouts
 //! ```text
-//! Cf::Data        shard u64 BE ‖ encode_bytes(user_key) ‖ 0x00×8          (latest-version slot)
+//! Cf::Data        shard u64 BE ‖ encode_bytes(user_key) ‖ 0x00×8    (latest-version slot:
+//!                                                           newest ts + copy of its value)
 //!                 shard u64 BE ‖ encode_bytes(user_key) ‖ !ts u64 BE     (versions newest first)
 //! Cf::RaftLog     shard u64 BE ‖ index u64 BE
 //! Cf::RaftMeta    shard u64 BE ‖ MetaKind u8
@@ -30,14 +31,15 @@
 //! # Latest-version slot
 //! `Timestamp::MAX` is not a version timestamp: `data_key(shard, key, Timestamp::MAX)`
 //! ([`data_slot_key`], suffix `!u64::MAX` = eight `0x00` bytes) is the key's *slot*, whose
-//! value names the newest version's timestamp (see `mvcc`). It is an exact key a point get or
-//! a MultiGet can find without knowing any timestamp, and it sorts *before* every version of
-//! its key, inside [`data_key_versions_range`]:
+//! value holds the newest version's timestamp and a copy of that version's value (see
+//! `mvcc`). It is an exact key a point get or a MultiGet can find without knowing any
+//! timestamp, so a read at or above the newest version is one lookup; and it sorts *before*
+//! every version of its key, inside [`data_key_versions_range`]:
 //!
 //! ```text
-//!   s ‖ enc("k") ‖ 00 00 00 00 00 00 00 00   slot  → ts 30
-//!   s ‖ enc("k") ‖ !30                        version
-//!   s ‖ enc("k") ‖ !10                        version
+//!   s ‖ enc("k") ‖ 00 00 00 00 00 00 00 00   slot  → ts 30 + Put("c")  (copy of !30's value)
+//!   s ‖ enc("k") ‖ !30                        version → Put("c")
+//!   s ‖ enc("k") ‖ !10                        version → Put("a")
 //!   s ‖ enc("k\0") ‖ 00×8                     next user key's slot
 //! ```
 //!

@@ -8,8 +8,9 @@
 //! - [`memory`]: [`MemoryEngine`], a `BTreeMap` per column family for tests and simulation.
 //! - [`keys`]: order-preserving key layouts (data versions and latest-version slots, Raft
 //!   log, Raft metadata, intents).
-//! - [`mvcc`]: versioned puts, deletes, point reads (exact-key gets and MultiGet through each
-//!   key's latest-version slot) and paged scans at an HLC read timestamp.
+//! - [`mvcc`]: versioned puts, deletes, point reads (exact-key gets and MultiGet of each
+//!   key's latest-version slot, which holds the newest value) and paged scans at an HLC read
+//!   timestamp.
 //! - `conformance` (feature `testing`): the suite every engine must pass.
 //!
 //! The crate is synchronous on purpose: every call may block on disk. Async callers run it on

@@ -8,32 +8,53 @@
 //! ```text
 //!  Cf::Data, one user key "k" (slot first, then versions newest first thanks to !ts):
 //!
-//!    s ‖ enc("k") ‖ 0x00×8 → Slot(30)      newest version's ts, found by exact key
-//!    s ‖ enc("k") ‖ !30    → Put("c")      read at 35 → "c"@30
+//!    s ‖ enc("k") ‖ 0x00×8 → Latest(30, Put("c"))  copy of the newest version, by exact key
+//!    s ‖ enc("k") ‖ !30    → Put("c")      read at 35 → "c"@30 (answered by the slot alone)
 //!    s ‖ enc("k") ‖ !20    → Tombstone     read at 25 → none
 //!    s ‖ enc("k") ‖ !10    → Put("a")      read at 15 → "a"@10,  read at 5 → none
 //! ```
 //!
 //! # Value encoding
-//! The first byte of a `Cf::Data` value is a tag: `1` = Put (the value bytes follow),
-//! `2` = Tombstone (nothing follows), `3` = Slot (the newest version's timestamp follows as a
-//! `u64` BE, 9 bytes in all; only ever stored under a slot key). Anything else, or a slot
-//! value where a version is expected (and vice versa), is `Error::Corrupt`.
+//! The first byte of a `Cf::Data` value is a tag:
+//! - `1` = Put, the value bytes follow;
+//! - `2` = Tombstone, nothing follows;
+//! - `4` = Latest, only ever under a slot key: the newest version's timestamp as a `u64` BE,
+//!   then that version's own encoding (`1 ‖ value` or `2`), so at least 10 bytes.
+//!
+//! Tag `3` was the format-2 slot (timestamp only, no value); format 3 never writes or accepts
+//! it, and `RocksEngine::open` refuses format-2 directories. Anything else, or a slot value
+//! where a version is expected (and vice versa), is `Error::Corrupt`.
 //!
 //! # The latest-version slot
 //! RocksDB's MultiGet needs *exact* keys, but a version's key contains its timestamp, which a
 //! reader does not know. So every [`put`] and [`delete`] also overwrites, in the same
 //! `WriteBatch`, the key's slot ([`keys::data_slot_key`], i.e. `data_key(shard, key,
-//! Timestamp::MAX)`) with the timestamp it wrote. A reader point-gets the slot, then
-//! point-gets the exact version it names: two exact-key lookups instead of an iterator seek,
-//! and MultiGet batches them across keys.
+//! Timestamp::MAX)`) with the timestamp **and the value** it wrote. A read at or above the
+//! newest version is then one exact-key lookup, the same count as a single-version KV store,
+//! and MultiGet batches it across keys.
+//!
+//! **Every value is written twice**, once in its version and once in the slot, on purpose:
+//! the hot reads (point reads and BatchGet at "now") must be single exact-key lookups that
+//! MultiGet can batch and bloom filters can answer, not iterator seeks nor two dependent
+//! lookups (the Flipkart lesson). The version copy is still needed: it is the history for
+//! reads below the newest version and for scans. The slot copy is overwritten by the next
+//! write to the key and disappears at compaction, so the cost is per write, not per key kept:
+//! - WAL and memtable bytes per write about double (key + value twice, plus 9 bytes);
+//! - flush and compaction rewrite the live slot copies, about one extra value per live key
+//!   at each level it passes through (overwritten slots are dropped when compaction merges
+//!   them);
+//! - space: one extra copy of each key's newest value (a key with one version takes about
+//!   twice its value's bytes; a key with many versions, one value more).
+//!
+//! The previous format (2) stored only the timestamp in the slot and paid a second, dependent
+//! lookup for the value; see "what it costs" for why that was not good enough.
 //!
 //! Preconditions of the writers (they are what makes the slot right):
 //! - **Per shard, writes are applied in non-decreasing timestamp order.** The slot holds the
-//!   timestamp of the *last write applied*, which is the newest version only because the Raft
-//!   state machine assigns strictly increasing per-shard timestamps (each above the shard's
-//!   version floor). A write below the slot's timestamp would leave the slot pointing at it and
-//!   hide the newer version from reads at or above it.
+//!   *last write applied*, which is the newest version only because the Raft state machine
+//!   assigns strictly increasing per-shard timestamps (each above the shard's version floor).
+//!   A write below the slot's timestamp would make the slot claim it is the newest and hide
+//!   the newer version from reads at or above it.
 //! - **Version timestamps are below `Timestamp::MAX`** (at most [`keys::MAX_VERSION_TS`]):
 //!   `Timestamp::MAX` is the slot's key. Asserted (in release builds too: a version at `MAX`
 //!   would silently overwrite the slot).
@@ -41,48 +62,50 @@
 //! # Reads
 //! - **Point read** ([`get`]): point-get the slot. No slot: the key was never written (every
 //!   version is written in one atomic batch with its slot, and snapshots carry the whole data
-//!   range), so `None`. Slot ts `<= read_ts`: point-get the exact version `data_key(shard, key,
-//!   slot_ts)`, which is the answer (a tombstone reads as `None`); a missing version is
-//!   `Error::Corrupt`. Slot ts `> read_ts` (a read in the past of a key written since): fall
-//!   back to a bounded seek from `data_key(shard, key, read_ts)`, which starts after the slot
-//!   because the slot sorts first.
-//! - **Batched read** ([`multi_get`]): the keys are sorted (slot keys and version keys then
-//!   come out sorted too, since the encoding preserves order), then **one**
-//!   [`Engine::multi_get`] fetches all slots and **one** more fetches the exact versions of the
-//!   keys whose slot is at or below `read_ts`. Only keys written after `read_ts` fall back to a
-//!   seek, all on one reused iterator ([`Engine::seek_first_many`]). A read at "now" of keys
-//!   not written in the meantime never creates an iterator.
+//!   range), so `None`. Slot ts `<= read_ts`: the slot's copy is the answer (a tombstone reads
+//!   as `None`); no second lookup. Slot ts `> read_ts` (a read in the past of a key written
+//!   since): fall back to a bounded seek from `data_key(shard, key, read_ts)`, which starts
+//!   after the slot because the slot sorts first.
+//! - **Batched read** ([`multi_get`]): the keys are sorted (the slot keys then come out sorted
+//!   too, since the encoding preserves order), and **one** [`Engine::multi_get`] fetches every
+//!   slot, which answers every key whose newest version is at or below `read_ts`. Only keys
+//!   written after `read_ts` fall back to a seek, all on one reused iterator
+//!   ([`Engine::seek_first_many`]). A read at "now" of keys not written in the meantime is one
+//!   MultiGet and never creates an iterator.
 //! - **Scan** ([`scan`]): one iterator over the user-key range; slots are skipped; per key,
 //!   the newest visible version. Forward iteration meets a key's newest version first and
 //!   skips the rest. Reverse iteration meets the *oldest* version first, so it keeps the latest
-//!   candidate with `ts <= read_ts` and emits it when the user key changes.
+//!   candidate with `ts <= read_ts` and emits it when the user key changes. Scans do not read
+//!   the slots' copies: the iterator has to step over the key's versions anyway (it cannot
+//!   re-seek past them cheaply; see "not done yet"), so answering from the slot would save
+//!   nothing and add a second way to get the same row.
 //!
 //! # What it costs (measured by `examples/read_paths.rs`)
-//! On a 2-core machine, 200k keys × 1 version, everything in the block cache: a miss is one
-//! bloom-filtered get (about 5× faster than a seek); a present key is two exact lookups, which
-//! cost about what one `get` through a fresh iterator did (1.0×) but more than one seek on
-//! the reused iterator `multi_get` used before (about 0.65× its throughput for batches of
-//! 100). A MultiGet lookup itself is about 1.25× a loop of gets. So the slot pays off on
-//! misses, on disk-bound reads (MultiGet batches block reads) and in bloom filters, not on
-//! in-cache hits. Keeping the newest *value* in the slot too would make a read at or above
-//! the newest version one lookup, at the price of writing every value twice; not done.
+//! Format 2 (slot = timestamp only), on a 2-core machine, 200k keys × 1 version, everything in
+//! the block cache: a miss was one bloom-filtered get (about 5× faster than a seek); a hit was
+//! two dependent exact lookups, about what one `get` through a fresh iterator cost (1.0×) and
+//! about 0.65× the throughput of the reused-iterator seeks for batches of 100. Format 3 makes
+//! a hit one lookup.
 //!
 //! # Invariants
-//! - Every user key with at least one version has exactly one slot, naming its newest
-//!   version's timestamp; no slot exists without versions.
+//! - Every user key with at least one version has exactly one slot, holding its newest
+//!   version's timestamp and a byte-identical copy of that version's value; no slot exists
+//!   without versions.
 //! - Writers never create two versions of a key at one timestamp with different values (the
 //!   state machine enforces this; a second write at the same timestamp replaces the first,
-//!   and the slot names that timestamp either way).
+//!   and the slot is replaced by the same batch either way).
 //! - Reads never see versions above `read_ts`, and never return a slot as a row.
 //!
 //! # Not done yet
-//! - No garbage collection of versions below a GC threshold (it must never remove the
-//!   version a slot names).
+//! - No garbage collection of versions below a GC threshold. It must keep the newest version
+//!   (the slot's copy alone is not history: scans read versions).
 //! - Intents are not consulted here; the transaction layer checks them around these reads.
 //! - Scans skip invisible versions one by one (no re-seek past a key's remaining versions),
 //!   so keys with very many versions make scans slower.
 //! - Writes out of timestamp order (e.g. importing history) are not supported: they would
 //!   need a read of the current slot before overwriting it.
+//! - Large values pay the double write in full; a size threshold above which the slot holds
+//!   only the timestamp (two lookups, as in format 2) would bound it.
 
 use crate::engine::{Cf, Engine, KvIter, KvPair, WriteBatch};
 use crate::error::{Error, Result};
@@ -94,9 +117,11 @@ pub type Versioned = (Timestamp, Vec<u8>);
 
 const TAG_PUT: u8 = 1;
 const TAG_TOMBSTONE: u8 = 2;
-const TAG_SLOT: u8 = 3;
-/// A slot value: `TAG_SLOT ‖ newest ts u64 BE`.
-const SLOT_VALUE_BYTES: usize = 9;
+/// The format-2 slot tag (timestamp only). Never written; rejected with a clear message.
+const TAG_SLOT_V2: u8 = 3;
+const TAG_LATEST: u8 = 4;
+/// `TAG_LATEST ‖ ts u64 BE`, before the version's own encoding.
+const SLOT_HEADER_BYTES: usize = 9;
 
 /// The value of one version.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -114,23 +139,32 @@ impl VersionValue {
     }
 
     pub fn decode(raw: &[u8]) -> Result<VersionValue> {
-        match raw.split_first() {
-            Some((&TAG_PUT, value)) => Ok(VersionValue::Put(value.to_vec())),
-            Some((&TAG_TOMBSTONE, [])) => Ok(VersionValue::Tombstone),
-            Some((&TAG_TOMBSTONE, rest)) => Err(Error::corrupt(
-                "version value",
-                format!("tombstone with {} trailing bytes", rest.len()),
-            )),
-            Some((&TAG_SLOT, _)) => Err(Error::corrupt(
-                "version value",
-                "latest-version slot value under a version key",
-            )),
-            Some((tag, _)) => Err(Error::corrupt(
-                "version value",
-                format!("unknown tag {tag}"),
-            )),
-            None => Err(Error::corrupt("version value", "empty")),
-        }
+        Ok(match decode_version_ref(raw)? {
+            Some(value) => VersionValue::Put(value.to_vec()),
+            None => VersionValue::Tombstone,
+        })
+    }
+}
+
+/// Decodes a version's encoding without copying: `Some(value)` for a Put, `None` for a
+/// tombstone.
+fn decode_version_ref(raw: &[u8]) -> Result<Option<&[u8]>> {
+    match raw.split_first() {
+        Some((&TAG_PUT, value)) => Ok(Some(value)),
+        Some((&TAG_TOMBSTONE, [])) => Ok(None),
+        Some((&TAG_TOMBSTONE, rest)) => Err(Error::corrupt(
+            "version value",
+            format!("tombstone with {} trailing bytes", rest.len()),
+        )),
+        Some((&TAG_LATEST | &TAG_SLOT_V2, _)) => Err(Error::corrupt(
+            "version value",
+            "latest-version slot value under a version key",
+        )),
+        Some((tag, _)) => Err(Error::corrupt(
+            "version value",
+            format!("unknown tag {tag}"),
+        )),
+        None => Err(Error::corrupt("version value", "empty")),
     }
 }
 
@@ -141,54 +175,80 @@ fn encode_put(value: &[u8]) -> Vec<u8> {
     raw
 }
 
-/// The value of a latest-version slot naming `newest`.
-fn encode_slot(newest: Timestamp) -> Vec<u8> {
-    let mut raw = Vec::with_capacity(SLOT_VALUE_BYTES);
-    raw.push(TAG_SLOT);
+/// The value of a latest-version slot: `newest` and a copy of that version's encoding.
+fn encode_slot(newest: Timestamp, version: &[u8]) -> Vec<u8> {
+    let mut raw = Vec::with_capacity(SLOT_HEADER_BYTES + version.len());
+    raw.push(TAG_LATEST);
     raw.extend_from_slice(&newest.0.to_be_bytes());
+    raw.extend_from_slice(version);
     raw
 }
 
-/// Decodes a latest-version slot value into the newest version's timestamp.
-pub fn decode_slot(raw: &[u8]) -> Result<Timestamp> {
+/// Splits a latest-version slot value into the newest version's timestamp and its encoding
+/// (checked: a Put or a tombstone), without copying the value.
+fn split_slot(raw: &[u8]) -> Result<(Timestamp, Option<&[u8]>)> {
+    const WHAT: &str = "latest-version slot";
     match raw.split_first() {
-        Some((&TAG_SLOT, ts)) => {
-            let ts: [u8; 8] = ts.try_into().map_err(|_| {
-                Error::corrupt(
-                    "latest-version slot",
-                    format!("{} bytes, want {SLOT_VALUE_BYTES}", raw.len()),
-                )
-            })?;
-            let ts = Timestamp(u64::from_be_bytes(ts));
+        Some((&TAG_LATEST, rest)) => {
+            if rest.len() < SLOT_HEADER_BYTES {
+                return Err(Error::corrupt(
+                    WHAT,
+                    format!(
+                        "{} bytes, want at least {}",
+                        raw.len(),
+                        SLOT_HEADER_BYTES + 1
+                    ),
+                ));
+            }
+            let (ts, version) = rest.split_at(8);
+            let mut be = [0u8; 8];
+            be.copy_from_slice(ts);
+            let ts = Timestamp(u64::from_be_bytes(be));
             if keys::is_slot_ts(ts) {
                 return Err(Error::corrupt(
-                    "latest-version slot",
+                    WHAT,
                     "names Timestamp::MAX, which no version may carry",
                 ));
             }
-            Ok(ts)
+            Ok((ts, decode_version_ref(version)?))
         }
-        Some((tag, _)) => Err(Error::corrupt(
-            "latest-version slot",
-            format!("tag {tag}, want {TAG_SLOT}"),
+        Some((&TAG_SLOT_V2, _)) => Err(Error::corrupt(
+            WHAT,
+            "tag 3 is the format-2 slot (timestamp only); this build reads format 3",
         )),
-        None => Err(Error::corrupt("latest-version slot", "empty")),
+        Some((tag, _)) => Err(Error::corrupt(
+            WHAT,
+            format!("tag {tag}, want {TAG_LATEST}"),
+        )),
+        None => Err(Error::corrupt(WHAT, "empty")),
     }
 }
 
-/// Adds the version `raw` of `key` at `ts` and points the key's slot at it.
+/// Decodes a latest-version slot value into the newest version's timestamp and value.
+pub fn decode_slot(raw: &[u8]) -> Result<(Timestamp, VersionValue)> {
+    let (ts, value) = split_slot(raw)?;
+    let value = match value {
+        Some(v) => VersionValue::Put(v.to_vec()),
+        None => VersionValue::Tombstone,
+    };
+    Ok((ts, value))
+}
+
+/// Adds the version `raw` of `key` at `ts` and overwrites the key's slot with a copy of it.
 fn write_version(batch: &mut WriteBatch, shard: ShardId, key: &[u8], ts: Timestamp, raw: Vec<u8>) {
     assert!(
         ts <= keys::MAX_VERSION_TS,
         "version timestamp {} is Timestamp::MAX, reserved for the latest-version slot",
         ts.0
     );
+    let slot = encode_slot(ts, &raw);
     batch.put(Cf::Data, keys::data_key(shard, key, ts), raw);
-    batch.put(Cf::Data, keys::data_slot_key(shard, key), encode_slot(ts));
+    batch.put(Cf::Data, keys::data_slot_key(shard, key), slot);
 }
 
 /// Adds a version of `key` holding `value` at `ts` to `batch`, and overwrites the key's
-/// latest-version slot with `ts` in the same batch.
+/// latest-version slot with `ts` and a copy of `value` in the same batch (so `value` is
+/// written twice; see the module docs).
 ///
 /// Preconditions (see the module docs): per shard, writes are applied in non-decreasing
 /// timestamp order, so `ts` is the key's newest version once the batch is applied; and
@@ -198,7 +258,8 @@ pub fn put(batch: &mut WriteBatch, shard: ShardId, key: &[u8], ts: Timestamp, va
 }
 
 /// Adds a tombstone version of `key` at `ts` to `batch`, and overwrites the key's
-/// latest-version slot with `ts` in the same batch. Same preconditions as [`put`].
+/// latest-version slot with `ts` and a tombstone in the same batch. Same preconditions as
+/// [`put`].
 pub fn delete(batch: &mut WriteBatch, shard: ShardId, key: &[u8], ts: Timestamp) {
     write_version(batch, shard, key, ts, VersionValue::Tombstone.encode());
 }
@@ -222,22 +283,7 @@ fn visible(found: Option<KvPair>) -> Result<Option<Versioned>> {
 
 /// The read result of version `raw` at `ts`: tombstones read as `None`.
 fn visible_at(ts: Timestamp, raw: &[u8]) -> Result<Option<Versioned>> {
-    match VersionValue::decode(raw)? {
-        VersionValue::Put(value) => Ok(Some((ts, value))),
-        VersionValue::Tombstone => Ok(None),
-    }
-}
-
-/// The result of the exact-key read of the version a slot names. The version must exist: it
-/// was written in the same batch as the slot.
-fn named_version(newest: Timestamp, found: Option<Vec<u8>>) -> Result<Option<Versioned>> {
-    match found {
-        Some(raw) => visible_at(newest, &raw),
-        None => Err(Error::corrupt(
-            "latest-version slot",
-            format!("names version ts {} that does not exist", newest.0),
-        )),
-    }
+    Ok(decode_version_ref(raw)?.map(|v| (ts, v.to_vec())))
 }
 
 /// `[start, end)` of a bounded seek for the newest version of `key` at or below `read_ts`.
@@ -252,9 +298,9 @@ fn seek_bounds(shard: ShardId, key: &[u8], read_ts: Timestamp) -> KvPair {
 /// The newest version of `key` with `ts <= read_ts`, as `(ts, value)`; `None` if there is
 /// none or it is a tombstone.
 ///
-/// Reads the key's slot with a point get; when the newest version is visible at `read_ts`
-/// (the common case) it is read by exact key too, and only a read below the newest version
-/// seeks. See the module docs.
+/// One point get of the key's slot, which answers directly when the newest version is
+/// visible at `read_ts` (the common case); only a read below the newest version also seeks.
+/// See the module docs.
 pub fn get(
     engine: &dyn Engine,
     shard: ShardId,
@@ -264,10 +310,9 @@ pub fn get(
     let Some(slot) = engine.get(Cf::Data, &keys::data_slot_key(shard, key))? else {
         return Ok(None);
     };
-    let newest = decode_slot(&slot)?;
+    let (newest, value) = split_slot(&slot)?;
     if newest <= read_ts {
-        let found = engine.get(Cf::Data, &keys::data_key(shard, key, newest))?;
-        return named_version(newest, found);
+        return Ok(value.map(|v| (newest, v.to_vec())));
     }
     let (start, end) = seek_bounds(shard, key, read_ts);
     let first = engine
@@ -288,16 +333,11 @@ fn check_len(what: &'static str, got: usize, want: usize) -> Result<()> {
     }
 }
 
-fn as_slices(owned: &[Vec<u8>]) -> Vec<&[u8]> {
-    owned.iter().map(Vec::as_slice).collect()
-}
-
 /// [`get`] for many keys; results in the order of `keys`. Duplicates are allowed.
 ///
-/// At most two [`Engine::multi_get`] calls (the slots, then the exact versions they name),
-/// each over keys sorted ascending, plus one [`Engine::seek_first_many`] for the keys whose
-/// newest version is above `read_ts` (none when `read_ts` is at or above every key's newest
-/// version).
+/// One [`Engine::multi_get`] of the keys' slots (sorted ascending), which answers every key
+/// whose newest version is at or below `read_ts`, plus one [`Engine::seek_first_many`] for
+/// the others (none when `read_ts` is at or above every key's newest version).
 pub fn multi_get(
     engine: &dyn Engine,
     shard: ShardId,
@@ -308,8 +348,8 @@ pub fn multi_get(
     if keys.is_empty() {
         return Ok(out);
     }
-    // Sorting the user keys sorts the slot keys and the version keys too: the encoding
-    // preserves order and distinct user keys differ before the timestamp suffix.
+    // Sorting the user keys sorts the slot keys too: the encoding preserves order and
+    // distinct user keys differ before the timestamp suffix.
     let mut order: Vec<usize> = (0..keys.len()).collect();
     order.sort_by(|&a, &b| keys[a].cmp(keys[b]));
 
@@ -317,34 +357,23 @@ pub fn multi_get(
         .iter()
         .map(|&i| keys::data_slot_key(shard, keys[i]))
         .collect();
-    let slots = engine.multi_get(Cf::Data, &as_slices(&slot_keys))?;
+    let slot_refs: Vec<&[u8]> = slot_keys.iter().map(Vec::as_slice).collect();
+    let slots = engine.multi_get(Cf::Data, &slot_refs)?;
     check_len("multi_get result", slots.len(), slot_keys.len())?;
 
-    // Keys whose newest version is visible: read it by exact key. The rest: seek.
-    let mut exact: Vec<(usize, Timestamp)> = Vec::new();
-    let mut exact_keys: Vec<Vec<u8>> = Vec::new();
+    // Keys whose newest version is visible: answered by the slot. The rest: seek.
     let mut past: Vec<usize> = Vec::new();
     let mut past_bounds: Vec<KvPair> = Vec::new();
     for (&i, slot) in order.iter().zip(slots) {
         let Some(slot) = slot else {
             continue; // never written: stays None
         };
-        let newest = decode_slot(&slot)?;
+        let (newest, value) = split_slot(&slot)?;
         if newest <= read_ts {
-            exact.push((i, newest));
-            exact_keys.push(keys::data_key(shard, keys[i], newest));
+            out[i] = value.map(|v| (newest, v.to_vec()));
         } else {
             past.push(i);
             past_bounds.push(seek_bounds(shard, keys[i], read_ts));
-        }
-    }
-
-    if !exact_keys.is_empty() {
-        debug_assert!(exact_keys.windows(2).all(|w| w[0] <= w[1]));
-        let found = engine.multi_get(Cf::Data, &as_slices(&exact_keys))?;
-        check_len("multi_get result", found.len(), exact_keys.len())?;
-        for ((i, newest), raw) in exact.into_iter().zip(found) {
-            out[i] = named_version(newest, raw)?;
         }
     }
 
@@ -493,7 +522,7 @@ fn finish_group(
 }
 
 /// The timestamp of `key`'s newest version (tombstones included), or `None` if it has none.
-/// One point get of the key's latest-version slot.
+/// One point get of the key's latest-version slot (its value copy is checked, not copied).
 pub fn latest_version_ts(
     engine: &dyn Engine,
     shard: ShardId,
@@ -501,7 +530,7 @@ pub fn latest_version_ts(
 ) -> Result<Option<Timestamp>> {
     engine
         .get(Cf::Data, &keys::data_slot_key(shard, key))?
-        .map(|raw| decode_slot(&raw))
+        .map(|raw| split_slot(&raw).map(|(ts, _)| ts))
         .transpose()
 }
 
@@ -522,25 +551,46 @@ mod tests {
             assert_eq!(VersionValue::decode(&v.encode()).unwrap(), v);
         }
         assert!(VersionValue::decode(&[]).is_err());
-        assert!(VersionValue::decode(&[4, 1]).is_err());
+        assert!(VersionValue::decode(&[5, 1]).is_err());
         assert!(VersionValue::decode(&[TAG_TOMBSTONE, 0]).is_err());
-        // A slot value is never mistaken for a version.
-        assert!(VersionValue::decode(&encode_slot(Timestamp(7))).is_err());
+        // A slot value (either format) is never mistaken for a version.
+        let slot = encode_slot(Timestamp(7), &VersionValue::Put(b"x".to_vec()).encode());
+        assert!(VersionValue::decode(&slot).is_err());
+        assert!(VersionValue::decode(&[TAG_SLOT_V2, 0, 0, 0, 0, 0, 0, 0, 7]).is_err());
     }
 
-    /// Slot values round-trip and are told apart from versions, wrong lengths and MAX.
+    /// Slot values round-trip and are told apart from versions, format-2 slots, wrong
+    /// lengths, bad embedded versions and MAX.
     #[test]
     fn slot_value_round_trips_and_rejects_garbage() {
         for ts in [0, 1, 30, keys::MAX_VERSION_TS.0] {
-            let raw = encode_slot(Timestamp(ts));
-            assert_eq!(raw.len(), SLOT_VALUE_BYTES);
-            assert_eq!(decode_slot(&raw).unwrap(), Timestamp(ts));
+            for v in [
+                VersionValue::Put(vec![]),
+                VersionValue::Put(b"value".to_vec()),
+                VersionValue::Put(vec![TAG_LATEST; 9]),
+                VersionValue::Tombstone,
+            ] {
+                let version = v.encode();
+                let raw = encode_slot(Timestamp(ts), &version);
+                assert_eq!(raw.len(), SLOT_HEADER_BYTES + version.len());
+                assert_eq!(decode_slot(&raw).unwrap(), (Timestamp(ts), v));
+            }
         }
+        let put = VersionValue::Put(b"v".to_vec()).encode();
         assert!(decode_slot(&[]).is_err());
-        assert!(decode_slot(&[TAG_SLOT, 0, 0]).is_err());
-        assert!(decode_slot(&[TAG_SLOT; 10]).is_err());
-        assert!(decode_slot(&encode_slot(Timestamp::MAX)).is_err());
-        assert!(decode_slot(&VersionValue::Put(vec![0; 8]).encode()).is_err());
+        assert!(decode_slot(&[TAG_LATEST, 0, 0]).is_err());
+        // Header but no version encoding.
+        assert!(decode_slot(&[TAG_LATEST, 0, 0, 0, 0, 0, 0, 0, 7]).is_err());
+        // The embedded version must itself be valid (and not another slot).
+        assert!(decode_slot(&encode_slot(Timestamp(7), &[TAG_TOMBSTONE, 0])).is_err());
+        assert!(decode_slot(&encode_slot(Timestamp(7), &[9])).is_err());
+        let nested = encode_slot(Timestamp(7), &put);
+        assert!(decode_slot(&encode_slot(Timestamp(7), &nested)).is_err());
+        assert!(decode_slot(&encode_slot(Timestamp::MAX, &put)).is_err());
+        // A format-2 slot (tag 3, timestamp only) is refused with a message saying so.
+        let err = decode_slot(&[TAG_SLOT_V2, 0, 0, 0, 0, 0, 0, 0, 7]).unwrap_err();
+        assert!(err.to_string().contains("format-2"), "{err}");
+        assert!(decode_slot(&put).is_err());
         assert!(decode_slot(&VersionValue::Tombstone.encode()).is_err());
     }
 
@@ -574,7 +624,10 @@ mod tests {
             .unwrap()
             .unwrap();
         assert_eq!(first_key, keys::data_slot_key(s, b"k"));
-        assert_eq!(decode_slot(&first_value).unwrap(), Timestamp(30));
+        assert_eq!(
+            decode_slot(&first_value).unwrap(),
+            (Timestamp(30), VersionValue::Put(b"c".to_vec()))
+        );
     }
 
     /// Scans at `Timestamp::MAX` (where `ts > read_ts` skips nothing) never return slots.
@@ -609,26 +662,41 @@ mod tests {
         put(&mut b, ShardId(1), b"k", Timestamp::MAX, b"v");
     }
 
-    /// A slot naming a version that is not there is reported as corruption, not `None`.
+    /// A bad slot (format-2 tag 3, truncated, bad embedded version) is reported as
+    /// corruption by every reader, at and below its timestamp, never read as `None`.
     #[test]
-    fn slot_without_its_version_is_corrupt() {
-        let e = MemoryEngine::new();
-        let s = ShardId(1);
-        let mut b = WriteBatch::new();
-        b.put(
-            Cf::Data,
-            keys::data_slot_key(s, b"k"),
-            encode_slot(Timestamp(5)),
-        );
-        e.write(b, false).unwrap();
-        assert!(matches!(
-            get(&e, s, b"k", Timestamp(9)),
-            Err(Error::Corrupt { .. })
-        ));
-        assert!(matches!(
-            multi_get(&e, s, &[b"k"], Timestamp(9)),
-            Err(Error::Corrupt { .. })
-        ));
+    fn corrupt_slots_are_corrupt_for_every_reader() {
+        let put = VersionValue::Put(b"v".to_vec()).encode();
+        for bad in [
+            vec![TAG_SLOT_V2, 0, 0, 0, 0, 0, 0, 0, 5],
+            vec![TAG_LATEST, 0, 0, 0, 0, 0, 0, 0, 5],
+            encode_slot(Timestamp(5), &[TAG_TOMBSTONE, 1]),
+            put.clone(),
+        ] {
+            let e = MemoryEngine::new();
+            let s = ShardId(1);
+            let mut b = WriteBatch::new();
+            b.put(Cf::Data, keys::data_key(s, b"k", Timestamp(5)), put.clone());
+            b.put(Cf::Data, keys::data_slot_key(s, b"k"), bad.clone());
+            e.write(b, false).unwrap();
+            for read_ts in [Timestamp(9), Timestamp(1)] {
+                assert!(
+                    matches!(get(&e, s, b"k", read_ts), Err(Error::Corrupt { .. })),
+                    "get {bad:?}@{read_ts:?}"
+                );
+                assert!(
+                    matches!(
+                        multi_get(&e, s, &[b"k"], read_ts),
+                        Err(Error::Corrupt { .. })
+                    ),
+                    "multi_get {bad:?}@{read_ts:?}"
+                );
+            }
+            assert!(matches!(
+                latest_version_ts(&e, s, b"k"),
+                Err(Error::Corrupt { .. })
+            ));
+        }
     }
 
     /// Counts the engine calls MVCC reads make; delegates everything to a MemoryEngine.
@@ -712,10 +780,10 @@ mod tests {
         }
     }
 
-    /// Reads at or above the newest versions are served by exact-key lookups only: two
-    /// MultiGets (or two point gets) and no iterator; only keys written after `read_ts` seek.
+    /// Reads at or above the newest versions are answered by the slots alone: one MultiGet
+    /// (or one point get) and no iterator; only keys written after `read_ts` seek.
     #[test]
-    fn reads_at_or_above_newest_use_exact_keys_only() {
+    fn reads_at_or_above_newest_are_one_lookup() {
         let e = CountingEngine::default();
         let s = ShardId(1);
         let mut b = WriteBatch::new();
@@ -732,14 +800,16 @@ mod tests {
             let a = Some((Timestamp(20), b"a20".to_vec()));
             let b_ = Some((Timestamp(11), b"b11".to_vec()));
             assert_eq!(got, vec![None, None, a.clone(), b_, a, None]);
-            // 6 slots, then the 4 versions named by the 4 slots found (c's is a tombstone).
-            assert_eq!(e.take(), [0, 2, 10, 0, 0, 0], "multi_get@{read_ts:?}");
+            // One MultiGet of the 6 slots answers everything (c's slot holds its tombstone).
+            assert_eq!(e.take(), [0, 1, 6, 0, 0, 0], "multi_get@{read_ts:?}");
 
             assert_eq!(
                 get(&e, s, b"b", read_ts).unwrap(),
                 Some((Timestamp(11), b"b11".to_vec()))
             );
-            assert_eq!(e.take(), [2, 0, 0, 0, 0, 0], "get@{read_ts:?}");
+            assert_eq!(e.take(), [1, 0, 0, 0, 0, 0], "get@{read_ts:?}");
+            assert_eq!(get(&e, s, b"c", read_ts).unwrap(), None);
+            assert_eq!(e.take(), [1, 0, 0, 0, 0, 0], "get tombstone@{read_ts:?}");
             assert_eq!(get(&e, s, b"missing", read_ts).unwrap(), None);
             assert_eq!(e.take(), [1, 0, 0, 0, 0, 0], "get missing@{read_ts:?}");
         }
@@ -749,7 +819,8 @@ mod tests {
         let a = Some((Timestamp(10), b"a10".to_vec()));
         let b_ = Some((Timestamp(11), b"b11".to_vec()));
         assert_eq!(got, vec![None, None, a.clone(), b_, a, None]);
-        assert_eq!(e.take(), [0, 2, 8, 0, 1, 2]);
+        // One MultiGet of the 6 slots, then one seek call with a range per "a" in the query.
+        assert_eq!(e.take(), [0, 1, 6, 0, 1, 2]);
         assert_eq!(
             get(&e, s, b"a", Timestamp(15)).unwrap(),
             Some((Timestamp(10), b"a10".to_vec()))

@@ -13,8 +13,8 @@
 //!   LZ4 everywhere, one LRU block cache shared by all families.
 //! - **Bloom filters** (10 bits/key, full filters) on `data`, `intents` and `txn_records`.
 //!   They speed up exact-key lookups: MVCC point reads and BatchGet get the key's
-//!   latest-version slot and then the exact version it names (see `mvcc`), so a miss costs a
-//!   filter probe, not a seek. Only reads below a key's newest version still *seek* to
+//!   latest-version slot, which holds the newest version's value (see `mvcc`), so a hit is one
+//!   lookup and a miss costs a filter probe, not a seek. Only reads below a key's newest version still *seek* to
 //!   `key ‖ !read_ts`, which whole-key filters cannot serve; a prefix extractor over
 //!   `shard ‖ encode_bytes(key)` would, see "not done yet".
 //! - **MultiGet** ([`Engine::multi_get`]) is RocksDB's batched MultiGet. It checks whether the
@@ -47,9 +47,12 @@ use std::path::{Path, PathBuf};
 /// encoding or column family changes meaning.
 ///
 /// History: 1 = versions only; 2 = every data key also has a latest-version slot
-/// (`keys::data_slot_key`, value tag 3) written with each version. A version-1 dir has no
-/// slots, so reads on it would miss every key: it is refused, not misread.
-pub const STORAGE_FORMAT_VERSION: u32 = 2;
+/// (`keys::data_slot_key`, value tag 3 = the newest version's timestamp) written with each
+/// version; 3 = the slot also holds a copy of the newest version's value (tag 4 ‖ ts ‖
+/// version encoding), so a read at or above it is one lookup. A version-1 dir has no slots,
+/// so reads on it would miss every key; a version-2 dir's slots have no values. Both are
+/// refused, not misread.
+pub const STORAGE_FORMAT_VERSION: u32 = 3;
 
 /// Bloom filter bits per key on the point-lookup families.
 const BLOOM_BITS_PER_KEY: f64 = 10.0;

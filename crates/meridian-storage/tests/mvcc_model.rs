@@ -9,8 +9,9 @@
 //! `BTreeMap<key, BTreeMap<ts, Option<value>>>` model: `get` and `multi_get` (exact-key slot
 //! path and seek fallback), `latest_version_ts`, and paged forward and reverse scans stitched
 //! together through `resume_key`, which must never surface a latest-version slot as a row.
+//! Finally the raw layout: one slot per written key, holding a copy of its newest version.
 
-use meridian_storage::mvcc::{self, ScanPage};
+use meridian_storage::mvcc::{self, ScanPage, VersionValue};
 use meridian_storage::{keys, Cf, Engine, EngineOptions, MemoryEngine, RocksEngine, WriteBatch};
 use meridian_types::{ShardId, Timestamp};
 use proptest::prelude::*;
@@ -158,23 +159,38 @@ fn check_history(e: &dyn Engine, shard: ShardId, ops: &[Op], limit: usize, bound
             .map(Timestamp);
         assert_eq!(mvcc::latest_version_ts(e, shard, key).unwrap(), want);
     }
-    // Raw layout: each written key has exactly one slot, first in its range, plus one entry
-    // per distinct version timestamp; nothing else is in the shard.
+    // Raw layout: each written key has exactly one slot, first in its range, holding its
+    // newest version's timestamp and a byte-identical copy of that version's value, plus one
+    // entry per distinct version timestamp; nothing else is in the shard.
     let (start, end) = keys::shard_data_range(shard);
-    let raw: Vec<Vec<u8>> = e
+    let raw: Vec<(Vec<u8>, Vec<u8>)> = e
         .scan(Cf::Data, &start, Some(&end), false)
-        .map(|r| r.unwrap().0)
+        .map(|r| r.unwrap())
         .collect();
     let slots = raw
         .iter()
-        .filter(|k| keys::is_slot_ts(keys::split_data_key(k).unwrap().1))
+        .filter(|(k, _)| keys::is_slot_ts(keys::split_data_key(k).unwrap().1))
         .count();
     let versions: usize = model.values().map(BTreeMap::len).sum();
     assert_eq!((slots, raw.len() - slots), (model.len(), versions));
-    for key in model.keys() {
+    for (key, history) in &model {
         let (vs, ve) = keys::data_key_versions_range(shard, key);
-        let first = raw.iter().find(|k| **k >= vs && **k < ve).unwrap();
-        assert_eq!(*first, keys::data_slot_key(shard, key));
+        let mut entries = raw.iter().filter(|(k, _)| *k >= vs && *k < ve);
+        let (slot_key, slot_value) = entries.next().unwrap();
+        assert_eq!(*slot_key, keys::data_slot_key(shard, key));
+        let (newest, value) = history.iter().next_back().unwrap();
+        let want = match value {
+            Some(v) => VersionValue::Put(v.clone()),
+            None => VersionValue::Tombstone,
+        };
+        assert_eq!(
+            mvcc::decode_slot(slot_value).unwrap(),
+            (Timestamp(*newest), want.clone())
+        );
+        // Versions follow newest first; the first is the one the slot copies.
+        let (version_key, version_value) = entries.next().unwrap();
+        assert_eq!(*version_key, keys::data_key(shard, key, Timestamp(*newest)));
+        assert_eq!(VersionValue::decode(version_value).unwrap(), want);
     }
 }
 
