@@ -729,7 +729,9 @@ impl Client {
             let target: Target = match target {
                 Ok(target) => target,
                 Err(error) => {
-                    if matches!(route, Route::Shard(_)) {
+                    // A batch group whose shard left the map must regroup; anything else
+                    // (e.g. replicas without a known address yet) is waited out here.
+                    if matches!((route, &error), (Route::Shard(_), Error::WrongShard { .. })) {
                         return Err(error);
                     }
                     last = Some(error);
