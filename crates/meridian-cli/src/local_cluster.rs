@@ -266,7 +266,12 @@ impl LocalCluster {
     }
 
     fn spawn(&self, node_id: u64) -> anyhow::Result<()> {
+        self.spawn_with(node_id, &[])
+    }
+
+    fn spawn_with(&self, node_id: u64, extra_args: &[String]) -> anyhow::Result<()> {
         let spec = self.spec(node_id)?;
+        let args: Vec<String> = spec.args.iter().chain(extra_args).cloned().collect();
         let index = self.index(node_id)?;
         let mut children = self.children();
         if children[index].is_some() {
@@ -277,22 +282,14 @@ impl LocalCluster {
             .append(true)
             .open(&spec.log_path)
             .with_context(|| format!("opening {}", spec.log_path.display()))?;
-        writeln!(
-            log,
-            "=== {} {} ===",
-            self.binary.display(),
-            spec.args.join(" ")
-        )?;
+        writeln!(log, "=== {} {} ===", self.binary.display(), args.join(" "))?;
         let mut command = Command::new(&self.binary);
         command
-            .args(&spec.args)
+            .args(&args)
             .stdin(Stdio::null())
             .stdout(log.try_clone()?)
             .stderr(log)
             .process_group(0);
-        if std::env::var_os("RUST_LOG").is_none() {
-            command.env("RUST_LOG", "info");
-        }
         // SAFETY: the closure runs between fork and exec and only makes the prctl syscall,
         // which is async-signal-safe; it touches no locks or allocations of the parent.
         unsafe {
@@ -443,6 +440,16 @@ impl LocalCluster {
         self.spawn(node_id)
     }
 
+    /// Starts node `node_id` again with `extra_args` appended to its usual arguments, for this
+    /// run only (e.g. a clock offset it did not have before). Pass only flags the node does not
+    /// already have: `meridian start` rejects a repeated flag.
+    pub fn restart_with_args(&self, node_id: u64, extra_args: &[String]) -> anyhow::Result<()> {
+        if self.is_running(node_id)? {
+            bail!("node {node_id} is still running; stop or kill it first");
+        }
+        self.spawn_with(node_id, extra_args)
+    }
+
     /// The last `lines` lines of node `node_id`'s log.
     pub fn log_tail(&self, node_id: u64, lines: usize) -> String {
         let text = self.log_contents(node_id).unwrap_or_default();
@@ -451,7 +458,8 @@ impl LocalCluster {
     }
 
     /// One readiness probe: the best `Status` among running nodes and how many of its shards
-    /// (metadata included) have a leader that is a running node.
+    /// (metadata included) have a leader that is a running node registered with its client
+    /// address.
     pub async fn probe(&self) -> Option<(StatusResponse, usize, usize)> {
         let running: Vec<u64> = self
             .node_ids()
@@ -466,11 +474,19 @@ impl LocalCluster {
             let Ok(status) = meridian_client::fetch_status(&address, STATUS_TIMEOUT).await else {
                 continue;
             };
+            // Every running node must also be registered with its client address, or clients
+            // cannot route to the shards it leads.
+            let registered = |id: &u64| {
+                status
+                    .nodes
+                    .iter()
+                    .any(|n| n.node_id == *id && !n.client_addr.is_empty())
+            };
             let total = status.shards.len();
             let led = status
                 .shards
                 .iter()
-                .filter(|s| s.leader_id != 0 && running.contains(&s.leader_id))
+                .filter(|s| running.contains(&s.leader_id) && registered(&s.leader_id))
                 .count();
             let better = best
                 .as_ref()

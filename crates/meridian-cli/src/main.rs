@@ -4,6 +4,7 @@ use clap::{Parser, Subcommand};
 use meridian_cli::commands::{ClusterCommand, KvCommand};
 use meridian_cli::demo::DemoArgs;
 use meridian_server::StartArgs;
+use std::io::IsTerminal;
 use std::process::ExitCode;
 use tracing_subscriber::EnvFilter;
 
@@ -36,6 +37,8 @@ fn init_tracing(default_level: &str) {
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        // Escape codes only for a terminal: node logs usually go to files.
+        .with_ansi(std::io::stderr().is_terminal())
         .try_init();
 }
 

@@ -106,14 +106,15 @@ async fn phase(
     state
 }
 
-/// Node 3 runs 5 s ahead (max offset 500 ms): nodes 1 and 2 keep serving writes, and node 3
-/// either shows up in the logs as rejected ("beyond max_offset") or leads nothing.
+/// Node 3 runs 5 s ahead from its first start (max offset 500 ms): nodes 1 and 2 still serve
+/// writes on every shard, and node 3 is visibly refused ("beyond max_offset" in a log) or leads
+/// nothing.
 #[test]
 fn clock_offset_beyond_max_is_rejected() {
-    run_scenario(beyond_max_offset());
+    run_scenario(beyond_max_offset_from_start());
 }
 
-async fn beyond_max_offset() {
+async fn beyond_max_offset_from_start() {
     let dir = tempfile::tempdir().unwrap();
     let cluster = start_cluster(
         21_600,
@@ -125,14 +126,73 @@ async fn beyond_max_offset() {
             (3, &["--max-offset-ms", "500", "--clock-offset-ms", "5000"]),
         ],
     );
+    healthy_pair_serves(&cluster).await;
+    cluster.stop_all(Duration::from_secs(20));
+}
+
+/// A formed cluster whose node 3 comes back 5 s ahead: its leaderships move to nodes 1 and 2,
+/// which keep serving every shard; node 3 is refused and leads nothing.
+#[test]
+fn clock_jump_after_formation_is_fenced() {
+    run_scenario(clock_jump_after_formation());
+}
+
+async fn clock_jump_after_formation() {
+    let dir = tempfile::tempdir().unwrap();
+    let cluster = start_cluster(
+        21_700,
+        dir.path(),
+        8,
+        &[
+            (1, &["--max-offset-ms", "500"]),
+            (2, &["--max-offset-ms", "500"]),
+            (3, &["--max-offset-ms", "500"]),
+        ],
+    );
+    cluster
+        .wait_ready(READY_TIMEOUT)
+        .await
+        .expect("cluster ready");
+    let client = connect_client(cluster.endpoints()).await;
+    // Distinct from the keys healthy_pair_serves writes (same shards, different suffix).
+    let before: Vec<Bytes> = keys_across_shards(&client.shard_map(), 100)
+        .into_iter()
+        .map(|k| Bytes::from([k.as_ref(), b"/before"].concat()))
+        .collect();
+    for key in &before {
+        client
+            .put(key.clone(), "before")
+            .await
+            .expect("put before the jump");
+    }
+    drop(client);
+    let (_, graceful) = cluster
+        .stop(3, Duration::from_secs(20))
+        .expect("stop node 3");
+    assert!(graceful, "node 3 ignored SIGTERM");
+    cluster
+        .restart_with_args(3, &["--clock-offset-ms".to_string(), "5000".to_string()])
+        .expect("restart node 3 skewed");
+    let client = healthy_pair_serves(&cluster).await;
+    let values = client.batch_get(before.clone()).await.expect("batch_get");
+    assert!(
+        values.iter().all(|v| v.as_deref() == Some(&b"before"[..])),
+        "data written before the jump is intact"
+    );
+    cluster.stop_all(Duration::from_secs(20));
+}
+
+/// Waits for nodes 1 and 2 to lead every shard, writes and reads through them, and checks
+/// node 3 (5 s ahead) is refused or leads nothing. Returns the client used.
+async fn healthy_pair_serves(cluster: &meridian_cli::LocalCluster) -> meridian_client::Client {
     let healthy = vec![
         cluster.client_addr(1).unwrap(),
         cluster.client_addr(2).unwrap(),
     ];
 
-    // Wait until nodes 1 and 2 report a leader other than node 3 for every shard. Node 3 may
-    // exit on its own (self-fencing); that is allowed.
+    // Node 3 may exit on its own (self-fencing); that is allowed.
     let give_up = Instant::now() + READY_TIMEOUT;
+    let mut last_view = String::new();
     let status = loop {
         let mut ready = None;
         for address in &healthy {
@@ -142,6 +202,12 @@ async fn beyond_max_offset() {
                         .shards
                         .iter()
                         .all(|s| s.leader_id == 1 || s.leader_id == 2);
+                last_view = status
+                    .shards
+                    .iter()
+                    .map(|s| format!("s{}:{}", s.shard_id, s.leader_id))
+                    .collect::<Vec<_>>()
+                    .join(" ");
                 if all_led {
                     ready = Some(status);
                     break;
@@ -153,7 +219,7 @@ async fn beyond_max_offset() {
         }
         assert!(
             Instant::now() < give_up,
-            "nodes 1 and 2 never led every shard"
+            "nodes 1 and 2 never led every shard; last view (shard:leader): {last_view}"
         );
         tokio::time::sleep(Duration::from_millis(250)).await;
     };
@@ -199,5 +265,5 @@ async fn beyond_max_offset() {
         logs.iter().any(|(_, found)| *found) || node3_leads.is_empty(),
         "node 3 (5 s ahead) leads shards {node3_leads:?} and no log mentions the rejection"
     );
-    cluster.stop_all(Duration::from_secs(20));
+    client
 }
