@@ -167,6 +167,52 @@ impl RaftTransport for TransportService {
         self.reply(replica.raft.append_entries(rpc).await.map_err(|e| e.to_string()))
     }
 
+    type AppendStreamStream = std::pin::Pin<Box<dyn futures::Stream<Item = Result<RaftReply, Status>> + Send + 'static>>;
+
+    async fn append_stream(
+        &self,
+        request: Request<Streaming<RaftRequest>>,
+    ) -> Result<Response<Self::AppendStreamStream>, Status> {
+        use futures::StreamExt;
+        let mut inbound = request.into_inner();
+        let first = inbound
+            .message()
+            .await?
+            .ok_or_else(|| Status::invalid_argument("empty append stream"))?;
+        let replica = self.admit(first.shard_id, first.hlc, first.from_node)?;
+        let shard_id = first.shard_id;
+        let host = self.host.clone();
+        // Requests after the first are admitted one by one; a bad one ends the stream (the
+        // leader reconnects), it never reaches Raft.
+        let rest = inbound.take_while(|r| futures::future::ready(r.is_ok())).filter_map(move |r| {
+            let host = host.clone();
+            async move {
+                let req = r.ok()?;
+                if req.shard_id != shard_id {
+                    tracing::warn!(shard_id, got = req.shard_id, "append stream switched shards; closing");
+                    return None;
+                }
+                if let Err(e) = host.clock.update(Timestamp(req.hlc)) {
+                    tracing::error!(from_node = req.from_node, error = %e, "rejecting peer message");
+                    return None;
+                }
+                decode_payload::<AppendEntriesRequest>(&req).ok()
+            }
+        });
+        let first_req: AppendEntriesRequest = decode_payload(&first)?;
+        let requests = futures::stream::once(futures::future::ready(first_req)).chain(rest);
+        let clock = self.host.clock.clone();
+        let replies = replica.raft.stream_append(requests).map(move |item| {
+            let result: Result<StreamAppendResult, String> = item.map_err(|fatal| fatal.to_string());
+            let payload = codec::encode(&result).map_err(|e| Status::internal(e.to_string()))?;
+            Ok(RaftReply {
+                hlc: clock.now().0,
+                payload: payload.into(),
+            })
+        });
+        Ok(Response::new(Box::pin(replies)))
+    }
+
     async fn vote(&self, request: Request<RaftRequest>) -> Result<Response<RaftReply>, Status> {
         let req = request.into_inner();
         let replica = self.admit(req.shard_id, req.hlc, req.from_node)?;

@@ -29,6 +29,7 @@ use meridian_types::limits::{MAX_MESSAGE_BYTES, SNAPSHOT_CHUNK_BYTES};
 use meridian_types::{Clock, ErrorCode, ShardId, Timestamp};
 use openraft::errors::{NetworkError, ReplicationClosed, Unreachable};
 use openraft::network::{RPCOption, RaftNetworkFactory, RaftNetworkV2};
+use openraft::base::{BoxFuture, BoxStream};
 use openraft::OptionalSend;
 use std::collections::HashMap;
 use std::future::Future;
@@ -104,8 +105,11 @@ impl PeerPool {
                     .map_err(|e| format!("bad peer address {addr:?}: {e}"))?
                     .connect_timeout(self.rpc_timeout)
                     .tcp_nodelay(true)
-                    .http2_keep_alive_interval(Duration::from_secs(10))
-                    .keep_alive_timeout(Duration::from_secs(20))
+                    // Keep-alive pings also bound how long a replication stream to a dead peer
+                    // stalls before it errors out and openraft reconnects.
+                    .http2_keep_alive_interval(Duration::from_secs(1))
+                    .keep_alive_timeout(self.rpc_timeout.max(Duration::from_secs(1)))
+                    .keep_alive_while_idle(true)
                     .connect_lazy();
                 channels.insert(addr.to_string(), c.clone());
                 c
@@ -189,8 +193,10 @@ impl PeerConnection {
             from_node: self.pool.self_id,
             payload: payload.into(),
         });
-        let ttl = option.hard_ttl().min(self.pool.rpc_timeout.max(Duration::from_millis(1)));
-        request.set_timeout(ttl);
+        // openraft's TTL for heartbeats is one heartbeat interval, too tight for a loaded
+        // follower that must fsync first; every unary call gets the configured RPC deadline.
+        let _ = option;
+        request.set_timeout(self.pool.rpc_timeout);
         let reply: RaftReply = match kind {
             "append" => client.append(request).await,
             "vote" => client.vote(request).await,
@@ -290,6 +296,64 @@ impl PeerConnection {
 
 impl RaftNetworkV2<TypeConfig> for PeerConnection {
     type SnapshotData = SnapshotFile;
+
+    /// Pipelined replication over one bidirectional gRPC stream per (shard, follower): requests
+    /// go out as openraft produces them, replies come back in order. Setup has the RPC
+    /// deadline; a stalled stream is detected by the channel's HTTP/2 keep-alive.
+    fn stream_append<'s, S>(
+        &'s mut self,
+        input: S,
+        _option: RPCOption,
+    ) -> BoxFuture<'s, Result<BoxStream<'s, Result<StreamAppendResult, RPCError>>, RPCError>>
+    where
+        S: futures::Stream<Item = AppendEntriesRequest> + OptionalSend + Unpin + 'static,
+    {
+        use futures::StreamExt;
+        Box::pin(async move {
+            let mut client = self
+                .pool
+                .client(&self.addr)
+                .map_err(|e| RPCError::Unreachable(Unreachable::new(&Msg(e))))?;
+            let shard = self.shard;
+            let from_node = self.pool.self_id;
+            let clock = self.pool.clock.clone();
+            let requests = input.filter_map(move |req| {
+                let encoded = codec::encode(&req);
+                let hlc = clock.now().0;
+                async move {
+                    match encoded {
+                        Ok(payload) => Some(RaftRequest {
+                            shard_id: shard.0,
+                            hlc,
+                            from_node,
+                            payload: payload.into(),
+                        }),
+                        Err(e) => {
+                            tracing::error!(%shard, error = %e, "cannot encode append request");
+                            None
+                        }
+                    }
+                }
+            });
+            let call = client.append_stream(tonic::Request::new(requests));
+            let response = tokio::time::timeout(self.pool.rpc_timeout, call)
+                .await
+                .map_err(|e| RPCError::Unreachable(Unreachable::new(&e)))?
+                .map_err(status_to_rpc_error)?;
+            let pool = self.pool.clone();
+            let target = self.target;
+            let replies = response.into_inner().map(move |item| {
+                let reply = item.map_err(status_to_rpc_error)?;
+                pool.merge_reply_clock(reply.hlc)
+                    .map_err(|e| RPCError::Network(NetworkError::new(&Msg(e))))?;
+                pool.mark_seen(target);
+                let result: Result<StreamAppendResult, String> =
+                    codec::decode(&reply.payload).map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
+                result.map_err(|e| RPCError::Network(NetworkError::new(&Msg(format!("remote raft error: {e}")))))
+            });
+            Ok(Box::pin(replies) as BoxStream<'s, _>)
+        })
+    }
 
     async fn append_entries(&mut self, rpc: AppendEntriesRequest, option: RPCOption) -> Result<AppendEntriesResponse, RPCError> {
         self.call("append", &rpc, &option).await
