@@ -8,8 +8,9 @@
 //!
 //! Each `append` writes its entries without syncing, so they are readable immediately, then
 //! asks this thread for durability. The thread takes every request queued so far (up to
-//! [`MAX_LOG_BATCH_ENTRIES`]) and issues a single synced write of a tiny marker key: RocksDB
-//! has one WAL per DB, so syncing it makes every earlier write durable too. Only then does it
+//! [`MAX_LOG_BATCH_ENTRIES`]) and issues one `Engine::sync_wal` (RocksDB `FlushWAL(sync)`):
+//! RocksDB has one WAL per DB, so syncing it makes every earlier write durable too, and the
+//! fsync runs outside RocksDB's write queue, so other shards keep writing meanwhile. Only then does it
 //! report the appends as flushed to openraft, which is what lets a leader count its own vote
 //! and a follower acknowledge.
 //!
@@ -22,7 +23,7 @@
 //! - Separate WALs / devices for the log and the state machine.
 
 use crate::types::IOFlushed;
-use meridian_storage::{Cf, Engine, WriteBatch};
+use meridian_storage::Engine;
 use meridian_types::limits::MAX_LOG_BATCH_ENTRIES;
 use std::sync::mpsc;
 use std::sync::Arc;
@@ -30,9 +31,6 @@ use std::time::Instant;
 
 /// Most flush requests waiting for the writer thread.
 pub const MAX_PENDING_FLUSHES: usize = 16 * 1024;
-
-/// The key the group-commit marker write touches (in RaftMeta, outside every shard's range).
-const SYNC_MARKER_KEY: &[u8] = b"\xff\xff\xff\xff\xff\xff\xff\xfesync";
 
 enum Request {
     Flush(IOFlushed),
@@ -108,9 +106,7 @@ fn run(engine: Arc<dyn Engine>, rx: mpsc::Receiver<Request>, stats: Arc<LogWrite
         }
         if !pending.is_empty() {
             let started = Instant::now();
-            let mut marker = WriteBatch::new();
-            marker.put(Cf::RaftMeta, SYNC_MARKER_KEY.to_vec(), Vec::new());
-            let result = engine.write(marker, true);
+            let result = engine.sync_wal();
             stats.syncs.fetch_add(1, Relaxed);
             stats.flushes.fetch_add(pending.len() as u64, Relaxed);
             stats

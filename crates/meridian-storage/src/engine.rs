@@ -196,6 +196,9 @@ impl WriteBatch {
 /// earlier write are durable (fsync); `write(batch, false)` is atomic and ordered but may be
 /// lost on crash, and after a crash the surviving writes are a prefix of the write order. A
 /// batch is all-or-nothing across column families.
+/// Key the default [`Engine::sync_wal`] writes (node-wide, after every shard's keys).
+pub const SYNC_MARKER_KEY: &[u8] = b"\xff\xff\xff\xff\xff\xff\xff\xffsync_marker";
+
 pub trait Engine: Send + Sync + 'static {
     fn get(&self, cf: Cf, key: &[u8]) -> Result<Option<Vec<u8>>>;
 
@@ -214,6 +217,16 @@ pub trait Engine: Send + Sync + 'static {
 
     /// Flushes memtables and the WAL to disk (graceful shutdown, before snapshots).
     fn flush(&self) -> Result<()>;
+
+    /// Makes every write issued so far durable (fsyncs the write-ahead log) without blocking
+    /// writers that run concurrently. This is what group commit is built on: many unsynced
+    /// writes, then one `sync_wal`. A `write(batch, sync = true)` would instead hold RocksDB's
+    /// write queue for the whole fsync. The default issues a tiny synced write.
+    fn sync_wal(&self) -> Result<()> {
+        let mut marker = WriteBatch::new();
+        marker.put(Cf::RaftMeta, SYNC_MARKER_KEY.to_vec(), Vec::new());
+        self.write(marker, true)
+    }
 
     /// Writes every key of `cf` in `[start, end)` into one file at `path` (created or
     /// truncated) and returns the number of keys written. With 0 keys no file is created and
