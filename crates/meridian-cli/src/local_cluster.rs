@@ -152,6 +152,7 @@ impl LocalCluster {
                 config.nodes
             );
         }
+        ensure_ports_free(config.base_port, config.nodes)?;
         std::fs::create_dir_all(&config.data_dir)
             .with_context(|| format!("creating {}", config.data_dir.display()))?;
         let members: Vec<(u64, String, String, String)> = (1..=config.nodes as u64)
@@ -498,6 +499,18 @@ impl LocalCluster {
         best
     }
 
+    /// An error quoting the log of the first node found to have exited, if any.
+    fn fail_on_exit(&self) -> anyhow::Result<()> {
+        if let Some((node_id, status)) = self.exited_nodes().into_iter().next() {
+            bail!(
+                "node {node_id} exited ({status}) while waiting for the cluster; last log lines of {}:\n{}",
+                self.log_path(node_id)?.display(),
+                self.log_tail(node_id, LOG_TAIL_LINES)
+            );
+        }
+        Ok(())
+    }
+
     /// Waits until some node reports every shard (metadata and data, at least one data shard)
     /// led by a running node. Fails early, quoting its log, if a node exits.
     pub async fn wait_ready(&self, timeout: Duration) -> anyhow::Result<StatusResponse> {
@@ -513,20 +526,16 @@ impl LocalCluster {
         let give_up = Instant::now() + timeout;
         let mut reported = None;
         loop {
-            if let Some((node_id, status)) = self.exited_nodes().into_iter().next() {
-                bail!(
-                    "node {node_id} exited ({status}) while waiting for the cluster; last log lines of {}:\n{}",
-                    self.log_path(node_id)?.display(),
-                    self.log_tail(node_id, LOG_TAIL_LINES)
-                );
-            }
+            self.fail_on_exit()?;
             let probe = self.probe().await;
             if let Some((status, led, total)) = probe {
                 if reported != Some((led, total)) {
                     progress(led, total);
                     reported = Some((led, total));
                 }
+                // Re-check exits: a node that died meanwhile must not count as ready.
                 if total > 1 && led == total {
+                    self.fail_on_exit()?;
                     return Ok(status);
                 }
             }
@@ -541,6 +550,23 @@ impl LocalCluster {
             tokio::time::sleep(POLL_INTERVAL).await;
         }
     }
+}
+
+/// Fails if a node's port is taken. Without this check a second cluster on the same ports
+/// would have its nodes die on bind while readiness probes and clients, dialing the same
+/// addresses, happily talk to the first cluster.
+fn ensure_ports_free(base_port: u16, nodes: usize) -> anyhow::Result<()> {
+    for id in 1..=nodes as u16 {
+        for (role, port) in [("client", base_port + id), ("raft", base_port + 100 + id)] {
+            if let Err(error) = std::net::TcpListener::bind(("127.0.0.1", port)) {
+                bail!(
+                    "127.0.0.1:{port} (node {id} {role} port) is unavailable ({error}); another \
+                     cluster may be running there: stop it or pick another base port"
+                );
+            }
+        }
+    }
+    Ok(())
 }
 
 impl Drop for LocalCluster {
@@ -585,6 +611,19 @@ mod tests {
         assert_eq!(cluster.endpoints().len(), 3);
         // Each node's stdout/stderr goes to its log, which starts with the command line.
         assert!(cluster.log_contents(1).unwrap().contains("--node-id 1"));
+    }
+
+    /// A taken port is refused up front, naming the port.
+    #[test]
+    fn busy_ports_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let _taken = std::net::TcpListener::bind("127.0.0.1:30402").unwrap();
+        let config = LocalClusterConfig::new("/bin/true", 3, 30300, dir.path());
+        let error = LocalCluster::start(config).err().unwrap().to_string();
+        assert!(
+            error.contains("127.0.0.1:30402 (node 2 raft port)"),
+            "{error}"
+        );
     }
 
     /// Stopping, killing and restarting real child processes, and Drop reaping them.
