@@ -63,12 +63,18 @@ fn backend(e: meridian_client::Error) -> DbError {
 /// Opens the Meridian driver against `--endpoints` (client addresses, `host:port`).
 pub async fn open(options: &DriverOptions) -> Result<Arc<dyn Db>, DbError> {
     if options.endpoints.is_empty() {
-        return Err(DbError::Backend("meridian driver needs --endpoints host:port[,...]".into()));
+        return Err(DbError::Backend(
+            "meridian driver needs --endpoints host:port[,...]".into(),
+        ));
     }
     let seeds: Vec<String> = options
         .endpoints
         .iter()
-        .map(|e| e.trim_start_matches("http://").trim_end_matches('/').to_string())
+        .map(|e| {
+            e.trim_start_matches("http://")
+                .trim_end_matches('/')
+                .to_string()
+        })
         .collect();
     let mut config = ClientConfig::new(seeds);
     config.call_timeout = options.timeout;
@@ -77,7 +83,9 @@ pub async fn open(options: &DriverOptions) -> Result<Arc<dyn Db>, DbError> {
     Ok(Arc::new(MeridianDb {
         shared: Arc::new(Shared {
             client,
-            update_locks: (0..UPDATE_LOCK_STRIPES).map(|_| tokio::sync::Mutex::new(())).collect(),
+            update_locks: (0..UPDATE_LOCK_STRIPES)
+                .map(|_| tokio::sync::Mutex::new(()))
+                .collect(),
         }),
     }))
 }
@@ -97,8 +105,19 @@ struct MeridianThread {
 
 #[async_trait]
 impl DbThread for MeridianThread {
-    async fn read(&mut self, table: &str, key: &str, fields: Option<&[String]>) -> Result<Option<Record>, DbError> {
-        match self.shared.client.get(meridian_key(table, key)).await.map_err(backend)? {
+    async fn read(
+        &mut self,
+        table: &str,
+        key: &str,
+        fields: Option<&[String]>,
+    ) -> Result<Option<Record>, DbError> {
+        match self
+            .shared
+            .client
+            .get(meridian_key(table, key))
+            .await
+            .map_err(backend)?
+        {
             None => Ok(None),
             Some(bytes) => Ok(Some(record::decode(&bytes, fields)?)),
         }
@@ -116,8 +135,15 @@ impl DbThread for MeridianThread {
         // stops at its prefix's end.
         let end = (table != DEFAULT_TABLE).then(|| Bytes::from(super::table_end_key(table)));
         let limit = u32::try_from(count.max(1)).unwrap_or(u32::MAX);
-        let rows = self.shared.client.scan(start, end, limit, false).await.map_err(backend)?;
-        rows.iter().map(|kv| Ok(record::decode(&kv.value, fields)?)).collect()
+        let rows = self
+            .shared
+            .client
+            .scan(start, end, limit, false)
+            .await
+            .map_err(backend)?;
+        rows.iter()
+            .map(|kv| Ok(record::decode(&kv.value, fields)?))
+            .collect()
     }
 
     async fn update(&mut self, table: &str, key: &str, values: &Record) -> Result<(), DbError> {
@@ -136,7 +162,11 @@ impl DbThread for MeridianThread {
         let key = meridian_key(table, key);
         let encoded = record::encode(values)?;
         let _guard = self.shared.lock_for(&key).lock().await;
-        self.shared.client.put(key, encoded).await.map_err(backend)?;
+        self.shared
+            .client
+            .put(key, encoded)
+            .await
+            .map_err(backend)?;
         Ok(())
     }
 
@@ -155,7 +185,13 @@ mod tests {
     /// The default table maps to bare keys (matching the cluster's default split points).
     #[test]
     fn default_table_keys_are_bare() {
-        assert_eq!(meridian_key("usertable", "user1"), Bytes::from_static(b"user1"));
-        assert_eq!(meridian_key("other", "user1"), Bytes::from_static(b"other/user1"));
+        assert_eq!(
+            meridian_key("usertable", "user1"),
+            Bytes::from_static(b"user1")
+        );
+        assert_eq!(
+            meridian_key("other", "user1"),
+            Bytes::from_static(b"other/user1")
+        );
     }
 }

@@ -13,8 +13,7 @@
 //! Outcomes map onto YCSB's status names in the report: `Ok` is `OK`, a missing record
 //! ([`DbError::NotFound`], or `Ok(None)` from `read`) is `NOT_FOUND`, anything else `ERROR`.
 //!
-//! Drivers: [`rocksdb`] (embedded), [`etcd`] (v3 gRPC API), [`meridian`] (behind the cargo
-//! feature `meridian`, off by default).
+//! Drivers: [`rocksdb`] (embedded), [`etcd`] (v3 gRPC API), [`meridian`] (`meridian-client`).
 
 pub mod etcd;
 pub mod meridian;
