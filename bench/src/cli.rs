@@ -1,8 +1,11 @@
 //! Command line of `meridian-ycsb`: parses arguments, opens the driver, runs the phase, prints
-//! the report (text to stdout, optionally JSON to a file).
+//! the report (text to stdout, optionally JSON to a file); or, with `compare`, runs every
+//! store through every workload ([`crate::compare`]).
 //!
 //! `run_cli` is the whole binary; `main.rs` only builds the runtime and maps the result to an
 //! exit code, so tests drive exactly the binary's code path by passing argument lists.
+//! [`execute_phase`] is one `load` or `run` without the printing; `compare` calls it for every
+//! phase, so a comparison measures exactly what the single-phase commands measure.
 
 use std::ffi::OsString;
 use std::io::Write;
@@ -13,6 +16,7 @@ use anyhow::Context;
 use clap::{Parser, Subcommand};
 
 use crate::client::{self, ClientConfig, Outcome, Phase};
+use crate::compare::{self, CompareArgs, Comparison};
 use crate::db::{self, DriverKind, DriverOptions};
 use crate::properties::Properties;
 use crate::report::Report;
@@ -35,10 +39,13 @@ pub enum Command {
     Load(PhaseArgs),
     /// Run `operationcount` operations of the workload mix (YCSB `run`).
     Run(PhaseArgs),
+    /// Start each store fresh (3-node Meridian, 3-member etcd, embedded RocksDB), load it, run
+    /// workloads A, B, C, F, D, reload and run E, and write a side-by-side report.
+    Compare(CompareArgs),
 }
 
 /// Options shared by both phases.
-#[derive(Debug, clap::Args)]
+#[derive(Debug, Clone, clap::Args)]
 pub struct PhaseArgs {
     /// Workload properties file (Java properties format); repeat to layer files.
     #[arg(short = 'P', value_name = "FILE")]
@@ -90,9 +97,65 @@ pub struct JsonReport<'a> {
     pub report: &'a Report,
 }
 
-/// Parses `args` (including the program name) and runs the phase. Prints the text report to
-/// stdout and returns it.
-pub async fn run_cli<I, T>(args: I) -> anyhow::Result<Report>
+/// What one invocation produced.
+#[derive(Debug)]
+pub enum CliOutcome {
+    /// `load` or `run`: the phase's report (also printed to stdout).
+    Phase(Report),
+    /// `compare`: every phase of every store (also written to `--out`).
+    Comparison(Box<Comparison>),
+}
+
+impl CliOutcome {
+    /// The report of a `load` or `run`; `None` for `compare`.
+    pub fn into_report(self) -> Option<Report> {
+        match self {
+            CliOutcome::Phase(report) => Some(report),
+            CliOutcome::Comparison(_) => None,
+        }
+    }
+}
+
+/// One finished `load` or `run` with the context its JSON report carries.
+#[derive(Debug, Clone)]
+pub struct PhaseOutcome {
+    pub phase: Phase,
+    pub db: DriverKind,
+    pub threads: usize,
+    pub target_ops_per_sec: Option<f64>,
+    pub seed: u64,
+    pub properties: Properties,
+    pub report: Report,
+}
+
+impl PhaseOutcome {
+    /// The `--json-out` form of this phase.
+    pub fn json(&self) -> JsonReport<'_> {
+        JsonReport {
+            tool: "meridian-ycsb",
+            phase: self.phase,
+            db: driver_name(self.db).to_string(),
+            threads: self.threads,
+            target_ops_per_sec: self.target_ops_per_sec,
+            seed: self.seed,
+            properties: client::properties_map(&self.properties),
+            report: &self.report,
+        }
+    }
+}
+
+/// The lower-case name of a driver, as `--db` spells it.
+pub fn driver_name(kind: DriverKind) -> &'static str {
+    match kind {
+        DriverKind::Meridian => "meridian",
+        DriverKind::Etcd => "etcd",
+        DriverKind::Rocksdb => "rocksdb",
+    }
+}
+
+/// Parses `args` (including the program name) and runs the command. A `load` or `run` prints
+/// its text report to stdout and returns it.
+pub async fn run_cli<I, T>(args: I) -> anyhow::Result<CliOutcome>
 where
     I: IntoIterator<Item = T>,
     T: Into<OsString> + Clone,
@@ -101,8 +164,34 @@ where
     let (phase, args) = match cli.command {
         Command::Load(args) => (Phase::Load, args),
         Command::Run(args) => (Phase::Run, args),
+        Command::Compare(args) => {
+            let comparison = compare::run(args).await?;
+            return Ok(CliOutcome::Comparison(Box::new(comparison)));
+        }
     };
-    let mut properties = Properties::new();
+    let outcome = execute_phase(phase, &args, Properties::new()).await?;
+    let text = outcome.report.render_text();
+    {
+        let mut stdout = std::io::stdout().lock();
+        stdout.write_all(text.as_bytes())?;
+        stdout.flush()?;
+    }
+    if let Some(path) = &args.json_out {
+        let body = serde_json::to_string_pretty(&outcome.json())?;
+        std::fs::write(path, body + "\n").with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(CliOutcome::Phase(outcome.report))
+}
+
+/// Runs one phase as `load` / `run` do, without printing the report or writing `--json-out`.
+/// `base` properties come first, then `args`' workload files, then its `-p` overrides (the
+/// comparison passes the built-in workload text as `base`).
+pub async fn execute_phase(
+    phase: Phase,
+    args: &PhaseArgs,
+    base: Properties,
+) -> anyhow::Result<PhaseOutcome> {
+    let mut properties = base;
     for file in &args.workload_files {
         properties.merge_file(file)?;
     }
@@ -131,7 +220,7 @@ where
     };
     let driver = db::open(args.db, &driver_options)
         .await
-        .with_context(|| format!("opening the {:?} driver", args.db))?;
+        .with_context(|| format!("opening the {} driver", driver_name(args.db)))?;
     let config = ClientConfig {
         phase,
         properties,
@@ -140,26 +229,13 @@ where
         status_interval: Duration::from_secs(args.status_interval),
     };
     let Outcome { report, seed } = client::run_phase(&config, driver).await?;
-
-    let text = report.render_text();
-    {
-        let mut stdout = std::io::stdout().lock();
-        stdout.write_all(text.as_bytes())?;
-        stdout.flush()?;
-    }
-    if let Some(path) = &args.json_out {
-        let json = JsonReport {
-            tool: "meridian-ycsb",
-            phase,
-            db: format!("{:?}", args.db).to_lowercase(),
-            threads,
-            target_ops_per_sec: target,
-            seed,
-            properties: client::properties_map(&config.properties),
-            report: &report,
-        };
-        let body = serde_json::to_string_pretty(&json)?;
-        std::fs::write(path, body + "\n").with_context(|| format!("writing {}", path.display()))?;
-    }
-    Ok(report)
+    Ok(PhaseOutcome {
+        phase,
+        db: args.db,
+        threads,
+        target_ops_per_sec: target,
+        seed,
+        properties: config.properties,
+        report,
+    })
 }

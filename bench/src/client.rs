@@ -458,7 +458,7 @@ fn utc_timestamp() -> String {
 }
 
 /// Days since 1970-01-01 to (year, month, day), Howard Hinnant's civil-from-days algorithm.
-fn civil_from_days(days: i64) -> (i64, u32, u32) {
+pub fn civil_from_days(days: i64) -> (i64, u32, u32) {
     let z = days + 719_468;
     let era = z.div_euclid(146_097);
     let day_of_era = z.rem_euclid(146_097);

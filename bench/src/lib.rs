@@ -4,7 +4,9 @@
 //!
 //! # Layout
 //!
-//! - [`cli`]: the `meridian-ycsb` command line (`load` / `run`), the whole binary.
+//! - [`cli`]: the `meridian-ycsb` command line (`load` / `run` / `compare`), the whole binary.
+//! - [`compare`]: `compare`, which starts Meridian, etcd and RocksDB in turn, runs workloads
+//!   A-F on each and writes `results.json`, `results.md` and `chart.svg`.
 //! - [`client`]: client threads, throttling (`--target`), status lines and progress bar.
 //! - [`workload`]: the core workload: operation mix, key choice, record values.
 //! - [`generator`]: YCSB's number generators (FNV hash, counters, discrete, uniform, zipfian,
@@ -22,6 +24,7 @@
 
 pub mod cli;
 pub mod client;
+pub mod compare;
 pub mod db;
 pub mod generator;
 pub mod measurements;

@@ -75,6 +75,8 @@ async fn etcd_load_and_run() {
             ])
             .await
             .unwrap_or_else(|error| panic!("{phase} {name} against etcd failed: {error:#}"))
+            .into_report()
+            .expect("load and run return their report")
         }
     };
 

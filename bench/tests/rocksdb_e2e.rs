@@ -37,6 +37,8 @@ async fn ycsb(phase: &str, workload_name: &str, data_dir: &Path, extra: &[&str])
     run_cli(args)
         .await
         .unwrap_or_else(|error| panic!("{phase} {workload_name} failed: {error:#}"))
+        .into_report()
+        .expect("load and run return their report")
 }
 
 fn ops(report: &Report, name: &str) -> u64 {
