@@ -18,9 +18,9 @@
 //!
 //! Each contender runs `ROUNDS` rounds, rotating through the contenders round by round so
 //! background load hits them alike, after one warm-up pass each; the median round of each is
-//! printed, with its ratio to the first contender and to the one before it. The block caches hold the whole data sets,
-//! so this measures CPU per read, not disk I/O (where MultiGet's batching of block reads would
-//! matter more).
+//! printed, with its ratio to the first contender and to the one before it. The block caches
+//! hold the whole data sets, so this measures CPU per read, not disk I/O (where MultiGet's
+//! batching of block reads would matter more).
 //!
 //! Run: `cargo run --release -p meridian-storage --example read_paths`
 
@@ -195,7 +195,8 @@ fn compare(ops: usize, contenders: &mut [(&str, &mut dyn FnMut() -> usize)]) {
             _ => format!("{:.2}x prev", medians[i] / medians[i - 1]),
         };
         println!(
-            "{name:<50} {:>9.0} reads/s {:>6.2}x {vs_prev:>10}  (rounds {:.0}..{:.0}; {} of {ops} found)",
+            "{name:<50} {:>9.0} reads/s {:>6.2}x {vs_prev:>10}  \
+             (rounds {:.0}..{:.0}; {} of {ops} found)",
             medians[i],
             medians[i] / medians[0],
             rates[0],

@@ -14,9 +14,9 @@
 //! - **Bloom filters** (10 bits/key, full filters) on `data`, `intents` and `txn_records`.
 //!   They speed up exact-key lookups: MVCC point reads and BatchGet get the key's
 //!   latest-version slot, which holds the newest version's value (see `mvcc`), so a hit is one
-//!   lookup and a miss costs a filter probe, not a seek. Only reads below a key's newest version still *seek* to
-//!   `key ‖ !read_ts`, which whole-key filters cannot serve; a prefix extractor over
-//!   `shard ‖ encode_bytes(key)` would, see "not done yet".
+//!   lookup and a miss costs a filter probe, not a seek. Only reads below a key's newest
+//!   version still *seek* to `key ‖ !read_ts`, which whole-key filters cannot serve; a prefix
+//!   extractor over `shard ‖ encode_bytes(key)` would, see "not done yet".
 //! - **MultiGet** ([`Engine::multi_get`]) is RocksDB's batched MultiGet. It checks whether the
 //!   keys are sorted and, if so, passes `sorted_input = true` so RocksDB skips its own sort;
 //!   MVCC always passes them sorted.
