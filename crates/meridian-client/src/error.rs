@@ -91,8 +91,9 @@ pub enum Error {
     #[error("clock offset: {message}")]
     ClockOffset { message: String },
 
-    /// The call's deadline (`ClientConfig::call_timeout`) passed; `last` is the error of the
-    /// last attempt, if one was made. For writes the outcome is unknown.
+    /// The call's deadline (`ClientConfig::call_timeout`) passed, or the next retry could not
+    /// start before it; `last` is the error of the last attempt, if one was made. For writes
+    /// the outcome is unknown.
     #[error("deadline exceeded after {elapsed_ms} ms ({attempts} attempts){}", last_suffix(.last))]
     DeadlineExceeded {
         elapsed_ms: u64,
