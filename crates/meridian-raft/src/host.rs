@@ -52,7 +52,11 @@ impl MultiRaft {
         rpc_timeout: Duration,
         data_dir: PathBuf,
     ) -> Result<Arc<MultiRaft>, String> {
-        let raft_config = Arc::new(raft_config.validate().map_err(|e| format!("raft config: {e}"))?);
+        let raft_config = Arc::new(
+            raft_config
+                .validate()
+                .map_err(|e| format!("raft config: {e}"))?,
+        );
         Ok(Arc::new(MultiRaft {
             node_id,
             writer: Arc::new(LogWriter::start(engine.clone())),
@@ -72,19 +76,29 @@ impl MultiRaft {
         }
         let engine = self.engine.clone();
         let clock = self.clock.clone();
-        let dir = self.data_dir.join("snapshots").join(format!("shard-{}", shard.0));
-        let sm = tokio::task::spawn_blocking(move || ShardStateMachine::open(shard, engine, clock, dir))
-            .await
-            .map_err(|e| e.to_string())?
-            .map_err(|e| format!("opening shard {shard} state machine: {e}"))?;
+        let dir = self
+            .data_dir
+            .join("snapshots")
+            .join(format!("shard-{}", shard.0));
+        let sm =
+            tokio::task::spawn_blocking(move || ShardStateMachine::open(shard, engine, clock, dir))
+                .await
+                .map_err(|e| e.to_string())?
+                .map_err(|e| format!("opening shard {shard} state machine: {e}"))?;
         let log = LogStore::new(shard, self.engine.clone(), self.writer.clone());
         let network = NetworkFactory {
             shard,
             pool: self.pool.clone(),
         };
-        let raft = Raft::new(self.node_id, self.raft_config.clone(), network, log, sm.clone())
-            .await
-            .map_err(|e| format!("starting raft for shard {shard}: {e}"))?;
+        let raft = Raft::new(
+            self.node_id,
+            self.raft_config.clone(),
+            network,
+            log,
+            sm.clone(),
+        )
+        .await
+        .map_err(|e| format!("starting raft for shard {shard}: {e}"))?;
         let replica = Arc::new(ShardReplica { shard, raft, sm });
         self.shards
             .write()
@@ -94,11 +108,20 @@ impl MultiRaft {
     }
 
     pub fn get(&self, shard: ShardId) -> Option<Arc<ShardReplica>> {
-        self.shards.read().expect("shard table lock poisoned").get(&shard).cloned()
+        self.shards
+            .read()
+            .expect("shard table lock poisoned")
+            .get(&shard)
+            .cloned()
     }
 
     pub fn replicas(&self) -> Vec<Arc<ShardReplica>> {
-        self.shards.read().expect("shard table lock poisoned").values().cloned().collect()
+        self.shards
+            .read()
+            .expect("shard table lock poisoned")
+            .values()
+            .cloned()
+            .collect()
     }
 
     /// Stops every shard's Raft (in-flight proposals finish or fail), then the log writer.
@@ -108,7 +131,10 @@ impl MultiRaft {
                 tracing::warn!(shard = %r.shard, error = %e, "raft shutdown");
             }
         }
-        self.shards.write().expect("shard table lock poisoned").clear();
+        self.shards
+            .write()
+            .expect("shard table lock poisoned")
+            .clear();
     }
 }
 
@@ -126,7 +152,9 @@ impl TransportService {
         }
     }
 
-    pub fn into_server(self) -> meridian_proto::raft::raft_transport_server::RaftTransportServer<TransportService> {
+    pub fn into_server(
+        self,
+    ) -> meridian_proto::raft::raft_transport_server::RaftTransportServer<TransportService> {
         meridian_proto::raft::raft_transport_server::RaftTransportServer::new(self)
             .max_decoding_message_size(MAX_MESSAGE_BYTES)
             .max_encoding_message_size(MAX_MESSAGE_BYTES)
@@ -140,12 +168,18 @@ impl TransportService {
             return Err(clock_rejection(&e));
         }
         self.host.pool.mark_seen(from);
-        self.host
-            .get(ShardId(shard_id))
-            .ok_or_else(|| Status::not_found(format!("shard {shard_id} has no replica on node {}", self.host.node_id)))
+        self.host.get(ShardId(shard_id)).ok_or_else(|| {
+            Status::not_found(format!(
+                "shard {shard_id} has no replica on node {}",
+                self.host.node_id
+            ))
+        })
     }
 
-    fn reply<T: serde::Serialize>(&self, result: Result<T, String>) -> Result<Response<RaftReply>, Status> {
+    fn reply<T: serde::Serialize>(
+        &self,
+        result: Result<T, String>,
+    ) -> Result<Response<RaftReply>, Status> {
         let payload = codec::encode(&result).map_err(|e| Status::internal(e.to_string()))?;
         Ok(Response::new(RaftReply {
             hlc: self.host.clock.now().0,
@@ -155,7 +189,8 @@ impl TransportService {
 }
 
 fn decode_payload<T: serde::de::DeserializeOwned>(req: &RaftRequest) -> Result<T, Status> {
-    codec::decode(&req.payload).map_err(|e| Status::invalid_argument(format!("malformed raft payload: {e}")))
+    codec::decode(&req.payload)
+        .map_err(|e| Status::invalid_argument(format!("malformed raft payload: {e}")))
 }
 
 #[tonic::async_trait]
@@ -164,10 +199,17 @@ impl RaftTransport for TransportService {
         let req = request.into_inner();
         let replica = self.admit(req.shard_id, req.hlc, req.from_node)?;
         let rpc: AppendEntriesRequest = decode_payload(&req)?;
-        self.reply(replica.raft.append_entries(rpc).await.map_err(|e| e.to_string()))
+        self.reply(
+            replica
+                .raft
+                .append_entries(rpc)
+                .await
+                .map_err(|e| e.to_string()),
+        )
     }
 
-    type AppendStreamStream = std::pin::Pin<Box<dyn futures::Stream<Item = Result<RaftReply, Status>> + Send + 'static>>;
+    type AppendStreamStream =
+        std::pin::Pin<Box<dyn futures::Stream<Item = Result<RaftReply, Status>> + Send + 'static>>;
 
     async fn append_stream(
         &self,
@@ -203,7 +245,8 @@ impl RaftTransport for TransportService {
         let requests = futures::stream::once(futures::future::ready(first_req)).chain(rest);
         let clock = self.host.clock.clone();
         let replies = replica.raft.stream_append(requests).map(move |item| {
-            let result: Result<StreamAppendResult, String> = item.map_err(|fatal| fatal.to_string());
+            let result: Result<StreamAppendResult, String> =
+                item.map_err(|fatal| fatal.to_string());
             let payload = codec::encode(&result).map_err(|e| Status::internal(e.to_string()))?;
             Ok(RaftReply {
                 hlc: clock.now().0,
@@ -227,11 +270,20 @@ impl RaftTransport for TransportService {
         self.reply(replica.raft.pre_vote(rpc).await.map_err(|e| e.to_string()))
     }
 
-    async fn transfer_leader(&self, request: Request<RaftRequest>) -> Result<Response<RaftReply>, Status> {
+    async fn transfer_leader(
+        &self,
+        request: Request<RaftRequest>,
+    ) -> Result<Response<RaftReply>, Status> {
         let req = request.into_inner();
         let replica = self.admit(req.shard_id, req.hlc, req.from_node)?;
         let rpc: TransferLeaderRequest = decode_payload(&req)?;
-        self.reply(replica.raft.handle_transfer_leader(rpc).await.map_err(|e| e.to_string()))
+        self.reply(
+            replica
+                .raft
+                .handle_transfer_leader(rpc)
+                .await
+                .map_err(|e| e.to_string()),
+        )
     }
 
     async fn propose(&self, request: Request<RaftRequest>) -> Result<Response<RaftReply>, Status> {
@@ -245,15 +297,19 @@ impl RaftTransport for TransportService {
         self.reply(result)
     }
 
-    async fn install_snapshot(&self, request: Request<Streaming<SnapshotChunk>>) -> Result<Response<RaftReply>, Status> {
+    async fn install_snapshot(
+        &self,
+        request: Request<Streaming<SnapshotChunk>>,
+    ) -> Result<Response<RaftReply>, Status> {
         let mut stream = request.into_inner();
         let first = stream
             .message()
             .await?
             .ok_or_else(|| Status::invalid_argument("empty snapshot stream"))?;
         let replica = self.admit(first.shard_id, first.hlc, first.from_node)?;
-        let (vote, meta, version_floor): (Vote, SnapshotMeta, u64) = codec::decode(&first.header)
-            .map_err(|e| Status::invalid_argument(format!("malformed snapshot header: {e}")))?;
+        let (vote, meta, version_floor): (Vote, SnapshotMeta, u64) =
+            codec::decode(&first.header)
+                .map_err(|e| Status::invalid_argument(format!("malformed snapshot header: {e}")))?;
         let dir = replica.sm.snapshot_dir().await;
         let index = meta.last_log_id.as_ref().map(|l| l.index).unwrap_or(0);
         let mut path = None;
@@ -264,10 +320,9 @@ impl RaftTransport for TransportService {
                 .map_err(|e| Status::internal(format!("creating {}: {e}", p.display())))?;
             let mut expected_offset = 0u64;
             loop {
-                let chunk = stream
-                    .message()
-                    .await?
-                    .ok_or_else(|| Status::invalid_argument("snapshot stream ended before its last chunk"))?;
+                let chunk = stream.message().await?.ok_or_else(|| {
+                    Status::invalid_argument("snapshot stream ended before its last chunk")
+                })?;
                 if chunk.data.len() > SNAPSHOT_CHUNK_BYTES || chunk.offset != expected_offset {
                     return Err(Status::invalid_argument(format!(
                         "snapshot chunk at offset {} ({} bytes), expected offset {expected_offset}",
@@ -276,11 +331,16 @@ impl RaftTransport for TransportService {
                     )));
                 }
                 if crc32fast::hash(&chunk.data) != chunk.crc32 {
-                    return Err(Status::data_loss(format!("snapshot chunk at offset {} fails its CRC", chunk.offset)));
+                    return Err(Status::data_loss(format!(
+                        "snapshot chunk at offset {} fails its CRC",
+                        chunk.offset
+                    )));
                 }
                 expected_offset += chunk.data.len() as u64;
                 if expected_offset > MAX_SNAPSHOT_BYTES {
-                    return Err(Status::resource_exhausted("snapshot larger than MAX_SNAPSHOT_BYTES"));
+                    return Err(Status::resource_exhausted(
+                        "snapshot larger than MAX_SNAPSHOT_BYTES",
+                    ));
                 }
                 file.write_all(&chunk.data)
                     .await
@@ -289,13 +349,24 @@ impl RaftTransport for TransportService {
                     break;
                 }
             }
-            file.sync_all().await.map_err(|e| Status::internal(e.to_string()))?;
+            file.sync_all()
+                .await
+                .map_err(|e| Status::internal(e.to_string()))?;
             path = Some(p);
         }
         let snapshot = Snapshot {
             meta,
-            snapshot: SnapshotFile { path, version_floor },
+            snapshot: SnapshotFile {
+                path,
+                version_floor,
+            },
         };
-        self.reply(replica.raft.install_full_snapshot(vote, snapshot).await.map_err(|e| e.to_string()))
+        self.reply(
+            replica
+                .raft
+                .install_full_snapshot(vote, snapshot)
+                .await
+                .map_err(|e| e.to_string()),
+        )
     }
 }

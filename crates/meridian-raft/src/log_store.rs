@@ -39,22 +39,33 @@ fn io_err(e: impl std::fmt::Display) -> io::Error {
     io::Error::other(e.to_string())
 }
 
-async fn blocking<T: Send + 'static>(f: impl FnOnce() -> io::Result<T> + Send + 'static) -> io::Result<T> {
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> io::Result<T> + Send + 'static,
+) -> io::Result<T> {
     tokio::task::spawn_blocking(f).await.map_err(io_err)?
 }
 
 impl LogStore {
     pub fn new(shard: ShardId, engine: Arc<dyn Engine>, writer: Arc<LogWriter>) -> LogStore {
-        LogStore { shard, engine, writer }
+        LogStore {
+            shard,
+            engine,
+            writer,
+        }
     }
 
-    async fn read_meta<T: serde::de::DeserializeOwned + Send + 'static>(&self, kind: MetaKind) -> io::Result<Option<T>> {
+    async fn read_meta<T: serde::de::DeserializeOwned + Send + 'static>(
+        &self,
+        kind: MetaKind,
+    ) -> io::Result<Option<T>> {
         let engine = self.engine.clone();
         let key = keys::raft_meta_key(self.shard, kind);
-        blocking(move || match engine.get(Cf::RaftMeta, &key).map_err(io_err)? {
-            Some(bytes) => Ok(Some(codec::decode(&bytes)?)),
-            None => Ok(None),
-        })
+        blocking(
+            move || match engine.get(Cf::RaftMeta, &key).map_err(io_err)? {
+                Some(bytes) => Ok(Some(codec::decode(&bytes)?)),
+                None => Ok(None),
+            },
+        )
         .await
     }
 
@@ -63,8 +74,17 @@ impl LogStore {
         blocking(move || engine.write(batch, sync).map_err(io_err)).await
     }
 
-    fn meta_put<T: serde::Serialize>(&self, batch: &mut WriteBatch, kind: MetaKind, value: &T) -> io::Result<()> {
-        batch.put(Cf::RaftMeta, keys::raft_meta_key(self.shard, kind), codec::encode(value)?);
+    fn meta_put<T: serde::Serialize>(
+        &self,
+        batch: &mut WriteBatch,
+        kind: MetaKind,
+        value: &T,
+    ) -> io::Result<()> {
+        batch.put(
+            Cf::RaftMeta,
+            keys::raft_meta_key(self.shard, kind),
+            codec::encode(value)?,
+        );
         Ok(())
     }
 
@@ -114,7 +134,10 @@ impl RaftLogReader<TypeConfig> for LogStore {
                 if entry.log_id.index != index {
                     return Err(io::Error::new(
                         io::ErrorKind::InvalidData,
-                        format!("shard {shard}: log key index {index} holds entry {}", entry.log_id.index),
+                        format!(
+                            "shard {shard}: log key index {index} holds entry {}",
+                            entry.log_id.index
+                        ),
                     ));
                 }
                 out.push(entry);
@@ -139,7 +162,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         let last_purged: Option<LogId> = self.read_meta(MetaKind::LastPurged).await?;
         let last = self.last_entry().await?.map(|e| e.log_id);
         Ok(LogState {
-            last_log_id: last.or_else(|| last_purged.clone()),
+            last_log_id: last.or(last_purged),
             last_purged_log_id: last_purged,
         })
     }
@@ -161,7 +184,10 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     async fn read_committed(&mut self) -> io::Result<Option<LogId>> {
-        Ok(self.read_meta::<Option<LogId>>(MetaKind::Committed).await?.flatten())
+        Ok(self
+            .read_meta::<Option<LogId>>(MetaKind::Committed)
+            .await?
+            .flatten())
     }
 
     async fn append<I>(&mut self, entries: I, callback: IOFlushed) -> io::Result<()>

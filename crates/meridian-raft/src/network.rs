@@ -27,9 +27,9 @@ use meridian_proto::raft::{RaftReply, RaftRequest, SnapshotChunk};
 use meridian_types::error::{ERROR_CODE_HEADER, HLC_HEADER};
 use meridian_types::limits::{MAX_MESSAGE_BYTES, SNAPSHOT_CHUNK_BYTES};
 use meridian_types::{Clock, ErrorCode, ShardId, Timestamp};
+use openraft::base::{BoxFuture, BoxStream};
 use openraft::errors::{NetworkError, ReplicationClosed, Unreachable};
 use openraft::network::{RPCOption, RaftNetworkFactory, RaftNetworkV2};
-use openraft::base::{BoxFuture, BoxStream};
 use openraft::OptionalSend;
 use std::collections::HashMap;
 use std::future::Future;
@@ -121,7 +121,10 @@ impl PeerPool {
     }
 
     pub fn mark_seen(&self, node: NodeId) {
-        self.last_seen.lock().expect("last_seen lock poisoned").insert(node, Instant::now());
+        self.last_seen
+            .lock()
+            .expect("last_seen lock poisoned")
+            .insert(node, Instant::now());
     }
 
     pub fn seen_within(&self, node: NodeId, window: Duration) -> bool {
@@ -171,13 +174,20 @@ pub struct PeerConnection {
 
 fn status_to_rpc_error(status: tonic::Status) -> RPCError {
     match status.code() {
-        tonic::Code::Unavailable | tonic::Code::Unknown => RPCError::Unreachable(Unreachable::new(&status)),
+        tonic::Code::Unavailable | tonic::Code::Unknown => {
+            RPCError::Unreachable(Unreachable::new(&status))
+        }
         _ => RPCError::Network(NetworkError::new(&status)),
     }
 }
 
 impl PeerConnection {
-    async fn call<Req, Resp>(&self, kind: &'static str, rpc: &Req, option: &RPCOption) -> Result<Resp, RPCError>
+    async fn call<Req, Resp>(
+        &self,
+        kind: &'static str,
+        rpc: &Req,
+        option: &RPCOption,
+    ) -> Result<Resp, RPCError>
     where
         Req: serde::Serialize,
         Resp: serde::de::DeserializeOwned,
@@ -218,16 +228,26 @@ impl PeerConnection {
         self.pool.mark_seen(self.target);
         let result: Result<Resp, String> =
             codec::decode(&reply.payload).map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
-        result.map_err(|e| RPCError::Network(NetworkError::new(&Msg(format!("remote raft error: {e}")))))
+        result.map_err(|e| {
+            RPCError::Network(NetworkError::new(&Msg(format!("remote raft error: {e}"))))
+        })
     }
 
-    async fn send_snapshot(&self, vote: Vote, snapshot: Snapshot, deadline: Duration) -> Result<SnapshotResponse, StreamingError> {
-        let net = |e: &dyn std::fmt::Display| StreamingError::Network(NetworkError::new(&Msg(e.to_string())));
+    async fn send_snapshot(
+        &self,
+        vote: Vote,
+        snapshot: Snapshot,
+        deadline: Duration,
+    ) -> Result<SnapshotResponse, StreamingError> {
+        let net = |e: &dyn std::fmt::Display| {
+            StreamingError::Network(NetworkError::new(&Msg(e.to_string())))
+        };
         let mut client = self
             .pool
             .client(&self.addr)
             .map_err(|e| StreamingError::Unreachable(Unreachable::new(&Msg(e))))?;
-        let header = codec::encode(&(vote, snapshot.meta.clone(), snapshot.snapshot.version_floor)).map_err(|e| net(&e))?;
+        let header = codec::encode(&(vote, snapshot.meta.clone(), snapshot.snapshot.version_floor))
+            .map_err(|e| net(&e))?;
         let (tx, rx) = tokio::sync::mpsc::channel::<SnapshotChunk>(SNAPSHOT_QUEUE_CHUNKS);
         let shard = self.shard;
         let from_node = self.pool.self_id;
@@ -287,8 +307,11 @@ impl PeerConnection {
                 _ => StreamingError::Network(NetworkError::new(&s)),
             })?
             .into_inner();
-        self.pool.merge_reply_clock(reply.hlc).map_err(|e| net(&e))?;
-        let result: Result<SnapshotResponse, String> = codec::decode(&reply.payload).map_err(|e| net(&e))?;
+        self.pool
+            .merge_reply_clock(reply.hlc)
+            .map_err(|e| net(&e))?;
+        let result: Result<SnapshotResponse, String> =
+            codec::decode(&reply.payload).map_err(|e| net(&e))?;
         tracing::info!(shard = %self.shard, target = self.target, bytes = sent, "sent snapshot");
         result.map_err(|e| net(&e))
     }
@@ -347,27 +370,45 @@ impl RaftNetworkV2<TypeConfig> for PeerConnection {
                 pool.merge_reply_clock(reply.hlc)
                     .map_err(|e| RPCError::Network(NetworkError::new(&Msg(e))))?;
                 pool.mark_seen(target);
-                let result: Result<StreamAppendResult, String> =
-                    codec::decode(&reply.payload).map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
-                result.map_err(|e| RPCError::Network(NetworkError::new(&Msg(format!("remote raft error: {e}")))))
+                let result: Result<StreamAppendResult, String> = codec::decode(&reply.payload)
+                    .map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
+                result.map_err(|e| {
+                    RPCError::Network(NetworkError::new(&Msg(format!("remote raft error: {e}"))))
+                })
             });
             Ok(Box::pin(replies) as BoxStream<'s, _>)
         })
     }
 
-    async fn append_entries(&mut self, rpc: AppendEntriesRequest, option: RPCOption) -> Result<AppendEntriesResponse, RPCError> {
+    async fn append_entries(
+        &mut self,
+        rpc: AppendEntriesRequest,
+        option: RPCOption,
+    ) -> Result<AppendEntriesResponse, RPCError> {
         self.call("append", &rpc, &option).await
     }
 
-    async fn vote(&mut self, rpc: VoteRequest, option: RPCOption) -> Result<VoteResponse, RPCError> {
+    async fn vote(
+        &mut self,
+        rpc: VoteRequest,
+        option: RPCOption,
+    ) -> Result<VoteResponse, RPCError> {
         self.call("vote", &rpc, &option).await
     }
 
-    async fn pre_vote(&mut self, rpc: VoteRequest, option: RPCOption) -> Result<VoteResponse, RPCError> {
+    async fn pre_vote(
+        &mut self,
+        rpc: VoteRequest,
+        option: RPCOption,
+    ) -> Result<VoteResponse, RPCError> {
         self.call("pre_vote", &rpc, &option).await
     }
 
-    async fn transfer_leader(&mut self, req: TransferLeaderRequest, option: RPCOption) -> Result<TransferLeaderResponse, RPCError> {
+    async fn transfer_leader(
+        &mut self,
+        req: TransferLeaderRequest,
+        option: RPCOption,
+    ) -> Result<TransferLeaderResponse, RPCError> {
         self.call("transfer_leader", &req, &option).await
     }
 

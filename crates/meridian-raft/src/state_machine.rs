@@ -26,9 +26,7 @@
 //!   (point-in-time iterator) would let apply continue while the file is written.
 //! - Old MVCC versions are never garbage-collected.
 
-use crate::types::{
-    Command, CommandResult, LogId, SnapshotMeta, StoredMembership, TypeConfig,
-};
+use crate::types::{Command, CommandResult, LogId, SnapshotMeta, StoredMembership, TypeConfig};
 use futures::{Stream, TryStreamExt};
 use meridian_storage::keys::{self, MetaKind};
 use meridian_storage::{mvcc, Cf, Engine, WriteBatch};
@@ -79,12 +77,21 @@ fn io_err(e: impl std::fmt::Display) -> io::Error {
     io::Error::other(e.to_string())
 }
 
-async fn blocking<T: Send + 'static>(f: impl FnOnce() -> io::Result<T> + Send + 'static) -> io::Result<T> {
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> io::Result<T> + Send + 'static,
+) -> io::Result<T> {
     tokio::task::spawn_blocking(f).await.map_err(io_err)?
 }
 
-fn read_meta<T: serde::de::DeserializeOwned>(engine: &dyn Engine, shard: ShardId, kind: MetaKind) -> io::Result<Option<T>> {
-    match engine.get(Cf::RaftMeta, &keys::raft_meta_key(shard, kind)).map_err(io_err)? {
+fn read_meta<T: serde::de::DeserializeOwned>(
+    engine: &dyn Engine,
+    shard: ShardId,
+    kind: MetaKind,
+) -> io::Result<Option<T>> {
+    match engine
+        .get(Cf::RaftMeta, &keys::raft_meta_key(shard, kind))
+        .map_err(io_err)?
+    {
         Some(b) => Ok(Some(codec::decode(&b)?)),
         None => Ok(None),
     }
@@ -100,7 +107,8 @@ impl ShardStateMachine {
     ) -> io::Result<ShardStateMachine> {
         std::fs::create_dir_all(&snapshot_dir)?;
         let applied = read_meta::<Option<LogId>>(&*engine, shard, MetaKind::Applied)?.flatten();
-        let membership = read_meta::<StoredMembership>(&*engine, shard, MetaKind::Membership)?.unwrap_or_default();
+        let membership = read_meta::<StoredMembership>(&*engine, shard, MetaKind::Membership)?
+            .unwrap_or_default();
         let version_floor = read_meta::<u64>(&*engine, shard, MetaKind::VersionFloor)?.unwrap_or(0);
         let current = read_meta::<SnapshotRecord>(&*engine, shard, MetaKind::SnapshotMeta)?;
         if version_floor > 0 {
@@ -138,9 +146,21 @@ impl ShardStateMachine {
 
 fn put_state(batch: &mut WriteBatch, inner: &Inner) -> io::Result<()> {
     let shard = inner.shard;
-    batch.put(Cf::RaftMeta, keys::raft_meta_key(shard, MetaKind::Applied), codec::encode(&inner.applied)?);
-    batch.put(Cf::RaftMeta, keys::raft_meta_key(shard, MetaKind::Membership), codec::encode(&inner.membership)?);
-    batch.put(Cf::RaftMeta, keys::raft_meta_key(shard, MetaKind::VersionFloor), codec::encode(&inner.version_floor)?);
+    batch.put(
+        Cf::RaftMeta,
+        keys::raft_meta_key(shard, MetaKind::Applied),
+        codec::encode(&inner.applied)?,
+    );
+    batch.put(
+        Cf::RaftMeta,
+        keys::raft_meta_key(shard, MetaKind::Membership),
+        codec::encode(&inner.membership)?,
+    );
+    batch.put(
+        Cf::RaftMeta,
+        keys::raft_meta_key(shard, MetaKind::VersionFloor),
+        codec::encode(&inner.version_floor)?,
+    );
     Ok(())
 }
 
@@ -150,16 +170,22 @@ impl RaftSnapshotBuilder<TypeConfig> for ShardStateMachine {
     async fn build_snapshot(&mut self) -> io::Result<crate::types::Snapshot> {
         let mut inner = self.inner.lock().await;
         let shard = inner.shard;
-        let last = inner.applied.clone();
+        let last = inner.applied;
         let index = last.as_ref().map(|l| l.index).unwrap_or(0);
-        let final_path = inner.snapshot_dir.join(format!("shard-{}-{index}.sst", shard.0));
-        let tmp_path = inner.snapshot_dir.join(format!("shard-{}-{index}.sst.tmp", shard.0));
+        let final_path = inner
+            .snapshot_dir
+            .join(format!("shard-{}-{index}.sst", shard.0));
+        let tmp_path = inner
+            .snapshot_dir
+            .join(format!("shard-{}-{index}.sst.tmp", shard.0));
         let engine = inner.engine.clone();
         let (start, end) = keys::shard_data_range(shard);
         let (tmp, fin) = (tmp_path.clone(), final_path.clone());
         let written = blocking(move || {
             let _ = std::fs::remove_file(&tmp);
-            let n = engine.export_range_sst(Cf::Data, &start, &end, &tmp).map_err(io_err)?;
+            let n = engine
+                .export_range_sst(Cf::Data, &start, &end, &tmp)
+                .map_err(io_err)?;
             if n > 0 {
                 std::fs::rename(&tmp, &fin)?;
             }
@@ -179,7 +205,11 @@ impl RaftSnapshotBuilder<TypeConfig> for ShardStateMachine {
             file: file.clone(),
         };
         let mut batch = WriteBatch::new();
-        batch.put(Cf::RaftMeta, keys::raft_meta_key(shard, MetaKind::SnapshotMeta), codec::encode(&record)?);
+        batch.put(
+            Cf::RaftMeta,
+            keys::raft_meta_key(shard, MetaKind::SnapshotMeta),
+            codec::encode(&record)?,
+        );
         let engine = inner.engine.clone();
         blocking(move || engine.write(batch, false).map_err(io_err)).await?;
         let previous = inner.current.replace(record);
@@ -189,7 +219,10 @@ impl RaftSnapshotBuilder<TypeConfig> for ShardStateMachine {
             }
         }
         tracing::info!(%shard, index, keys = written, "built snapshot");
-        Ok(crate::types::Snapshot { meta, snapshot: file })
+        Ok(crate::types::Snapshot {
+            meta,
+            snapshot: file,
+        })
     }
 }
 
@@ -199,7 +232,7 @@ impl RaftStateMachine<TypeConfig> for ShardStateMachine {
 
     async fn applied_state(&mut self) -> io::Result<(Option<LogId>, StoredMembership)> {
         let inner = self.inner.lock().await;
-        Ok((inner.applied.clone(), inner.membership.clone()))
+        Ok((inner.applied, inner.membership.clone()))
     }
 
     async fn apply<Strm>(&mut self, mut entries: Strm) -> io::Result<()>
@@ -226,7 +259,7 @@ impl RaftStateMachine<TypeConfig> for ShardStateMachine {
                     result.commit_ts = ts;
                 }
                 EntryPayload::Membership(m) => {
-                    inner.membership = StoredMembership::new(Some(entry.log_id.clone()), m);
+                    inner.membership = StoredMembership::new(Some(entry.log_id), m);
                 }
             }
             inner.applied = Some(entry.log_id);
@@ -251,14 +284,23 @@ impl RaftStateMachine<TypeConfig> for ShardStateMachine {
         self.clone()
     }
 
-    async fn install_snapshot(&mut self, meta: &SnapshotMeta, snapshot: SnapshotFile) -> io::Result<()> {
+    async fn install_snapshot(
+        &mut self,
+        meta: &SnapshotMeta,
+        snapshot: SnapshotFile,
+    ) -> io::Result<()> {
         let mut inner = self.inner.lock().await;
         let shard = inner.shard;
         let engine = inner.engine.clone();
         let (start, end) = keys::shard_data_range(shard);
         let path = snapshot.path.clone();
-        blocking(move || engine.ingest_range_sst(Cf::Data, &start, &end, path.as_deref()).map_err(io_err)).await?;
-        inner.applied = meta.last_log_id.clone();
+        blocking(move || {
+            engine
+                .ingest_range_sst(Cf::Data, &start, &end, path.as_deref())
+                .map_err(io_err)
+        })
+        .await?;
+        inner.applied = meta.last_log_id;
         inner.membership = meta.last_membership.clone();
         inner.version_floor = inner.version_floor.max(snapshot.version_floor);
         let record = SnapshotRecord {
@@ -267,7 +309,11 @@ impl RaftStateMachine<TypeConfig> for ShardStateMachine {
         };
         let mut batch = WriteBatch::new();
         put_state(&mut batch, &inner)?;
-        batch.put(Cf::RaftMeta, keys::raft_meta_key(shard, MetaKind::SnapshotMeta), codec::encode(&record)?);
+        batch.put(
+            Cf::RaftMeta,
+            keys::raft_meta_key(shard, MetaKind::SnapshotMeta),
+            codec::encode(&record)?,
+        );
         let engine = inner.engine.clone();
         blocking(move || engine.write(batch, true).map_err(io_err)).await?;
         let _ = inner.clock.update(Timestamp(inner.version_floor));

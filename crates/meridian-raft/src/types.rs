@@ -21,7 +21,12 @@ impl std::fmt::Display for Command {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Command::Write { ts, puts, deletes } => {
-                write!(f, "Write(ts={ts}, puts={}, deletes={})", puts.len(), deletes.len())
+                write!(
+                    f,
+                    "Write(ts={ts}, puts={}, deletes={})",
+                    puts.len(),
+                    deletes.len()
+                )
             }
         }
     }
@@ -96,7 +101,10 @@ pub mod codec {
         if cursor.position() as usize != bytes.len() {
             return Err(std::io::Error::new(
                 std::io::ErrorKind::InvalidData,
-                format!("{} trailing bytes after message", bytes.len() - cursor.position() as usize),
+                format!(
+                    "{} trailing bytes after message",
+                    bytes.len() - cursor.position() as usize
+                ),
             ));
         }
         Ok(value)

@@ -56,13 +56,27 @@ async fn versions_stay_ordered_when_proposed_timestamps_go_backwards() {
     let engine: Arc<dyn Engine> = Arc::new(MemoryEngine::new());
     let mut sm = open(&engine, dir.path());
     // A new leader with a slower clock proposes older timestamps than the previous leader.
-    apply(&mut sm, vec![write(1, 1_000, "k", "a"), write(2, 500, "k", "b"), write(3, 700, "k", "c")]).await;
+    apply(
+        &mut sm,
+        vec![
+            write(1, 1_000, "k", "a"),
+            write(2, 500, "k", "b"),
+            write(3, 700, "k", "c"),
+        ],
+    )
+    .await;
     let (ts, value) = read(&engine, "k").expect("k exists");
     assert_eq!(value, b"c");
     assert_eq!(ts, Timestamp(1_002), "floor+1 rule: 1000, 1001, 1002");
     assert_eq!(sm.version_floor().await, 1_002);
     // The older versions are still there, in order.
-    assert_eq!(mvcc::get(&*engine, SHARD, b"k", Timestamp(1_001)).unwrap().unwrap().1, b"b");
+    assert_eq!(
+        mvcc::get(&*engine, SHARD, b"k", Timestamp(1_001))
+            .unwrap()
+            .unwrap()
+            .1,
+        b"b"
+    );
 }
 
 #[tokio::test]
@@ -71,7 +85,15 @@ async fn applied_state_survives_reopen() {
     let engine: Arc<dyn Engine> = Arc::new(MemoryEngine::new());
     {
         let mut sm = open(&engine, dir.path());
-        apply(&mut sm, vec![write(1, 10, "a", "1"), delete(2, 20, "a"), write(3, 30, "b", "2")]).await;
+        apply(
+            &mut sm,
+            vec![
+                write(1, 10, "a", "1"),
+                delete(2, 20, "a"),
+                write(3, 30, "b", "2"),
+            ],
+        )
+        .await;
     }
     let mut sm = open(&engine, dir.path());
     let (applied, _) = sm.applied_state().await.unwrap();
@@ -89,23 +111,41 @@ async fn snapshot_file_moves_a_shard_between_engines() {
     let b: Arc<dyn Engine> = Arc::new(MemoryEngine::new());
     let mut sm_a = open(&a, dir_a.path());
     let mut sm_b = open(&b, dir_b.path());
-    let entries: Vec<Entry> = (1..=200).map(|i| write(i, 100 + i, &format!("key{i:04}"), &format!("v{i}"))).collect();
+    let entries: Vec<Entry> = (1..=200)
+        .map(|i| write(i, 100 + i, &format!("key{i:04}"), &format!("v{i}")))
+        .collect();
     apply(&mut sm_a, entries).await;
     // The follower has stale data that the snapshot must replace.
     apply(&mut sm_b, vec![write(1, 5, "stale", "x")]).await;
 
     let snapshot = sm_a.build_snapshot().await.expect("build");
-    let path = snapshot.snapshot.path.clone().expect("non-empty shard has a file");
+    let path = snapshot
+        .snapshot
+        .path
+        .clone()
+        .expect("non-empty shard has a file");
     assert!(path.exists());
-    sm_b.install_snapshot(&snapshot.meta, snapshot.snapshot.clone()).await.expect("install");
+    sm_b.install_snapshot(&snapshot.meta, snapshot.snapshot.clone())
+        .await
+        .expect("install");
 
-    assert!(read(&b, "stale").is_none(), "install replaces the whole range");
+    assert!(
+        read(&b, "stale").is_none(),
+        "install replaces the whole range"
+    );
     for i in [1u64, 100, 200] {
-        assert_eq!(read(&b, &format!("key{i:04}")).unwrap().1, format!("v{i}").into_bytes());
+        assert_eq!(
+            read(&b, &format!("key{i:04}")).unwrap().1,
+            format!("v{i}").into_bytes()
+        );
     }
     let (applied, _) = sm_b.applied_state().await.unwrap();
     assert_eq!(applied.unwrap().index, 200);
     assert_eq!(sm_b.version_floor().await, 300);
-    let current = sm_b.get_current_snapshot().await.unwrap().expect("current snapshot recorded");
+    let current = sm_b
+        .get_current_snapshot()
+        .await
+        .unwrap()
+        .expect("current snapshot recorded");
     assert_eq!(current.meta, snapshot.meta);
 }

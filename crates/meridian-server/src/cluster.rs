@@ -29,7 +29,10 @@ impl ClusterService {
 
 #[tonic::async_trait]
 impl Cluster for ClusterService {
-    async fn status(&self, _request: Request<StatusRequest>) -> Result<Response<StatusResponse>, Status> {
+    async fn status(
+        &self,
+        _request: Request<StatusRequest>,
+    ) -> Result<Response<StatusResponse>, Status> {
         let node = &self.node;
         let me = node.config.node_id;
         let mut shards = Vec::new();

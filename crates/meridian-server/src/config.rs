@@ -15,7 +15,7 @@
 //!
 //! [cluster]
 //! initial_shards = 8            # data shards a new cluster is pre-split into
-//! split_points = []             # explicit split keys (overrides initial_shards) 
+//! split_points = []             # explicit split keys (overrides initial_shards)
 //! replication_factor = 3
 //! max_offset_ms = 500
 //!
@@ -232,7 +232,10 @@ impl NodeConfig {
                         let line = text[..s.start].lines().count();
                         format!("config (line {line})")
                     });
-                    err(field.unwrap_or_else(|| "config".into()), e.message().to_string())
+                    err(
+                        field.unwrap_or_else(|| "config".into()),
+                        e.message().to_string(),
+                    )
                 })?
             }
             None => FileConfig::default(),
@@ -282,26 +285,45 @@ impl NodeConfig {
         }
         let client_addr = parse_addr("client_addr", file.client_addr)?;
         let peer_addr = parse_addr("peer_addr", file.peer_addr)?;
-        let data_dir = file.data_dir.ok_or_else(|| err("data_dir", "is required"))?;
-        let raw = file
-            .initial_cluster
-            .ok_or_else(|| err("initial_cluster", "is required (id=peer_addr@region/zone,...)"))?;
+        let data_dir = file
+            .data_dir
+            .ok_or_else(|| err("data_dir", "is required"))?;
+        let raw = file.initial_cluster.ok_or_else(|| {
+            err(
+                "initial_cluster",
+                "is required (id=peer_addr@region/zone,...)",
+            )
+        })?;
         let mut initial_cluster = Vec::new();
         for (i, s) in raw.iter().enumerate() {
             let m = Member::parse(s).map_err(|e| err(format!("initial_cluster[{i}]"), e))?;
-            if initial_cluster.iter().any(|o: &Member| o.node_id == m.node_id) {
-                return Err(err(format!("initial_cluster[{i}]"), format!("node id {} listed twice", m.node_id)));
+            if initial_cluster
+                .iter()
+                .any(|o: &Member| o.node_id == m.node_id)
+            {
+                return Err(err(
+                    format!("initial_cluster[{i}]"),
+                    format!("node id {} listed twice", m.node_id),
+                ));
             }
             initial_cluster.push(m);
         }
         let me = initial_cluster
             .iter()
             .find(|m| m.node_id == node_id)
-            .ok_or_else(|| err("initial_cluster", format!("does not list this node ({node_id})")))?;
+            .ok_or_else(|| {
+                err(
+                    "initial_cluster",
+                    format!("does not list this node ({node_id})"),
+                )
+            })?;
         if me.peer_addr != peer_addr {
             return Err(err(
                 "peer_addr",
-                format!("{peer_addr} differs from this node's entry in initial_cluster ({})", me.peer_addr),
+                format!(
+                    "{peer_addr} differs from this node's entry in initial_cluster ({})",
+                    me.peer_addr
+                ),
             ));
         }
         let region = file.region.unwrap_or_else(|| me.region.clone());
@@ -314,9 +336,12 @@ impl NodeConfig {
             ));
         }
         if c.split_points.len() as u32 >= MAX_INITIAL_SHARDS {
-            return Err(err("cluster.split_points", format!("more than {MAX_INITIAL_SHARDS} shards")));
+            return Err(err(
+                "cluster.split_points",
+                format!("more than {MAX_INITIAL_SHARDS} shards"),
+            ));
         }
-        if c.replication_factor == 0 || c.replication_factor % 2 == 0 {
+        if c.replication_factor == 0 || c.replication_factor.is_multiple_of(2) {
             return Err(err("cluster.replication_factor", "must be odd and > 0"));
         }
         if c.max_offset_ms == 0 {
@@ -330,7 +355,10 @@ impl NodeConfig {
             ));
         }
         if r.election_timeout_max_ms <= r.election_timeout_min_ms {
-            return Err(err("raft.election_timeout_max_ms", "must exceed raft.election_timeout_min_ms"));
+            return Err(err(
+                "raft.election_timeout_max_ms",
+                "must exceed raft.election_timeout_min_ms",
+            ));
         }
         if r.rpc_timeout_ms == 0 {
             return Err(err("raft.rpc_timeout_ms", "must be > 0"));
@@ -360,7 +388,10 @@ mod tests {
             client_addr: Some("127.0.0.1:7001".into()),
             peer_addr: Some("127.0.0.1:7101".into()),
             data_dir: Some("/tmp/x".into()),
-            initial_cluster: Some(vec!["1=127.0.0.1:7101@us/a".into(), "2=127.0.0.1:7102@eu/b".into()]),
+            initial_cluster: Some(vec![
+                "1=127.0.0.1:7101@us/a".into(),
+                "2=127.0.0.1:7102@eu/b".into(),
+            ]),
             ..Default::default()
         }
     }
@@ -376,13 +407,22 @@ mod tests {
     fn errors_name_the_field() {
         let mut a = args();
         a.peer_addr = Some("nope".into());
-        assert!(NodeConfig::load(&a).unwrap_err().to_string().contains("\"peer_addr\""));
+        assert!(NodeConfig::load(&a)
+            .unwrap_err()
+            .to_string()
+            .contains("\"peer_addr\""));
         let mut a = args();
         a.initial_cluster = Some(vec!["1=127.0.0.1:7101".into(), "x=1".into()]);
-        assert!(NodeConfig::load(&a).unwrap_err().to_string().contains("initial_cluster[1]"));
+        assert!(NodeConfig::load(&a)
+            .unwrap_err()
+            .to_string()
+            .contains("initial_cluster[1]"));
         let mut a = args();
         a.initial_shards = Some(0);
-        assert!(NodeConfig::load(&a).unwrap_err().to_string().contains("cluster.initial_shards"));
+        assert!(NodeConfig::load(&a)
+            .unwrap_err()
+            .to_string()
+            .contains("cluster.initial_shards"));
     }
 
     #[test]

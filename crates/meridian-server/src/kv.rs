@@ -51,10 +51,9 @@ impl KvService {
     }
 
     fn admit(&self) -> Result<tokio::sync::OwnedSemaphorePermit> {
-        self.inflight
-            .clone()
-            .try_acquire_owned()
-            .map_err(|_| ServerError::Unavailable("node overloaded: too many requests in flight".into()))
+        self.inflight.clone().try_acquire_owned().map_err(|_| {
+            ServerError::Unavailable("node overloaded: too many requests in flight".into())
+        })
     }
 
     async fn propose(&self, shard: ShardId, replica: &ShardReplica, cmd: Command) -> Result<u64> {
@@ -70,7 +69,12 @@ impl KvService {
     }
 
     /// Makes a read on `replica` linearizable; returns the timestamp to read at.
-    async fn linearize(&self, shard: ShardId, replica: &ShardReplica, consistency: i32) -> Result<Timestamp> {
+    async fn linearize(
+        &self,
+        shard: ShardId,
+        replica: &ShardReplica,
+        consistency: i32,
+    ) -> Result<Timestamp> {
         let policy = if consistency == ReadConsistency::LinearizableReadIndex as i32 {
             ReadPolicy::ReadIndex
         } else {
@@ -79,7 +83,10 @@ impl KvService {
         let mut result = replica.raft.ensure_linearizable(policy.clone()).await;
         if result.is_err() && policy == ReadPolicy::LeaseRead && replica.raft.is_leader() {
             // The lease is not valid (e.g. right after election): confirm with a quorum round.
-            result = replica.raft.ensure_linearizable(ReadPolicy::ReadIndex).await;
+            result = replica
+                .raft
+                .ensure_linearizable(ReadPolicy::ReadIndex)
+                .await;
         }
         match result {
             Ok(_) => Ok(self.node.clock.now()),
@@ -87,7 +94,9 @@ impl KvService {
                 if let Some(f) = e.forward_to_leader() {
                     return Err(self.node.not_leader(shard, f.leader_id).await);
                 }
-                Err(ServerError::Unavailable(format!("shard {shard}: cannot confirm leadership: {e}")))
+                Err(ServerError::Unavailable(format!(
+                    "shard {shard}: cannot confirm leadership: {e}"
+                )))
             }
         }
     }
@@ -101,6 +110,28 @@ impl KvService {
             .await
             .map_err(|e| ServerError::Internal(e.to_string()))?
             .map_err(|e| ServerError::Internal(format!("storage: {e}")))
+    }
+}
+
+/// The reply for one key read at `read_ts` (found or not).
+fn get_response(
+    found: Option<(Timestamp, Vec<u8>)>,
+    read_ts: Timestamp,
+    shard: ShardId,
+) -> GetResponse {
+    match found {
+        Some((ts, value)) => GetResponse {
+            found: true,
+            value: Bytes::from(value),
+            version_ts: ts.0,
+            read_ts: read_ts.0,
+            shard_id: shard.0,
+        },
+        None => GetResponse {
+            read_ts: read_ts.0,
+            shard_id: shard.0,
+            ..Default::default()
+        },
     }
 }
 
@@ -129,10 +160,15 @@ pub fn check_value(value: &[u8]) -> Result<()> {
 
 fn check_scan(req: &ScanRequest) -> Result<()> {
     if req.limit == 0 || req.limit > MAX_SCAN_LIMIT {
-        return Err(invalid(format!("scan limit {} is outside 1..={MAX_SCAN_LIMIT}", req.limit)));
+        return Err(invalid(format!(
+            "scan limit {} is outside 1..={MAX_SCAN_LIMIT}",
+            req.limit
+        )));
     }
     if req.start.len() > MAX_KEY_BYTES || req.end.len() > MAX_KEY_BYTES {
-        return Err(invalid(format!("scan bound over MAX_KEY_BYTES ({MAX_KEY_BYTES})")));
+        return Err(invalid(format!(
+            "scan bound over MAX_KEY_BYTES ({MAX_KEY_BYTES})"
+        )));
     }
     if !req.end.is_empty() && req.start >= req.end {
         return Err(invalid(format!(
@@ -164,7 +200,10 @@ fn one_shard<'a>(node: &'a Node, keys: impl Iterator<Item = &'a [u8]>) -> Result
 
 #[tonic::async_trait]
 impl Kv for KvService {
-    async fn get(&self, request: Request<GetRequest>) -> std::result::Result<Response<GetResponse>, Status> {
+    async fn get(
+        &self,
+        request: Request<GetRequest>,
+    ) -> std::result::Result<Response<GetResponse>, Status> {
         let _permit = self.admit()?;
         let req = request.into_inner();
         check_key(&req.key, "key")?;
@@ -174,25 +213,21 @@ impl Kv for KvService {
         let read_ts = self.linearize(shard, &replica, req.consistency).await?;
         let t1 = t0.elapsed();
         let key = req.key.clone();
-        let found = self.read(move |e| mvcc::get(e, shard, &key, read_ts)).await?;
-        tracing::debug!(linearize_us = t1.as_micros() as u64, total_us = t0.elapsed().as_micros() as u64, "get timing");
-        Ok(Response::new(match found {
-            Some((ts, value)) => GetResponse {
-                found: true,
-                value: Bytes::from(value),
-                version_ts: ts.0,
-                read_ts: read_ts.0,
-                shard_id: shard.0,
-            },
-            None => GetResponse {
-                read_ts: read_ts.0,
-                shard_id: shard.0,
-                ..Default::default()
-            },
-        }))
+        let found = self
+            .read(move |e| mvcc::get(e, shard, &key, read_ts))
+            .await?;
+        tracing::debug!(
+            linearize_us = t1.as_micros() as u64,
+            total_us = t0.elapsed().as_micros() as u64,
+            "get timing"
+        );
+        Ok(Response::new(get_response(found, read_ts, shard)))
     }
 
-    async fn put(&self, request: Request<PutRequest>) -> std::result::Result<Response<PutResponse>, Status> {
+    async fn put(
+        &self,
+        request: Request<PutRequest>,
+    ) -> std::result::Result<Response<PutResponse>, Status> {
         let _permit = self.admit()?;
         let req = request.into_inner();
         check_key(&req.key, "key")?;
@@ -211,7 +246,10 @@ impl Kv for KvService {
         }))
     }
 
-    async fn delete(&self, request: Request<DeleteRequest>) -> std::result::Result<Response<DeleteResponse>, Status> {
+    async fn delete(
+        &self,
+        request: Request<DeleteRequest>,
+    ) -> std::result::Result<Response<DeleteResponse>, Status> {
         let _permit = self.admit()?;
         let req = request.into_inner();
         check_key(&req.key, "key")?;
@@ -229,7 +267,10 @@ impl Kv for KvService {
         }))
     }
 
-    async fn scan(&self, request: Request<ScanRequest>) -> std::result::Result<Response<ScanResponse>, Status> {
+    async fn scan(
+        &self,
+        request: Request<ScanRequest>,
+    ) -> std::result::Result<Response<ScanResponse>, Status> {
         let _permit = self.admit()?;
         let req = request.into_inner();
         check_scan(&req)?;
@@ -239,11 +280,7 @@ impl Kv for KvService {
             self.node.shard_map.lookup(&req.start)
         };
         let shard = desc.id;
-        let replica = self
-            .node
-            .host
-            .get(shard)
-            .ok_or_else(|| ServerError::WrongShard(format!("shard {shard} has no replica here")))?;
+        let replica = self.node.replica(shard)?;
         let mut read_ts = self.linearize(shard, &replica, req.consistency).await?;
         if req.read_ts != 0 {
             // A later page of a multi-page scan reads at the first page's timestamp. The
@@ -276,7 +313,10 @@ impl Kv for KvService {
         // Where to continue: inside this shard if the page filled, else in the next shard.
         let (resume_key, more) = match page.resume_key {
             Some(k) => (k, true),
-            None if !reverse && !desc.end.is_empty() && (req.end.is_empty() || desc.end.as_slice() < &req.end[..]) => {
+            None if !reverse
+                && !desc.end.is_empty()
+                && (req.end.is_empty() || desc.end.as_slice() < &req.end[..]) =>
+            {
                 (desc.end.clone(), true)
             }
             None if reverse && !desc.start.is_empty() && desc.start.as_slice() > &req.start[..] => {
@@ -293,21 +333,24 @@ impl Kv for KvService {
         }))
     }
 
-    async fn batch_get(&self, request: Request<BatchGetRequest>) -> std::result::Result<Response<BatchGetResponse>, Status> {
+    async fn batch_get(
+        &self,
+        request: Request<BatchGetRequest>,
+    ) -> std::result::Result<Response<BatchGetResponse>, Status> {
         let _permit = self.admit()?;
         let req = request.into_inner();
         if req.keys.len() > MAX_BATCH_KEYS {
-            return Err(invalid(format!("{} keys, over MAX_BATCH_KEYS ({MAX_BATCH_KEYS})", req.keys.len())).into());
+            return Err(invalid(format!(
+                "{} keys, over MAX_BATCH_KEYS ({MAX_BATCH_KEYS})",
+                req.keys.len()
+            ))
+            .into());
         }
         for (i, k) in req.keys.iter().enumerate() {
             check_key(k, &format!("keys[{i}]"))?;
         }
         let shard = one_shard(&self.node, req.keys.iter().map(|k| &k[..]))?;
-        let replica = self
-            .node
-            .host
-            .get(shard)
-            .ok_or_else(|| ServerError::WrongShard(format!("shard {shard} has no replica here")))?;
+        let replica = self.node.replica(shard)?;
         let read_ts = self.linearize(shard, &replica, req.consistency).await?;
         let keys = req.keys;
         let found = self
@@ -318,20 +361,7 @@ impl Kv for KvService {
             .await?;
         let results = found
             .into_iter()
-            .map(|f| match f {
-                Some((ts, v)) => GetResponse {
-                    found: true,
-                    value: Bytes::from(v),
-                    version_ts: ts.0,
-                    read_ts: read_ts.0,
-                    shard_id: shard.0,
-                },
-                None => GetResponse {
-                    read_ts: read_ts.0,
-                    shard_id: shard.0,
-                    ..Default::default()
-                },
-            })
+            .map(|f| get_response(f, read_ts, shard))
             .collect();
         Ok(Response::new(BatchGetResponse {
             results,
@@ -339,12 +369,18 @@ impl Kv for KvService {
         }))
     }
 
-    async fn batch_put(&self, request: Request<BatchPutRequest>) -> std::result::Result<Response<BatchPutResponse>, Status> {
+    async fn batch_put(
+        &self,
+        request: Request<BatchPutRequest>,
+    ) -> std::result::Result<Response<BatchPutResponse>, Status> {
         let _permit = self.admit()?;
         let req = request.into_inner();
         let count = req.entries.len() + req.deletes.len();
         if count > MAX_BATCH_KEYS {
-            return Err(invalid(format!("{count} keys, over MAX_BATCH_KEYS ({MAX_BATCH_KEYS})")).into());
+            return Err(invalid(format!(
+                "{count} keys, over MAX_BATCH_KEYS ({MAX_BATCH_KEYS})"
+            ))
+            .into());
         }
         let mut bytes = 0usize;
         for (i, kv) in req.entries.iter().enumerate() {
@@ -357,20 +393,26 @@ impl Kv for KvService {
             bytes += k.len();
         }
         if bytes > MAX_BATCH_BYTES {
-            return Err(invalid(format!("batch is {bytes} bytes, over MAX_BATCH_BYTES ({MAX_BATCH_BYTES})")).into());
+            return Err(invalid(format!(
+                "batch is {bytes} bytes, over MAX_BATCH_BYTES ({MAX_BATCH_BYTES})"
+            ))
+            .into());
         }
         let shard = one_shard(
             &self.node,
-            req.entries.iter().map(|kv| &kv.key[..]).chain(req.deletes.iter().map(|k| &k[..])),
+            req.entries
+                .iter()
+                .map(|kv| &kv.key[..])
+                .chain(req.deletes.iter().map(|k| &k[..])),
         )?;
-        let replica = self
-            .node
-            .host
-            .get(shard)
-            .ok_or_else(|| ServerError::WrongShard(format!("shard {shard} has no replica here")))?;
+        let replica = self.node.replica(shard)?;
         let cmd = Command::Write {
             ts: self.node.clock.now().0,
-            puts: req.entries.into_iter().map(|kv| (kv.key, kv.value)).collect(),
+            puts: req
+                .entries
+                .into_iter()
+                .map(|kv| (kv.key, kv.value))
+                .collect(),
             deletes: req.deletes,
         };
         let commit_ts = self.propose(shard, &replica, cmd).await?;

@@ -71,7 +71,9 @@ fn hlc_interceptor(
                 .to_str()
                 .ok()
                 .and_then(|s| s.parse().ok())
-                .ok_or_else(|| error::ServerError::InvalidArgument("malformed meridian-hlc metadata".into()))?;
+                .ok_or_else(|| {
+                    error::ServerError::InvalidArgument("malformed meridian-hlc metadata".into())
+                })?;
             clock
                 .update(meridian_types::Timestamp(ts))
                 .map_err(|e| error::ServerError::ClockOffset(e.to_string()))?;
@@ -87,7 +89,10 @@ pub async fn run_start(args: StartArgs) -> anyhow::Result<()> {
 }
 
 /// Runs a node until `shutdown` completes.
-pub async fn run_node(config: NodeConfig, shutdown: impl std::future::Future<Output = ()>) -> anyhow::Result<()> {
+pub async fn run_node(
+    config: NodeConfig,
+    shutdown: impl std::future::Future<Output = ()>,
+) -> anyhow::Result<()> {
     let client_listener = tokio::net::TcpListener::bind(config.client_addr)
         .await
         .map_err(|e| anyhow::anyhow!("cannot listen on client_addr {}: {e}", config.client_addr))?;
@@ -132,7 +137,10 @@ pub async fn run_node(config: NodeConfig, shutdown: impl std::future::Future<Out
     tracing::info!("shutting down: draining requests");
     let _ = stop_tx.send(true);
     // Client requests drain first (they may need Raft), then peers, then Raft and storage.
-    if tokio::time::timeout(SHUTDOWN_DRAIN, client_task).await.is_err() {
+    if tokio::time::timeout(SHUTDOWN_DRAIN, client_task)
+        .await
+        .is_err()
+    {
         tracing::warn!("client requests did not drain in time");
     }
     node.shutdown().await;

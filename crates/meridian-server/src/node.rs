@@ -101,16 +101,28 @@ fn raft_config(cfg: &NodeConfig) -> openraft::Config {
 impl Node {
     pub async fn start(config: NodeConfig) -> anyhow::Result<Arc<Node>> {
         meridian_types::clock::set_process_offset_ms(config.clock_offset_ms);
-        let clock = Arc::new(Clock::new(Duration::from_millis(config.cluster.max_offset_ms)));
-        std::fs::create_dir_all(&config.data_dir)
-            .map_err(|e| anyhow::anyhow!("cannot create data_dir {}: {e}", config.data_dir.display()))?;
+        let clock = Arc::new(Clock::new(Duration::from_millis(
+            config.cluster.max_offset_ms,
+        )));
+        std::fs::create_dir_all(&config.data_dir).map_err(|e| {
+            anyhow::anyhow!("cannot create data_dir {}: {e}", config.data_dir.display())
+        })?;
         let db_dir = config.data_dir.join("db");
-        let engine = tokio::task::spawn_blocking(move || RocksEngine::open(&db_dir, &EngineOptions::default()))
-            .await?
-            .map_err(|e| anyhow::anyhow!("cannot open storage in {}: {e}", config.data_dir.display()))?;
+        let engine = tokio::task::spawn_blocking(move || {
+            RocksEngine::open(&db_dir, &EngineOptions::default())
+        })
+        .await?
+        .map_err(|e| {
+            anyhow::anyhow!("cannot open storage in {}: {e}", config.data_dir.display())
+        })?;
         let engine = Arc::new(engine);
 
-        let splits: Vec<Vec<u8>> = config.cluster.split_points.iter().map(|s| s.as_bytes().to_vec()).collect();
+        let splits: Vec<Vec<u8>> = config
+            .cluster
+            .split_points
+            .iter()
+            .map(|s| s.as_bytes().to_vec())
+            .collect();
         let shard_map = Arc::new(ShardMap::founding(
             &config.initial_cluster,
             config.cluster.replication_factor as usize,
@@ -168,7 +180,11 @@ impl Node {
             if !desc.replicas.contains(&me) {
                 continue;
             }
-            let replica = self.host.open_shard(desc.id).await.map_err(|e| anyhow::anyhow!(e))?;
+            let replica = self
+                .host
+                .open_shard(desc.id)
+                .await
+                .map_err(|e| anyhow::anyhow!(e))?;
             // The first replica in placement order initializes the group and so usually wins
             // its first election: placement rotates that first replica, spreading leaders.
             let bootstrapper = desc.replicas.first() == Some(&me);
@@ -239,10 +255,19 @@ impl Node {
 
     /// Proposes `cmd` to `shard`: locally if this node leads it, else forwarded to the leader
     /// (or, when the leader is unknown, to each replica in turn).
-    pub async fn propose_anywhere(&self, shard: ShardId, cmd: Command) -> std::result::Result<CommandResult, String> {
+    pub async fn propose_anywhere(
+        &self,
+        shard: ShardId,
+        cmd: Command,
+    ) -> std::result::Result<CommandResult, String> {
         if let Some(replica) = self.host.get(shard) {
             if replica.raft.is_leader() {
-                return replica.raft.client_write(cmd).await.map(|r| r.data).map_err(|e| e.to_string());
+                return replica
+                    .raft
+                    .client_write(cmd)
+                    .await
+                    .map(|r| r.data)
+                    .map_err(|e| e.to_string());
             }
         }
         let desc = self.shard_map.get(shard).ok_or("unknown shard")?;
@@ -257,7 +282,12 @@ impl Node {
         let payload = codec::encode(&cmd).map_err(|e| e.to_string())?;
         let mut last_err = String::from("no replica reachable");
         for target in targets.into_iter().filter(|t| *t != self.config.node_id) {
-            let Some(member) = self.config.initial_cluster.iter().find(|m| m.node_id == target) else {
+            let Some(member) = self
+                .config
+                .initial_cluster
+                .iter()
+                .find(|m| m.node_id == target)
+            else {
                 continue;
             };
             let mut client = self.host.pool.client(&member.peer_addr.to_string())?;
@@ -285,13 +315,20 @@ impl Node {
         Err(last_err)
     }
 
+    /// This node's replica of `shard`, or `WRONG_SHARD`.
+    pub fn replica(&self, shard: ShardId) -> Result<Arc<ShardReplica>> {
+        self.host.get(shard).ok_or_else(|| {
+            ServerError::WrongShard(format!(
+                "shard {shard} has no replica on node {}",
+                self.config.node_id
+            ))
+        })
+    }
+
     /// The data shard owning `key` and this node's replica of it.
     pub fn route(&self, key: &[u8]) -> Result<(&ShardDescriptor, Arc<ShardReplica>)> {
         let desc = self.shard_map.lookup(key);
-        let replica = self.host.get(desc.id).ok_or_else(|| {
-            ServerError::WrongShard(format!("shard {} has no replica on node {}", desc.id, self.config.node_id))
-        })?;
-        Ok((desc, replica))
+        Ok((desc, self.replica(desc.id)?))
     }
 
     /// Registered nodes, read from the local metadata replica (falls back to the founding list
@@ -319,7 +356,15 @@ impl Node {
             let rows = tokio::task::spawn_blocking(move || {
                 let mut end = NODE_KEY_PREFIX.to_vec();
                 *end.last_mut().expect("non-empty prefix") += 1;
-                mvcc::scan(&*engine, ShardId::META, NODE_KEY_PREFIX, Some(&end), Timestamp::MAX, 10_000, false)
+                mvcc::scan(
+                    &*engine,
+                    ShardId::META,
+                    NODE_KEY_PREFIX,
+                    Some(&end),
+                    Timestamp::MAX,
+                    10_000,
+                    false,
+                )
             })
             .await;
             if let Ok(Ok(page)) = rows {
@@ -344,10 +389,19 @@ impl Node {
 
     /// The client address of `node`, if registered.
     pub async fn client_addr_of(&self, node: NodeId) -> Option<String> {
-        if let Some(r) = self.registry_cache.read().expect("registry cache lock").get(&node) {
+        if let Some(r) = self
+            .registry_cache
+            .read()
+            .expect("registry cache lock")
+            .get(&node)
+        {
             return Some(r.client_addr.clone());
         }
-        self.registry().await.get(&node).map(|r| r.client_addr.clone()).filter(|a| !a.is_empty())
+        self.registry()
+            .await
+            .get(&node)
+            .map(|r| r.client_addr.clone())
+            .filter(|a| !a.is_empty())
     }
 
     pub async fn not_leader(&self, shard: ShardId, leader: Option<NodeId>) -> ServerError {

@@ -60,13 +60,21 @@ pub fn default_split_points(n: u32) -> Vec<Vec<u8>> {
 }
 
 /// Chooses `rf` replicas for `shard` among `members`.
-pub fn place(members: &[Member], rf: usize, shard: ShardId, load: &mut BTreeMap<NodeId, usize>) -> Vec<NodeId> {
+pub fn place(
+    members: &[Member],
+    rf: usize,
+    shard: ShardId,
+    load: &mut BTreeMap<NodeId, usize>,
+) -> Vec<NodeId> {
     let rf = rf.min(members.len());
     let mut chosen: Vec<&Member> = Vec::with_capacity(rf);
     let n = members.len() as u64;
     while chosen.len() < rf {
         let regions: HashSet<&str> = chosen.iter().map(|m| m.region.as_str()).collect();
-        let zones: HashSet<(&str, &str)> = chosen.iter().map(|m| (m.region.as_str(), m.zone.as_str())).collect();
+        let zones: HashSet<(&str, &str)> = chosen
+            .iter()
+            .map(|m| (m.region.as_str(), m.zone.as_str()))
+            .collect();
         let best = members
             .iter()
             .enumerate()
@@ -90,7 +98,12 @@ pub fn place(members: &[Member], rf: usize, shard: ShardId, load: &mut BTreeMap<
 impl ShardMap {
     /// The founding map for `members`, `rf` replicas, and either explicit split points or
     /// `initial_shards` default splits.
-    pub fn founding(members: &[Member], rf: usize, split_points: &[Vec<u8>], initial_shards: u32) -> ShardMap {
+    pub fn founding(
+        members: &[Member],
+        rf: usize,
+        split_points: &[Vec<u8>],
+        initial_shards: u32,
+    ) -> ShardMap {
         let mut splits: Vec<Vec<u8>> = if split_points.is_empty() {
             default_split_points(initial_shards)
         } else {
@@ -110,7 +123,12 @@ impl ShardMap {
         };
         let mut data = Vec::new();
         let mut start = Vec::new();
-        for (i, end) in splits.iter().cloned().chain(std::iter::once(Vec::new())).enumerate() {
+        for (i, end) in splits
+            .iter()
+            .cloned()
+            .chain(std::iter::once(Vec::new()))
+            .enumerate()
+        {
             let id = ShardId(i as u64 + 1);
             data.push(ShardDescriptor {
                 id,
@@ -197,7 +215,14 @@ mod tests {
             let regions: HashSet<_> = s
                 .replicas
                 .iter()
-                .map(|id| members.iter().find(|m| m.node_id == *id).unwrap().region.clone())
+                .map(|id| {
+                    members
+                        .iter()
+                        .find(|m| m.node_id == *id)
+                        .unwrap()
+                        .region
+                        .clone()
+                })
                 .collect();
             assert_eq!(regions.len(), 3, "shard {} replicas {:?}", s.id, s.replicas);
         }
@@ -211,17 +236,32 @@ mod tests {
         }
         assert_eq!(count[&5], map.all().count(), "{count:?}");
         let others: Vec<usize> = (1..=4).map(|id| count[&id]).collect();
-        assert!(others.iter().max().unwrap() - others.iter().min().unwrap() <= 1, "{count:?}");
+        assert!(
+            others.iter().max().unwrap() - others.iter().min().unwrap() <= 1,
+            "{count:?}"
+        );
     }
 
     #[test]
     fn placement_falls_back_to_zones_then_nodes() {
-        let members = [member(1, "us", "a"), member(2, "us", "a"), member(3, "us", "b")];
+        let members = [
+            member(1, "us", "a"),
+            member(2, "us", "a"),
+            member(3, "us", "b"),
+        ];
         let map = ShardMap::founding(&members, 3, &[], 1);
         assert_eq!(map.meta.replicas.len(), 3);
-        let members = [member(1, "us", "a"), member(2, "us", "b"), member(3, "us", "b"), member(4, "eu", "a")];
+        let members = [
+            member(1, "us", "a"),
+            member(2, "us", "b"),
+            member(3, "us", "b"),
+            member(4, "eu", "a"),
+        ];
         let mut load = BTreeMap::new();
         let r = place(&members, 2, ShardId(1), &mut load);
-        assert!(r.contains(&4), "one replica must be in the other region: {r:?}");
+        assert!(
+            r.contains(&4),
+            "one replica must be in the other region: {r:?}"
+        );
     }
 }

@@ -111,8 +111,17 @@ mod tests {
         let clock = Clock::new(Duration::from_millis(500));
         let far = Timestamp::from_physical_ms(clock.physical_now().physical_ms() + 5_000);
         let err = clock.update(far).unwrap_err();
-        assert!(matches!(err, ClockError::OffsetExceeded { max_offset_ms: 500, .. }));
-        assert!(clock.now() < far, "a rejected timestamp must not move the clock");
+        assert!(matches!(
+            err,
+            ClockError::OffsetExceeded {
+                max_offset_ms: 500,
+                ..
+            }
+        ));
+        assert!(
+            clock.now() < far,
+            "a rejected timestamp must not move the clock"
+        );
     }
 
     #[test]
