@@ -10,7 +10,12 @@ use tracing_subscriber::EnvFilter;
 
 /// Meridian: a geo-distributed, transactional key-value store.
 #[derive(Debug, Parser)]
-#[command(name = "meridian", version, about)]
+#[command(
+    name = "meridian",
+    version,
+    about = "Meridian: a geo-distributed, transactional key-value store.",
+    long_about = None
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,

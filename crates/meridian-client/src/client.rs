@@ -3,7 +3,7 @@
 //!
 //! # The retry loop
 //! Every public call gets one deadline (`call_timeout`). Each shard request inside it runs
-//! [`Client::call`]'s loop:
+//! `Client::call`'s loop:
 //!
 //! ```text
 //!  resolve target ──► send (timeout = min(rpc_timeout, time left)) ──► Ok ──► done
