@@ -5,7 +5,9 @@
 //!    format or a data dir that belongs to another cluster).
 //! 2. Compute the founding shard map (a pure function of the config, identical on every founding
 //!    member) and open a Raft replica for every shard placed on this node.
-//! 3. The lowest-id replica of each shard initializes that shard's Raft group once.
+//! 3. The first replica (in placement order) of each shard initializes that shard's Raft group
+//!    at once; the others do so with the same membership only if the group is still pristine
+//!    after a few election timeouts (the first one being down or fenced by clock skew).
 //! 4. A background task registers this node (client address, region, zone) in the metadata
 //!    group (shard 0), forwarding to its leader; Status and leader hints read the registry.
 //!
@@ -185,22 +187,33 @@ impl Node {
                 .open_shard(desc.id)
                 .await
                 .map_err(|e| anyhow::anyhow!(e))?;
-            // The first replica in placement order initializes the group and so usually wins
-            // its first election: placement rotates that first replica, spreading leaders.
-            let bootstrapper = desc.replicas.first() == Some(&me);
-            if bootstrapper && !replica.raft.is_initialized().await? {
-                let members: BTreeMap<NodeId, BasicNode> = desc
-                    .replicas
-                    .iter()
-                    .filter_map(|id| all.get(id).map(|n| (*id, n.clone())))
-                    .collect();
-                replica
-                    .raft
-                    .initialize(members)
-                    .await
-                    .map_err(|e| anyhow::anyhow!("initializing shard {}: {e}", desc.id))?;
-                tracing::info!(shard = %desc.id, replicas = ?desc.replicas, "initialized raft group");
-            }
+            let members: BTreeMap<NodeId, BasicNode> = desc
+                .replicas
+                .iter()
+                .filter_map(|id| all.get(id).map(|n| (*id, n.clone())))
+                .collect();
+            // The first replica in placement order initializes the group at once and so usually
+            // wins its first election: placement rotates that first replica, spreading leaders.
+            // The others initialize with the identical membership (safe in Raft) only if the
+            // group is still pristine after a few election timeouts, so a founding member that
+            // is down or clock-skewed at first start cannot keep its groups from forming.
+            let position = desc.replicas.iter().position(|id| *id == me).unwrap_or(0) as u64;
+            let delay =
+                Duration::from_millis(self.config.raft.election_timeout_max_ms * 2 * position);
+            let shard = desc.id;
+            tokio::spawn(async move {
+                tokio::time::sleep(delay).await;
+                match replica.raft.is_initialized().await {
+                    Ok(true) => {}
+                    Ok(false) => match replica.raft.initialize(members).await {
+                        Ok(()) => tracing::info!(%shard, position, "initialized raft group"),
+                        Err(e) => tracing::debug!(%shard, error = %e, "initialize not needed"),
+                    },
+                    Err(e) => {
+                        tracing::warn!(%shard, error = %e, "cannot check raft initialization")
+                    }
+                }
+            });
         }
         Ok(())
     }
