@@ -70,6 +70,8 @@ pub struct RunContext {
     pub cpu_model: Option<String>,
     pub memory_total_kib: Option<u64>,
     pub kernel: Option<String>,
+    /// The UTC date the comparison started (`YYYY-MM-DD`, the default output directory's name).
+    pub date: String,
     pub started_at_utc: String,
     pub finished_at_utc: Option<String>,
     pub git_commit: Option<String>,
@@ -158,6 +160,7 @@ impl RunContext {
             kernel: std::fs::read_to_string("/proc/sys/kernel/osrelease")
                 .ok()
                 .map(|text| text.trim().to_string()),
+            date: started.date.clone(),
             started_at_utc: started.date_time.clone(),
             finished_at_utc: None,
             git_commit,
