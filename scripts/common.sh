@@ -9,6 +9,19 @@ export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-/var/tmp/meridian-target}"
 
 say() { printf '\033[1m==> %s\033[0m\n' "$*" >&2; }
 
+# apt_install PACKAGE ...: installs Debian packages (as root, or through sudo).
+apt_install() {
+  say "installing missing system packages: $*"
+  local SUDO=
+  [[ $(id -u) -ne 0 ]] && SUDO=sudo
+  if ! command -v apt-get >/dev/null; then
+    echo "error: need Debian packages $* (libclang for RocksDB's bindings, protoc for gRPC) and apt-get is not available" >&2
+    exit 1
+  fi
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "$@" >/dev/null
+}
+
 # ensure_packages CMD_OR_FILE:PACKAGE ...: installs each Debian package whose probe is missing.
 ensure_packages() {
   local missing=()
@@ -21,27 +34,45 @@ ensure_packages() {
     fi
   done
   if ((${#missing[@]})); then
-    say "installing missing system packages: ${missing[*]}"
-    if [[ $(id -u) -ne 0 ]]; then
-      SUDO=sudo
-    else
-      SUDO=
-    fi
-    if ! command -v apt-get >/dev/null; then
-      echo "error: need Debian packages ${missing[*]} (libclang for RocksDB's bindings, protoc for gRPC) and apt-get is not available" >&2
-      exit 1
-    fi
-    $SUDO apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
+    apt_install "${missing[@]}"
   fi
+}
+
+# The fixed LIBCLANG_PATH every cargo invocation in this repository sees (.cargo/config.toml
+# names it): a symlink to the directory holding the libclang that clang-sys loads at build time.
+# The path never changes, so cargo never reruns librocksdb-sys (~20 min) because of it; the
+# link is repointed when the machine's LLVM changes.
+MERIDIAN_LIBCLANG_LINK=/var/tmp/meridian-libclang
+
+# find_libclang_dir: the directory of the newest libclang that clang-sys accepts when building
+# bindings. It loads exactly `libclang.so` or `libclang-*.so` (not `libclang-cpp.so.N`, which
+# Debian images often carry without libclang itself, nor the versioned `libclang.so.1`).
+find_libclang_dir() {
+  local lib
+  lib="$(ls /usr/lib/llvm-*/lib/libclang.so /usr/lib/llvm-*/lib/libclang-[0-9]*.so 2>/dev/null \
+         | sort -V | tail -n1)"
+  if [[ -z "$lib" ]]; then
+    lib="$(ls /usr/lib/*-linux-gnu/libclang.so /usr/lib/*-linux-gnu/libclang-[0-9]*.so 2>/dev/null \
+           | sort -V | tail -n1)"
+  fi
+  [[ -n "$lib" ]] && dirname "$lib"
 }
 
 ensure_build_deps() {
   command -v cargo >/dev/null || { echo "error: cargo (Rust toolchain) is required" >&2; exit 1; }
   # libclang: bindgen for librocksdb-sys. protoc: tonic-prost-build. g++: RocksDB itself.
-  ensure_packages "/usr/lib/llvm-*/lib/libclang*.so*:libclang-dev" protoc:protobuf-compiler g++:g++
-  if [[ -z "${LIBCLANG_PATH:-}" ]]; then
-    LIBCLANG_PATH="$(dirname "$(ls /usr/lib/llvm-*/lib/libclang*.so* 2>/dev/null | sort -V | tail -n1)")"
-    export LIBCLANG_PATH
+  ensure_packages protoc:protobuf-compiler g++:g++
+  if [[ -z "$(find_libclang_dir)" ]]; then
+    apt_install libclang-dev
   fi
+  local dir
+  dir="$(find_libclang_dir)"
+  if [[ -z "$dir" ]]; then
+    echo "error: libclang-dev is installed but no libclang.so or libclang-*.so was found under /usr/lib" >&2
+    exit 1
+  fi
+  if [[ "$(readlink "$MERIDIAN_LIBCLANG_LINK" 2>/dev/null)" != "$dir" ]]; then
+    ln -sfn "$dir" "$MERIDIAN_LIBCLANG_LINK"
+  fi
+  export LIBCLANG_PATH="$MERIDIAN_LIBCLANG_LINK"
 }
