@@ -190,9 +190,14 @@ pub struct StartArgs {
     /// Raft heartbeat interval in milliseconds.
     #[arg(long)]
     pub heartbeat_interval_ms: Option<u64>,
-    /// Minimum Raft election timeout in milliseconds (maximum is twice this unless set in the file).
+    /// Minimum Raft election timeout in milliseconds. The maximum becomes twice this unless
+    /// --election-timeout-max-ms is given too (flags override the config file).
     #[arg(long)]
     pub election_timeout_min_ms: Option<u64>,
+    /// Maximum Raft election timeout in milliseconds (must exceed the minimum). The leader lease
+    /// and the post-restart vote refusal are sized from it.
+    #[arg(long)]
+    pub election_timeout_max_ms: Option<u64>,
     /// Shift this node's physical clock (testing clock skew), in milliseconds.
     #[arg(long, allow_hyphen_values = true)]
     pub clock_offset_ms: Option<i64>,
@@ -267,7 +272,10 @@ impl NodeConfig {
         }
         if let Some(v) = args.election_timeout_min_ms {
             file.raft.election_timeout_min_ms = v;
-            file.raft.election_timeout_max_ms = file.raft.election_timeout_max_ms.max(v * 2);
+            file.raft.election_timeout_max_ms = v.saturating_mul(2);
+        }
+        if let Some(v) = args.election_timeout_max_ms {
+            file.raft.election_timeout_max_ms = v;
         }
         Self::validate(file)
     }
@@ -423,6 +431,32 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("cluster.initial_shards"));
+    }
+
+    #[test]
+    fn election_timeout_min_flag_sets_the_maximum_to_twice_it() {
+        let mut a = args();
+        a.election_timeout_min_ms = Some(600);
+        a.heartbeat_interval_ms = Some(100);
+        let c = NodeConfig::load(&a).unwrap();
+        assert_eq!(c.raft.election_timeout_min_ms, 600);
+        assert_eq!(c.raft.election_timeout_max_ms, 1_200);
+        a.election_timeout_max_ms = Some(900);
+        assert_eq!(
+            NodeConfig::load(&a).unwrap().raft.election_timeout_max_ms,
+            900
+        );
+    }
+
+    #[test]
+    fn election_timeout_min_at_or_above_max_is_rejected() {
+        let mut a = args();
+        a.election_timeout_min_ms = Some(600);
+        a.election_timeout_max_ms = Some(600);
+        a.heartbeat_interval_ms = Some(100);
+        let e = NodeConfig::load(&a).unwrap_err().to_string();
+        assert!(e.contains("raft.election_timeout_max_ms"), "{e}");
+        assert!(e.contains("must exceed"), "{e}");
     }
 
     #[test]
