@@ -204,7 +204,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             );
         }
         self.write(batch, false).await?;
-        self.writer.flush(callback)
+        self.writer.flush(callback).await
     }
 
     async fn truncate_after(&mut self, last_log_id: Option<LogId>) -> io::Result<()> {
