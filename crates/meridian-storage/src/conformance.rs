@@ -9,16 +9,24 @@
 //! Engine-specific properties (reopen, format version, real durability) are tested next to the
 //! engine (`tests/rocks.rs`), not here.
 //!
+//! [`run_crash_checks`] checks the durability contract (see [`crate::engine`]) on engines that
+//! can simulate power loss ([`Crashable`], e.g. `crate::crash::CrashEngine`): synced writes,
+//! `sync_wal`, `flush` and ingest survive a crash, and what survives of unsynced writes is a
+//! prefix of the write order made of whole batches. A SIGKILL test cannot check this (the OS
+//! keeps what a killed process wrote), and `run_all` passes on an engine that ignores `sync`.
+//!
 //! Keys used by the checks stay inside shard-prefixed ranges where a family may hold reserved
 //! keys (`Cf::RaftMeta`), so an engine that writes its own markers still passes.
 
 use crate::engine::{Cf, Engine, WriteBatch};
 use crate::keys;
 use meridian_types::ShardId;
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-type Check<E> = (&'static str, fn(&E));
+/// A named check, run on a fresh engine.
+pub type Check<E> = (&'static str, fn(&E));
 
 /// Runs every check on a fresh engine from `make`.
 pub fn run_all<E: Engine>(make: impl Fn() -> E) {
@@ -462,6 +470,255 @@ fn check_export_ingest_empty<E: Engine>(make: &impl Fn() -> E) {
             .get(Cf::Data, &keys::shard_data_prefix(ShardId(4)))
             .unwrap(),
         Some(b"kept".to_vec())
+    );
+}
+
+/// An engine whose power loss can be simulated in-process, for [`run_crash_checks`].
+pub trait Crashable: Engine {
+    /// Simulates a power loss and restart: writes that are not durable may be lost (those that
+    /// survive are a prefix of the write order), and the engine then serves what survived.
+    fn crash(&self);
+}
+
+/// The crash checks, each pinning down one promise of the durability contract.
+pub fn crash_checks<E: Crashable>() -> Vec<Check<E>> {
+    vec![
+        ("synced_write_survives_crash", check_synced_write_survives),
+        (
+            "sync_wal_makes_earlier_writes_durable",
+            check_sync_wal_durable,
+        ),
+        ("flush_makes_earlier_writes_durable", check_flush_durable),
+        ("unsynced_loss_is_a_prefix", check_unsynced_loss_is_prefix),
+        (
+            "batch_all_or_nothing_across_crash",
+            check_batch_atomic_crash,
+        ),
+        ("ingest_durable_once_it_returns", check_ingest_durable),
+    ]
+}
+
+/// Runs every crash check on a fresh engine from `make`; panics (naming the check) on the
+/// first violation.
+pub fn run_crash_checks<E: Crashable>(make: impl Fn() -> E) {
+    for (name, check) in crash_checks::<E>() {
+        eprintln!("conformance (crash): {name}");
+        let engine = make();
+        check(&engine);
+    }
+}
+
+/// Key `i` of the crash checks: inside shard 7's range in every family.
+fn crash_key(i: u64) -> Vec<u8> {
+    [keys::shard_prefix(ShardId(7)), i.to_be_bytes().to_vec()].concat()
+}
+
+/// The family of write `i` in the crash checks: the prefix property holds across families.
+fn crash_cf(i: u64) -> Cf {
+    Cf::ALL[(i % Cf::ALL.len() as u64) as usize]
+}
+
+fn synced_put(e: &impl Engine, cf: Cf, k: &[u8], v: &[u8]) {
+    let mut b = WriteBatch::new();
+    b.put(cf, k, v);
+    e.write(b, true).expect("synced write");
+}
+
+fn check_synced_write_survives<E: Crashable>(e: &E) {
+    put(e, Cf::Data, &crash_key(1), b"unsynced, then a synced write");
+    synced_put(e, Cf::RaftLog, &crash_key(2), b"synced");
+    e.crash();
+    assert_eq!(
+        e.get(Cf::RaftLog, &crash_key(2)).unwrap(),
+        Some(b"synced".to_vec()),
+        "a synced write survives a crash"
+    );
+    assert_eq!(
+        e.get(Cf::Data, &crash_key(1)).unwrap(),
+        Some(b"unsynced, then a synced write".to_vec()),
+        "a synced write makes every earlier write durable"
+    );
+    // The engine works after a crash, and a second crash keeps everything synced.
+    synced_put(e, Cf::RaftMeta, &crash_key(3), b"after the crash");
+    e.crash();
+    assert_eq!(
+        e.get(Cf::RaftMeta, &crash_key(3)).unwrap(),
+        Some(b"after the crash".to_vec()),
+        "a synced write after a crash survives the next crash"
+    );
+    assert!(e.get(Cf::RaftLog, &crash_key(2)).unwrap().is_some());
+    assert!(e.get(Cf::Data, &crash_key(1)).unwrap().is_some());
+}
+
+/// Unsynced puts (across families) and a delete, then `sync_wal` (or `flush`), then a crash:
+/// all of them survive.
+fn check_made_durable_by<E: Crashable>(e: &E, persist: fn(&E) -> crate::Result<()>, how: &str) {
+    synced_put(e, Cf::Data, &crash_key(100), b"deleted before the sync");
+    for i in 0..10 {
+        put(e, crash_cf(i), &crash_key(i), format!("v{i}").as_bytes());
+    }
+    let mut b = WriteBatch::new();
+    b.delete(Cf::Data, crash_key(100));
+    e.write(b, false).unwrap();
+    persist(e).unwrap();
+    e.crash();
+    for i in 0..10 {
+        assert_eq!(
+            e.get(crash_cf(i), &crash_key(i)).unwrap(),
+            Some(format!("v{i}").into_bytes()),
+            "unsynced write {i} followed by {how} survives a crash"
+        );
+    }
+    assert_eq!(
+        e.get(Cf::Data, &crash_key(100)).unwrap(),
+        None,
+        "an unsynced delete followed by {how} survives a crash"
+    );
+}
+
+fn check_sync_wal_durable<E: Crashable>(e: &E) {
+    check_made_durable_by(e, |e| e.sync_wal(), "sync_wal");
+}
+
+fn check_flush_durable<E: Crashable>(e: &E) {
+    check_made_durable_by(e, |e| e.flush(), "flush");
+}
+
+/// A synced write, then unsynced puts, overwrites and deletes across families, then a crash:
+/// the state is the synced state plus some prefix of the unsynced writes (for plain puts:
+/// keys 1..=k survive, for some k).
+fn check_unsynced_loss_is_prefix<E: Crashable>(e: &E) {
+    const N: u64 = 20;
+    // One entry per write: (family, key, value after the write; None = deleted).
+    let mut writes: Vec<(Cf, Vec<u8>, Option<Vec<u8>>)> = Vec::new();
+    synced_put(e, Cf::Data, &crash_key(0), b"base");
+    for i in 1..=N {
+        let (cf, key, value) = match i {
+            // Write 8 overwrites the synced key, write 15 deletes it.
+            8 => (Cf::Data, crash_key(0), Some(b"overwritten".to_vec())),
+            15 => (Cf::Data, crash_key(0), None),
+            _ => (
+                crash_cf(i),
+                crash_key(i),
+                Some(format!("v{i}").into_bytes()),
+            ),
+        };
+        let mut b = WriteBatch::new();
+        match &value {
+            Some(v) => b.put(cf, key.clone(), v.clone()),
+            None => b.delete(cf, key.clone()),
+        }
+        e.write(b, false).unwrap();
+        writes.push((cf, key, value));
+    }
+    e.crash();
+
+    let touched: Vec<(Cf, Vec<u8>)> = writes
+        .iter()
+        .map(|(cf, k, _)| (*cf, k.clone()))
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    let observed: BTreeMap<(Cf, Vec<u8>), Option<Vec<u8>>> = touched
+        .iter()
+        .map(|(cf, k)| ((*cf, k.clone()), e.get(*cf, k).unwrap()))
+        .collect();
+    // The state after the first `n` unsynced writes.
+    let state_after = |n: usize| {
+        let mut state: BTreeMap<(Cf, Vec<u8>), Option<Vec<u8>>> = touched
+            .iter()
+            .map(|(cf, k)| ((*cf, k.clone()), None))
+            .collect();
+        state.insert((Cf::Data, crash_key(0)), Some(b"base".to_vec()));
+        for (cf, k, v) in &writes[..n] {
+            state.insert((*cf, k.clone()), v.clone());
+        }
+        state
+    };
+    assert!(
+        (0..=writes.len()).any(|n| state_after(n) == observed),
+        "after a crash the state is the synced state plus a prefix of the later unsynced \
+         writes; after the crash: {observed:?}"
+    );
+}
+
+/// One unsynced batch across every family (puts, a delete of a synced key, a large value),
+/// then a crash: the batch survives whole or not at all.
+fn check_batch_atomic_crash<E: Crashable>(e: &E) {
+    synced_put(e, Cf::Data, &crash_key(0), b"old");
+    let mut b = WriteBatch::new();
+    for (i, cf) in Cf::ALL.into_iter().enumerate() {
+        b.put(cf, crash_key(10 + i as u64), b"batch");
+    }
+    b.delete(Cf::Data, crash_key(0));
+    b.put(Cf::Intents, crash_key(20), vec![7u8; 256 * 1024]);
+    e.write(b, false).unwrap();
+    e.crash();
+    let mut applied: Vec<bool> = Cf::ALL
+        .into_iter()
+        .enumerate()
+        .map(|(i, cf)| e.get(cf, &crash_key(10 + i as u64)).unwrap().is_some())
+        .collect();
+    applied.push(e.get(Cf::Data, &crash_key(0)).unwrap().is_none());
+    applied.push(e.get(Cf::Intents, &crash_key(20)).unwrap().is_some());
+    assert!(
+        applied.iter().all(|a| *a) || applied.iter().all(|a| !*a),
+        "a batch is all-or-nothing across a crash (and the synced write before it survives); \
+         ops applied: {applied:?}"
+    );
+    assert!(
+        e.get(Cf::Intents, &crash_key(20))
+            .unwrap()
+            .is_none_or(|v| v == vec![7u8; 256 * 1024]),
+        "a surviving value is whole"
+    );
+}
+
+/// `ingest_range_sst` is durable once it returns, so (the survivors being a prefix) every
+/// earlier write is durable too; so is a plain range clear (`path = None`).
+fn check_ingest_durable<E: Crashable>(e: &E) {
+    let dir = TempDir::new();
+    let file = dir.path.join("crash.sst");
+    let (start, end) = keys::shard_range(ShardId(8));
+    let row_key = |i: u32| [start.as_slice(), &i.to_be_bytes()].concat();
+    for i in 0..10 {
+        put(e, Cf::Data, &row_key(i), format!("row{i}").as_bytes());
+    }
+    assert_eq!(
+        e.export_range_sst(Cf::Data, &start, &end, &file).unwrap(),
+        10
+    );
+    let exported: Vec<_> = e
+        .scan(Cf::Data, &start, Some(&end), false)
+        .map(|r| r.unwrap())
+        .collect();
+    // Unsynced changes inside the range (replaced by the ingest) and outside it (kept).
+    put(e, Cf::Data, &[start.as_slice(), b"stale"].concat(), b"x");
+    let mut b = WriteBatch::new();
+    b.delete(Cf::Data, row_key(0));
+    e.write(b, false).unwrap();
+    put(e, Cf::Intents, &crash_key(1), b"written before the ingest");
+    e.ingest_range_sst(Cf::Data, &start, &end, Some(&file))
+        .unwrap();
+    e.crash();
+    let after: Vec<_> = e
+        .scan(Cf::Data, &start, Some(&end), false)
+        .map(|r| r.unwrap())
+        .collect();
+    assert_eq!(
+        after, exported,
+        "an ingest survives a crash once it returns"
+    );
+    assert_eq!(
+        e.get(Cf::Intents, &crash_key(1)).unwrap(),
+        Some(b"written before the ingest".to_vec()),
+        "a write before a durable ingest survives a crash"
+    );
+    e.ingest_range_sst(Cf::Data, &start, &end, None).unwrap();
+    e.crash();
+    assert!(
+        scan_all(e, Cf::Data, &start, Some(&end), false).is_empty(),
+        "a range clear survives a crash once it returns"
     );
 }
 

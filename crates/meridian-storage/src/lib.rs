@@ -11,7 +11,11 @@
 //! - [`mvcc`]: versioned puts, deletes, point reads (exact-key gets and MultiGet of each
 //!   key's latest-version slot, which holds the newest value) and paged scans at an HLC read
 //!   timestamp.
-//! - `conformance` (feature `testing`): the suite every engine must pass.
+//! - `conformance` (feature `testing`): the suite every engine must pass, plus crash checks
+//!   of the durability contract for engines that can simulate power loss.
+//! - `crash` (feature `testing`): `CrashEngine`, an in-memory engine that loses unsynced
+//!   writes on a simulated crash (and `ForgetfulEngine`, which ignores `sync`, as a negative
+//!   control).
 //!
 //! The crate is synchronous on purpose: every call may block on disk. Async callers run it on
 //! `spawn_blocking` or a dedicated pool.
@@ -25,6 +29,8 @@ pub mod rocks;
 
 #[cfg(any(test, feature = "testing"))]
 pub mod conformance;
+#[cfg(any(test, feature = "testing"))]
+pub mod crash;
 
 pub use engine::{BatchOp, Cf, Engine, EngineOptions, KvIter, KvPair, WriteBatch, MAX_ENTRY_BYTES};
 pub use error::{Error, Result};
