@@ -8,12 +8,12 @@ use std::io::IsTerminal;
 use std::process::ExitCode;
 use tracing_subscriber::EnvFilter;
 
-/// Meridian: a geo-distributed, transactional key-value store.
+/// Meridian: a sharded, Raft-replicated key-value store built for multiple regions.
 #[derive(Debug, Parser)]
 #[command(
     name = "meridian",
     version,
-    about = "Meridian: a geo-distributed, transactional key-value store.",
+    about = "Meridian: a sharded, Raft-replicated key-value store built for multiple regions.",
     long_about = None
 )]
 struct Cli {
@@ -47,6 +47,9 @@ fn init_tracing(default_level: &str) {
         .try_init();
 }
 
+/// Exit status of a `kv` write whose outcome is unknown (see `meridian_client::Error::Ambiguous`).
+const EXIT_OUTCOME_UNKNOWN: u8 = 3;
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     init_tracing(match cli.command {
@@ -76,7 +79,21 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
             eprintln!("error: {error:#}");
-            ExitCode::FAILURE
+            let ambiguous = error.chain().any(|cause| {
+                matches!(
+                    cause.downcast_ref::<meridian_client::Error>(),
+                    Some(meridian_client::Error::Ambiguous { .. })
+                )
+            });
+            if ambiguous {
+                // A distinct status: scripts must not treat "maybe written" as "not written".
+                eprintln!(
+                    "note: the write may or may not have been applied; read the key to find out"
+                );
+                ExitCode::from(EXIT_OUTCOME_UNKNOWN)
+            } else {
+                ExitCode::FAILURE
+            }
         }
     }
 }

@@ -91,6 +91,7 @@ async fn scenario() {
         c.put(PutRequest {
             key: Bytes::new(),
             value: Bytes::from("v"),
+            write_id: None,
         })
         .await
     })
@@ -114,6 +115,7 @@ async fn scenario() {
             c.put(PutRequest {
                 key,
                 value: Bytes::from("v"),
+                write_id: None,
             })
             .await
         }
@@ -125,7 +127,14 @@ async fn scenario() {
     let big_value = Bytes::from(vec![b'v'; MAX_VALUE_BYTES + 1]);
     let status = refused(&endpoints, "big value", |mut c| {
         let (key, value) = (big_value_key.clone(), big_value.clone());
-        async move { c.put(PutRequest { key, value }).await }
+        async move {
+            c.put(PutRequest {
+                key,
+                value,
+                write_id: None,
+            })
+            .await
+        }
     })
     .await;
     assert_invalid(&status, "put with value over MAX_VALUE_BYTES", &["value"]);
@@ -180,6 +189,7 @@ async fn scenario() {
             c.batch_put(BatchPutRequest {
                 entries,
                 deletes: Vec::new(),
+                write_id: None,
             })
             .await
         }

@@ -30,17 +30,29 @@
 //!   deadline.
 //! - Every network call has a timeout no later than the call's deadline.
 //!
+//! # Writes are retried only with their write id
+//! Each write call carries one [`WriteId`](meridian_proto::kv::WriteId) on all its attempts,
+//! which the shard deduplicates, so the loop above is safe for writes too; `AMBIGUOUS` answers
+//! are retried like `UNAVAILABLE`. A write call that gives up after an attempt that may have
+//! reached Raft returns [`Error::Ambiguous`] ("outcome unknown"), never a plain error (see
+//! `write_retry`).
+//!
+//! # Scans are not snapshots
+//! Each page is read at its own linearizable timestamp on its shard's leader: a page sees every
+//! write acknowledged before the page was requested, and is consistent within itself (one
+//! storage iterator), but two pages may reflect different moments. A write acknowledged while
+//! the scan runs may appear in a later page and not an earlier one.
+//!
 //! # Not done yet
-//! - Retried writes are not deduplicated: a put whose first attempt committed but whose answer
-//!   was lost is applied again (same value, newer version). KV writes are overwrites, so the
-//!   final state is the same; there are no conditional writes yet.
 //! - No follower or bounded-staleness reads; every read goes to the leader.
+//! - The client does not send a causality token (`meridian-hlc`) yet.
 
 use crate::backoff::Backoff;
 use crate::config::{endpoint_uri, ClientConfig};
 use crate::error::{Error, Result};
 use crate::routing::{RoutingState, ShardMap, ShardRoute, Target};
 use crate::validate;
+use crate::write_retry::{WriteAttempts, WriteIds};
 use bytes::Bytes;
 use futures::stream::{self, StreamExt};
 use meridian_proto::kv::{
@@ -94,6 +106,7 @@ struct Inner {
     channels: Mutex<HashMap<String, Channel>>,
     refresh_lock: tokio::sync::Mutex<()>,
     rng: Mutex<StdRng>,
+    write_ids: WriteIds,
 }
 
 /// Where a shard request goes.
@@ -215,6 +228,9 @@ impl Client {
             Some(seed) => StdRng::seed_from_u64(seed),
             None => StdRng::from_entropy(),
         };
+        // Always from entropy, even with a jitter seed: two clients with one id would
+        // deduplicate each other's writes.
+        let write_ids = WriteIds::new(rand::random::<u64>());
         let client = Client {
             inner: Arc::new(Inner {
                 config,
@@ -222,6 +238,7 @@ impl Client {
                 channels: Mutex::new(HashMap::new()),
                 refresh_lock: tokio::sync::Mutex::new(()),
                 rng: Mutex::new(rng),
+                write_ids,
             }),
         };
         client.status().await?;
@@ -284,9 +301,10 @@ impl Client {
         let message = proto::PutRequest {
             key: key.clone(),
             value,
+            write_id: Some(self.inner.write_ids.next()),
         };
         let response = self
-            .call(Route::Key(&key), &deadline, |channel, timeout| {
+            .write_call(Route::Key(&key), &deadline, |channel, timeout| {
                 let message = message.clone();
                 async move {
                     kv_client(channel)
@@ -304,9 +322,12 @@ impl Client {
         let key: Bytes = key.into();
         validate::key(&key)?;
         let deadline = self.deadline();
-        let message = proto::DeleteRequest { key: key.clone() };
+        let message = proto::DeleteRequest {
+            key: key.clone(),
+            write_id: Some(self.inner.write_ids.next()),
+        };
         let response = self
-            .call(Route::Key(&key), &deadline, |channel, timeout| {
+            .write_call(Route::Key(&key), &deadline, |channel, timeout| {
                 let message = message.clone();
                 async move {
                     kv_client(channel)
@@ -322,8 +343,9 @@ impl Client {
     /// Up to `limit` rows of `[start, end)` (`end` `None` = to the end of the keyspace; an
     /// empty `start` = from the beginning), ascending, or descending with `reverse`.
     ///
-    /// The scan pages across shards; every page after the first is read at the first page's
-    /// timestamp, so the result is one consistent snapshot.
+    /// The scan pages across shards (and within a shard past `MAX_SCAN_LIMIT` rows). Each page
+    /// is linearizable and consistent within itself, but the pages are read at different
+    /// moments: the result is **not** one snapshot (see the module docs).
     pub async fn scan(
         &self,
         start: impl Into<Bytes>,
@@ -340,7 +362,6 @@ impl Client {
         }
         let deadline = self.deadline();
         let consistency = self.inner.config.read_consistency.to_proto();
-        let mut read_ts = 0u64;
         // Forward scans advance `cursor_start`; reverse scans lower `cursor_end`.
         let mut cursor_start = start.clone();
         let mut cursor_end = end.clone();
@@ -352,7 +373,6 @@ impl Client {
                 limit: wanted,
                 reverse,
                 consistency,
-                read_ts,
             };
             let route = if reverse {
                 Route::Below(&cursor_end)
@@ -370,9 +390,6 @@ impl Client {
                     }
                 })
                 .await?;
-            if read_ts == 0 {
-                read_ts = page.read_ts;
-            }
             rows.extend(
                 page.rows
                     .into_iter()
@@ -516,9 +533,10 @@ impl Client {
                     })
                     .collect(),
                 deletes: Vec::new(),
+                write_id: Some(self.inner.write_ids.next()),
             };
             async move {
-                self.call(Route::Shard(shard_id), &deadline, |channel, timeout| {
+                self.write_call(Route::Shard(shard_id), &deadline, |channel, timeout| {
                     let message = message.clone();
                     async move {
                         kv_client(channel)
@@ -701,8 +719,40 @@ impl Client {
         }
     }
 
-    /// Runs one shard request with routing, retries and backoff (see the module docs).
-    async fn call<T, F, Fut>(&self, route: Route<'_>, deadline: &Deadline, mut send: F) -> Result<T>
+    /// Runs one read request with routing, retries and backoff (see the module docs).
+    async fn call<T, F, Fut>(&self, route: Route<'_>, deadline: &Deadline, send: F) -> Result<T>
+    where
+        F: FnMut(Channel, Duration) -> Fut,
+        Fut: Future<Output = std::result::Result<T, tonic::Status>>,
+    {
+        self.attempt_loop(route, deadline, None, send).await
+    }
+
+    /// Runs one write request (whose message carries its write id) like [`Client::call`], and
+    /// reports a failure after a possible commit as [`Error::Ambiguous`].
+    async fn write_call<T, F, Fut>(
+        &self,
+        route: Route<'_>,
+        deadline: &Deadline,
+        send: F,
+    ) -> Result<T>
+    where
+        F: FnMut(Channel, Duration) -> Fut,
+        Fut: Future<Output = std::result::Result<T, tonic::Status>>,
+    {
+        let mut attempts = WriteAttempts::new();
+        self.attempt_loop(route, deadline, Some(&mut attempts), send)
+            .await
+            .map_err(|error| attempts.settle(error))
+    }
+
+    async fn attempt_loop<T, F, Fut>(
+        &self,
+        route: Route<'_>,
+        deadline: &Deadline,
+        mut write: Option<&mut WriteAttempts>,
+        mut send: F,
+    ) -> Result<T>
     where
         F: FnMut(Channel, Duration) -> Fut,
         Fut: Future<Output = std::result::Result<T, tonic::Status>>,
@@ -743,6 +793,14 @@ impl Client {
                 }
             };
             let timeout = self.inner.config.rpc_timeout.min(remaining);
+            if let Some(write) = write.as_deref_mut() {
+                if !write.may_send() {
+                    return Err(last.unwrap_or_else(|| Error::Unavailable {
+                        message: "write retry horizon reached".into(),
+                    }));
+                }
+                write.sending();
+            }
             let error = match self.channel(&target.address) {
                 Ok(channel) => {
                     match tokio::time::timeout(timeout + ATTEMPT_GRACE, send(channel, timeout))
@@ -758,6 +816,9 @@ impl Client {
                 }
                 Err(error) => error,
             };
+            if let Some(write) = write.as_deref_mut() {
+                write.failed(&error);
+            }
             tracing::debug!(
                 shard_id = target.shard_id,
                 node_id = target.node_id,
@@ -787,7 +848,9 @@ impl Client {
                     self.refresh_after_failure(generation, deadline, &mut last)
                         .await;
                 }
-                Error::Unavailable { .. } => {
+                // Ambiguous: the write may be in the log; resending it under the same write id is
+                // deduplicated by the shard, so it is retried like Unavailable.
+                Error::Unavailable { .. } | Error::Ambiguous { .. } => {
                     last = Some(error);
                     self.refresh_after_failure(generation, deadline, &mut last)
                         .await;

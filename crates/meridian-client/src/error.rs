@@ -105,6 +105,13 @@ pub enum Error {
     #[error("internal error: {message}")]
     Internal { message: String },
 
+    /// A write's outcome is unknown: an attempt may have reached the shard's Raft log, and the
+    /// client could not settle it by retrying (with the same write id, which the shard
+    /// deduplicates) before the call's deadline or the retry horizon. The write may be visible
+    /// to other readers, or may never be. Read the key to find out. Never returned for reads.
+    #[error("outcome unknown: {message}")]
+    Ambiguous { message: String },
+
     /// No Meridian answer from `address`: connection refused or reset, HTTP/2 failure, or no
     /// reply within the attempt's timeout. Retryable (the node may be down).
     #[error("transport error talking to {address}: {message}")]
@@ -152,6 +159,7 @@ impl Error {
             Error::ClockOffset { .. } => ErrorCode::ClockOffset,
             Error::DeadlineExceeded { .. } => ErrorCode::DeadlineExceeded,
             Error::Internal { .. } => ErrorCode::Internal,
+            Error::Ambiguous { .. } => ErrorCode::Ambiguous,
             Error::Transport { .. } | Error::NoSeeds => return None,
         })
     }
@@ -198,6 +206,7 @@ impl Error {
                 message: format!("server deadline exceeded: {message}"),
             },
             Some(ErrorCode::Internal) => Error::Internal { message },
+            Some(ErrorCode::Ambiguous) => Error::Ambiguous { message },
             None => Self::from_headerless_status(status, address),
         }
     }

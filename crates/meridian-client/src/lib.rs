@@ -53,6 +53,7 @@ pub mod config;
 pub mod error;
 pub mod routing;
 mod validate;
+mod write_retry;
 
 pub use client::{fetch_status, Client, KeyValue, Versioned};
 pub use config::{ClientConfig, ReadConsistency};

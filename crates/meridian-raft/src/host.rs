@@ -8,7 +8,7 @@
 
 use crate::log_store::LogStore;
 use crate::log_writer::LogWriter;
-use crate::network::{clock_rejection, NetworkFactory, PeerPool, RateLimitedLog};
+use crate::network::{clock_rejection, NetworkFactory, PeerPool, RateLimitedLog, SnapshotHeader};
 use crate::state_machine::{ShardStateMachine, SnapshotFile};
 use crate::types::*;
 use meridian_proto::raft::raft_transport_server::RaftTransport;
@@ -22,6 +22,20 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 use tokio::io::AsyncWriteExt;
 use tonic::{Request, Response, Status, Streaming};
+
+/// Numbers incoming snapshot files so concurrent or retried streams never share one.
+static INCOMING_SNAPSHOTS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Deletes a partly received snapshot file when its stream fails.
+struct RemoveOnDrop(Option<PathBuf>);
+
+impl Drop for RemoveOnDrop {
+    fn drop(&mut self) {
+        if let Some(path) = self.0.take() {
+            let _ = std::fs::remove_file(path);
+        }
+    }
+}
 
 /// Largest snapshot file a node accepts, in bytes.
 pub const MAX_SNAPSHOT_BYTES: u64 = 64 * 1024 * 1024 * 1024;
@@ -41,6 +55,8 @@ pub struct MultiRaft {
     pub raft_config: Arc<openraft::Config>,
     pub data_dir: PathBuf,
     shards: RwLock<BTreeMap<ShardId, Arc<ShardReplica>>>,
+    /// Votes are refused until this instant (see [`MultiRaft::refuses_votes`]).
+    votes_from: std::time::Instant,
 }
 
 impl MultiRaft {
@@ -57,6 +73,7 @@ impl MultiRaft {
                 .validate()
                 .map_err(|e| format!("raft config: {e}"))?,
         );
+        let vote_quarantine = Duration::from_millis(raft_config.election_timeout_max);
         Ok(Arc::new(MultiRaft {
             node_id,
             writer: Arc::new(LogWriter::start(engine.clone())),
@@ -66,7 +83,21 @@ impl MultiRaft {
             raft_config,
             data_dir,
             shards: RwLock::new(BTreeMap::new()),
+            votes_from: std::time::Instant::now() + vote_quarantine,
         }))
+    }
+
+    /// Whether this node still refuses (pre-)votes because it started recently.
+    ///
+    /// A leader serves lease reads for up to `election_timeout_max` after its last quorum
+    /// acknowledgement, trusting that no follower that acknowledged it will vote for anyone
+    /// else before then. A follower that restarts forgets when it last heard from the leader
+    /// (openraft keeps that lease in memory only), so it could vote at once and help elect a
+    /// second leader while the first still serves reads from its lease: a stale read. Refusing
+    /// every vote for `election_timeout_max` after start restores the promise, whatever the
+    /// node knew before it stopped. The cost: elections right after a node starts wait that long.
+    pub fn refuses_votes(&self) -> bool {
+        std::time::Instant::now() < self.votes_from
     }
 
     /// Opens (or creates) this node's replica of `shard` and starts its Raft.
@@ -176,6 +207,16 @@ impl TransportService {
         })
     }
 
+    fn refuse_votes_after_start(&self) -> Result<(), Status> {
+        if self.host.refuses_votes() {
+            return Err(Status::unavailable(format!(
+                "node {} started less than election_timeout_max ago and refuses votes (a leader it acknowledged before a restart may still hold a lease)",
+                self.host.node_id
+            )));
+        }
+        Ok(())
+    }
+
     fn reply<T: serde::Serialize>(
         &self,
         result: Result<T, String>,
@@ -258,6 +299,7 @@ impl RaftTransport for TransportService {
 
     async fn vote(&self, request: Request<RaftRequest>) -> Result<Response<RaftReply>, Status> {
         let req = request.into_inner();
+        self.refuse_votes_after_start()?;
         let replica = self.admit(req.shard_id, req.hlc, req.from_node)?;
         let rpc: VoteRequest = decode_payload(&req)?;
         self.reply(replica.raft.vote(rpc).await.map_err(|e| e.to_string()))
@@ -265,6 +307,7 @@ impl RaftTransport for TransportService {
 
     async fn pre_vote(&self, request: Request<RaftRequest>) -> Result<Response<RaftReply>, Status> {
         let req = request.into_inner();
+        self.refuse_votes_after_start()?;
         let replica = self.admit(req.shard_id, req.hlc, req.from_node)?;
         let rpc: VoteRequest = decode_payload(&req)?;
         self.reply(replica.raft.pre_vote(rpc).await.map_err(|e| e.to_string()))
@@ -307,17 +350,29 @@ impl RaftTransport for TransportService {
             .await?
             .ok_or_else(|| Status::invalid_argument("empty snapshot stream"))?;
         let replica = self.admit(first.shard_id, first.hlc, first.from_node)?;
-        let (vote, meta, version_floor): (Vote, SnapshotMeta, u64) =
-            codec::decode(&first.header)
-                .map_err(|e| Status::invalid_argument(format!("malformed snapshot header: {e}")))?;
+        let SnapshotHeader {
+            vote,
+            meta,
+            version_floor,
+            dedup,
+        } = codec::decode(&first.header)
+            .map_err(|e| Status::invalid_argument(format!("malformed snapshot header: {e}")))?;
         let dir = replica.sm.snapshot_dir().await;
         let index = meta.last_log_id.as_ref().map(|l| l.index).unwrap_or(0);
         let mut path = None;
         if !first.done {
-            let p = dir.join(format!("incoming-{}-{index}.sst", replica.shard.0));
+            // A unique name per stream: a retried or concurrent stream for the same index must
+            // not write into (or delete) a file another stream is still using.
+            let nonce = INCOMING_SNAPSHOTS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let p = dir.join(format!(
+                "incoming-{}-{index}-{}-{nonce}.sst",
+                replica.shard.0,
+                std::process::id()
+            ));
             let mut file = tokio::fs::File::create(&p)
                 .await
                 .map_err(|e| Status::internal(format!("creating {}: {e}", p.display())))?;
+            let mut cleanup = RemoveOnDrop(Some(p.clone()));
             let mut expected_offset = 0u64;
             loop {
                 let chunk = stream.message().await?.ok_or_else(|| {
@@ -352,21 +407,23 @@ impl RaftTransport for TransportService {
             file.sync_all()
                 .await
                 .map_err(|e| Status::internal(e.to_string()))?;
+            cleanup.0 = None;
             path = Some(p);
         }
+        let path_for_cleanup = path.clone();
         let snapshot = Snapshot {
             meta,
             snapshot: SnapshotFile {
                 path,
                 version_floor,
+                dedup,
             },
         };
-        self.reply(
-            replica
-                .raft
-                .install_full_snapshot(vote, snapshot)
-                .await
-                .map_err(|e| e.to_string()),
-        )
+        let installed = replica.raft.install_full_snapshot(vote, snapshot).await;
+        if installed.is_err() {
+            // Not installed: the file is nobody's.
+            drop(RemoveOnDrop(path_for_cleanup));
+        }
+        self.reply(installed.map_err(|e| e.to_string()))
     }
 }

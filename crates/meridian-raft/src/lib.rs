@@ -4,20 +4,24 @@
 //! - [`types`]: the openraft type config, the replicated [`types::Command`], the binary codec.
 //! - [`log_store`]: a shard's Raft log in the node's shared RocksDB (`raft_log` / `raft_meta`).
 //! - [`log_writer`]: group commit — one fsync for the appends of every shard.
-//! - [`state_machine`]: MVCC apply with the applied index persisted atomically; file snapshots.
+//! - [`state_machine`]: MVCC apply with the applied index persisted atomically; file snapshots
+//!   installed crash-atomically.
+//! - [`dedup`]: the per-shard table of applied write request ids that makes retries safe.
 //! - [`network`]: the peer transport client (one channel per peer, deadlines, HLC on every RPC).
 //! - [`host`]: the per-node shard table and the transport service routing by shard id.
 //!
 //! # Invariants
 //! - An entry is acknowledged to openraft as flushed only after an fsync that followed it.
-//! - Applied index, membership and version floor are written in the same atomic batch as the
-//!   data they describe.
+//! - Applied index, membership, version floor and dedup entries are written in the same atomic
+//!   batch as the data they describe.
+//! - Apply is total: a command that fails validation is applied as a rejection, never a panic.
 //! - Every RPC carries the sender's HLC timestamp and is rejected beyond `max_offset`.
 //!
 //! # Not done yet
 //! - Leader placement preferences and leader transfer on request.
 //! - Membership changes (adding / removing replicas); the founding membership is static.
 
+pub mod dedup;
 pub mod host;
 pub mod log_store;
 pub mod log_writer;
@@ -26,4 +30,4 @@ pub mod state_machine;
 pub mod types;
 
 pub use host::{MultiRaft, ShardReplica, TransportService};
-pub use types::{Command, CommandResult, NodeId, Raft, TypeConfig};
+pub use types::{Command, CommandResult, NodeId, Raft, RequestId, TypeConfig};

@@ -42,6 +42,16 @@ use tonic::transport::Channel;
 /// Snapshot chunks queued ahead of the network per transfer.
 const SNAPSHOT_QUEUE_CHUNKS: usize = 4;
 
+/// The first message of a snapshot stream: who sends it, what it replaces, and the replicated
+/// state that is not in the SST file.
+#[derive(serde::Serialize, serde::Deserialize)]
+pub struct SnapshotHeader {
+    pub vote: Vote,
+    pub meta: SnapshotMeta,
+    pub version_floor: u64,
+    pub dedup: Vec<crate::dedup::DedupEntry>,
+}
+
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
 struct Msg(String);
@@ -246,8 +256,13 @@ impl PeerConnection {
             .pool
             .client(&self.addr)
             .map_err(|e| StreamingError::Unreachable(Unreachable::new(&Msg(e))))?;
-        let header = codec::encode(&(vote, snapshot.meta.clone(), snapshot.snapshot.version_floor))
-            .map_err(|e| net(&e))?;
+        let header = codec::encode(&SnapshotHeader {
+            vote,
+            meta: snapshot.meta.clone(),
+            version_floor: snapshot.snapshot.version_floor,
+            dedup: snapshot.snapshot.dedup.clone(),
+        })
+        .map_err(|e| net(&e))?;
         let (tx, rx) = tokio::sync::mpsc::channel::<SnapshotChunk>(SNAPSHOT_QUEUE_CHUNKS);
         let shard = self.shard;
         let from_node = self.pool.self_id;

@@ -16,17 +16,42 @@
 //! becomes leader proposes timestamps above everything it has applied, and a read served after
 //! the apply at `clock.now()` sees every acknowledged write.
 //!
+//! # Bad commands and retried writes
+//! Every command is re-validated here ([`Command::validate`]): one that fails is applied as a
+//! deterministic rejection (nothing written, the applied index advances, the proposer gets the
+//! reason), so no entry from a peer can make apply panic on every replay. A write carrying a
+//! request id already in the shard's dedup table (see `dedup`) writes nothing and answers with
+//! the first application's commit timestamp. The table's changes ride in the same batch.
+//!
 //! # Snapshots are files
 //! A snapshot is the shard's MVCC key range written into one SST file (RocksDB `SstFileWriter`)
-//! plus the Raft meta; installing one deletes the range and ingests the file. The file is what
-//! travels over the network (see `network`), in checksummed chunks, never as one in-memory blob.
+//! plus the Raft meta, the version floor and the dedup table; installing one deletes the range
+//! and ingests the file. The file is what travels over the network (see `network`), in
+//! checksummed chunks, never as one in-memory blob.
+//!
+//! # Installing a snapshot is crash-atomic
+//! Replacing the data range (a synced range delete, then an ingest) and recording the new
+//! applied index cannot be one RocksDB batch. So install runs in three durable steps:
+//! 1. a synced batch writes an install marker (the snapshot's meta and file);
+//! 2. the range is cleared and the file ingested (the file is copied, never moved);
+//! 3. a synced batch writes the applied index, membership, floor, dedup table and snapshot
+//!    record, and deletes the marker.
+//!
+//! A crash after 1 leaves the marker: [`ShardStateMachine::open`] redoes 2 and 3 from it before
+//! the shard serves, so the data and the applied index never disagree (a crash between 2 and 3
+//! used to leave the new data under the old applied index, and replaying the log over it
+//! rolled latest-version slots back). Snapshot files are deleted only after the record that
+//! replaced them is synced.
 //!
 //! # Not done yet
 //! - Building a snapshot holds the shard's state-machine lock (apply waits). A RocksDB snapshot
 //!   (point-in-time iterator) would let apply continue while the file is written.
 //! - Old MVCC versions are never garbage-collected.
 
-use crate::types::{Command, CommandResult, LogId, SnapshotMeta, StoredMembership, TypeConfig};
+use crate::dedup::{DedupChanges, DedupEntry, DedupOp, DedupTable};
+use crate::types::{
+    Command, CommandResult, LogId, SnapshotMeta, StoredMembership, TypeConfig, MAX_COMMAND_TS,
+};
 use futures::{Stream, TryStreamExt};
 use meridian_storage::keys::{self, MetaKind};
 use meridian_storage::{mvcc, Cf, Engine, WriteBatch};
@@ -36,16 +61,18 @@ use openraft::{EntryPayload, OptionalSend, RaftSnapshotBuilder};
 use serde::{Deserialize, Serialize};
 use std::io;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use crate::types::codec;
 
 /// A snapshot's data: an SST file of the shard's MVCC range (None when the shard is empty), and
-/// the version floor that goes with it.
+/// the replicated state that goes with it: the version floor and the write-dedup table.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SnapshotFile {
     pub path: Option<PathBuf>,
     pub version_floor: u64,
+    pub dedup: Vec<DedupEntry>,
 }
 
 /// What is persisted about the current snapshot so it survives restarts.
@@ -63,6 +90,7 @@ struct Inner {
     applied: Option<LogId>,
     membership: StoredMembership,
     version_floor: u64,
+    dedup: DedupTable,
     current: Option<SnapshotRecord>,
 }
 
@@ -71,6 +99,8 @@ struct Inner {
 pub struct ShardStateMachine {
     inner: Arc<tokio::sync::Mutex<Inner>>,
     shard: ShardId,
+    /// `Inner::version_floor`, readable without the lock (reads use it as a lower bound).
+    floor: Arc<AtomicU64>,
 }
 
 fn io_err(e: impl std::fmt::Display) -> io::Error {
@@ -111,21 +141,33 @@ impl ShardStateMachine {
             .unwrap_or_default();
         let version_floor = read_meta::<u64>(&*engine, shard, MetaKind::VersionFloor)?.unwrap_or(0);
         let current = read_meta::<SnapshotRecord>(&*engine, shard, MetaKind::SnapshotMeta)?;
-        if version_floor > 0 {
-            let _ = clock.update(Timestamp(version_floor));
-        }
-        Ok(ShardStateMachine {
-            inner: Arc::new(tokio::sync::Mutex::new(Inner {
-                shard,
-                engine,
-                clock,
-                snapshot_dir,
-                applied,
-                membership,
-                version_floor,
-                current,
-            })),
+        let dedup = DedupTable::from_entries(read_dedup(&*engine, shard)?);
+        let mut inner = Inner {
             shard,
+            engine,
+            clock,
+            snapshot_dir,
+            applied,
+            membership,
+            version_floor,
+            dedup,
+            current,
+        };
+        if let Some(marker) =
+            read_meta::<SnapshotRecord>(&*inner.engine, shard, MetaKind::InstallMarker)?
+        {
+            tracing::warn!(%shard, index = ?marker.meta.last_log_id, "redoing an interrupted snapshot install");
+            replace_data(&inner, &marker.file)?;
+            if let Some(old) = finish_install(&mut inner, marker)? {
+                let _ = std::fs::remove_file(old);
+            }
+        }
+        merge_floor(&inner);
+        let floor = Arc::new(AtomicU64::new(inner.version_floor));
+        Ok(ShardStateMachine {
+            inner: Arc::new(tokio::sync::Mutex::new(inner)),
+            shard,
+            floor,
         })
     }
 
@@ -141,6 +183,204 @@ impl ShardStateMachine {
     /// The shard's highest applied version timestamp.
     pub async fn version_floor(&self) -> u64 {
         self.inner.lock().await.version_floor
+    }
+
+    /// The shard's highest applied version timestamp, without waiting for apply. A read served
+    /// after applying up to its read index must read at or above this, whatever the local clock
+    /// says (see `meridian-server`'s `Kv` service).
+    pub fn applied_floor(&self) -> Timestamp {
+        Timestamp(self.floor.load(Ordering::Acquire))
+    }
+
+    /// Test hook: runs the first two steps of a snapshot install (marker, data replaced) and
+    /// stops as a crash there would, leaving the rest to [`ShardStateMachine::open`]'s redo.
+    #[doc(hidden)]
+    pub async fn install_snapshot_then_crash(
+        &self,
+        meta: &SnapshotMeta,
+        snapshot: SnapshotFile,
+    ) -> io::Result<()> {
+        let inner = self.inner.lock().await;
+        let record = SnapshotRecord {
+            meta: meta.clone(),
+            file: snapshot,
+        };
+        write_marker(&inner, &record).await?;
+        let engine = inner.engine.clone();
+        let (shard, file) = (inner.shard, record.file.clone());
+        blocking(move || replace_data_with(&*engine, shard, &file)).await
+    }
+}
+
+fn read_dedup(engine: &dyn Engine, shard: ShardId) -> io::Result<Vec<DedupEntry>> {
+    let (start, end) = keys::dedup_range(shard);
+    let mut entries = Vec::new();
+    for item in engine.scan(Cf::RaftMeta, &start, Some(&end), false) {
+        let (k, v) = item.map_err(io_err)?;
+        let (client_id, seq) = keys::decode_dedup_key(&k).map_err(io_err)?;
+        let commit_ts = u64::from_be_bytes(
+            v.as_slice()
+                .try_into()
+                .map_err(|_| io_err(format!("dedup entry of {} bytes, want 8", v.len())))?,
+        );
+        entries.push(DedupEntry {
+            id: crate::types::RequestId { client_id, seq },
+            commit_ts,
+        });
+    }
+    Ok(entries)
+}
+
+/// Adds the dedup table's changes to `batch`, in the order they happened.
+fn put_dedup_changes(batch: &mut WriteBatch, shard: ShardId, changes: DedupChanges) {
+    for op in changes.ops {
+        match op {
+            DedupOp::Put(e) => batch.put(
+                Cf::RaftMeta,
+                keys::dedup_key(shard, e.id.client_id, e.id.seq),
+                e.commit_ts.to_be_bytes().to_vec(),
+            ),
+            DedupOp::Delete(id) => {
+                batch.delete(Cf::RaftMeta, keys::dedup_key(shard, id.client_id, id.seq))
+            }
+        }
+    }
+}
+
+/// Merges the shard's floor into the node's HLC so timestamps it proposes next are above every
+/// applied version. A floor beyond `max_offset` is refused by the clock: this node's clock is
+/// far behind the shard's history. Reads stay correct (they read at `max(now, floor)`) and
+/// apply raises proposed timestamps above the floor, but it is a clock fault worth an alarm.
+fn merge_floor(inner: &Inner) {
+    if inner.version_floor == 0 {
+        return;
+    }
+    if let Err(e) = inner.clock.update(Timestamp(inner.version_floor)) {
+        tracing::error!(shard = %inner.shard, error = %e, "local clock is behind the shard's applied versions by more than max_offset");
+    }
+}
+
+/// Step 1 of an install: the synced marker.
+async fn write_marker(inner: &Inner, record: &SnapshotRecord) -> io::Result<()> {
+    let mut batch = WriteBatch::new();
+    batch.put(
+        Cf::RaftMeta,
+        keys::raft_meta_key(inner.shard, MetaKind::InstallMarker),
+        codec::encode(record)?,
+    );
+    let engine = inner.engine.clone();
+    blocking(move || engine.write(batch, true).map_err(io_err)).await
+}
+
+/// Step 2 of an install: the shard's data range becomes the file's contents.
+fn replace_data_with(engine: &dyn Engine, shard: ShardId, file: &SnapshotFile) -> io::Result<()> {
+    if let Some(path) = &file.path {
+        if !path.exists() {
+            return Err(io_err(format!(
+                "snapshot file {} of an install is missing; the shard cannot be restored from it",
+                path.display()
+            )));
+        }
+    }
+    let (start, end) = keys::shard_data_range(shard);
+    engine
+        .ingest_range_sst(Cf::Data, &start, &end, file.path.as_deref())
+        .map_err(io_err)
+}
+
+fn replace_data(inner: &Inner, file: &SnapshotFile) -> io::Result<()> {
+    replace_data_with(&*inner.engine, inner.shard, file)
+}
+
+/// Step 3 of an install (blocking): the shard's state becomes the snapshot's, synced, and the
+/// marker goes in the same batch. Returns the previous snapshot's file for the caller to delete.
+fn finish_install(inner: &mut Inner, record: SnapshotRecord) -> io::Result<Option<PathBuf>> {
+    inner.applied = record.meta.last_log_id;
+    inner.membership = record.meta.last_membership.clone();
+    inner.version_floor = inner.version_floor.max(record.file.version_floor);
+    let mut batch = WriteBatch::new();
+    let (start, end) = keys::dedup_range(inner.shard);
+    batch.delete_range(Cf::RaftMeta, start, end);
+    inner.dedup = DedupTable::from_entries(record.file.dedup.iter().copied());
+    for e in &record.file.dedup {
+        batch.put(
+            Cf::RaftMeta,
+            keys::dedup_key(inner.shard, e.id.client_id, e.id.seq),
+            e.commit_ts.to_be_bytes().to_vec(),
+        );
+    }
+    put_state(&mut batch, inner)?;
+    batch.put(
+        Cf::RaftMeta,
+        keys::raft_meta_key(inner.shard, MetaKind::SnapshotMeta),
+        codec::encode(&record)?,
+    );
+    batch.delete(
+        Cf::RaftMeta,
+        keys::raft_meta_key(inner.shard, MetaKind::InstallMarker),
+    );
+    inner.engine.write(batch, true).map_err(io_err)?;
+    let new_path = record.file.path.clone();
+    let previous = inner.current.replace(record).and_then(|r| r.file.path);
+    Ok(previous.filter(|old| Some(old) != new_path.as_ref()))
+}
+
+/// Applies one command to `batch`; never panics on any command a peer can send.
+fn apply_command(
+    inner: &mut Inner,
+    batch: &mut WriteBatch,
+    changes: &mut DedupChanges,
+    cmd: Command,
+) -> CommandResult {
+    if let Err(reason) = cmd.validate() {
+        tracing::warn!(shard = %inner.shard, %reason, "rejected a committed command at apply");
+        return CommandResult {
+            rejected: Some(reason),
+            ..Default::default()
+        };
+    }
+    let shard = inner.shard;
+    match cmd {
+        Command::Write {
+            ts,
+            puts,
+            deletes,
+            request,
+        } => {
+            if let Some(id) = request {
+                if let Some(commit_ts) = inner.dedup.get(&id) {
+                    return CommandResult {
+                        commit_ts,
+                        duplicate: true,
+                        rejected: None,
+                    };
+                }
+            }
+            let ts = ts.max(inner.version_floor.saturating_add(1));
+            if ts > MAX_COMMAND_TS {
+                return CommandResult {
+                    rejected: Some(format!(
+                        "shard version floor {} leaves no timestamp below MAX_COMMAND_TS",
+                        inner.version_floor
+                    )),
+                    ..Default::default()
+                };
+            }
+            inner.version_floor = ts;
+            for (k, v) in &puts {
+                mvcc::put(batch, shard, k, Timestamp(ts), v);
+            }
+            for k in &deletes {
+                mvcc::delete(batch, shard, k, Timestamp(ts));
+            }
+            if let Some(id) = request {
+                inner.dedup.insert(id, ts, changes);
+            }
+            CommandResult {
+                commit_ts: ts,
+                ..Default::default()
+            }
+        }
     }
 }
 
@@ -195,6 +435,7 @@ impl RaftSnapshotBuilder<TypeConfig> for ShardStateMachine {
         let file = SnapshotFile {
             path: (written > 0).then_some(final_path),
             version_floor: inner.version_floor,
+            dedup: inner.dedup.entries(),
         };
         let meta = SnapshotMeta {
             last_log_id: last,
@@ -211,7 +452,9 @@ impl RaftSnapshotBuilder<TypeConfig> for ShardStateMachine {
             codec::encode(&record)?,
         );
         let engine = inner.engine.clone();
-        blocking(move || engine.write(batch, false).map_err(io_err)).await?;
+        // Synced before the previous file goes: a crash must not leave a record naming a
+        // deleted file.
+        blocking(move || engine.write(batch, true).map_err(io_err)).await?;
         let previous = inner.current.replace(record);
         if let Some(old) = previous.and_then(|r| r.file.path) {
             if Some(&old) != file.path.as_ref() {
@@ -243,20 +486,13 @@ impl RaftStateMachine<TypeConfig> for ShardStateMachine {
         let shard = inner.shard;
         let mut batch = WriteBatch::new();
         let mut replies = Vec::new();
+        let mut changes = DedupChanges::default();
         while let Some((entry, responder)) = entries.try_next().await? {
             let mut result = CommandResult::default();
             match entry.payload {
                 EntryPayload::Blank => {}
-                EntryPayload::Normal(Command::Write { ts, puts, deletes }) => {
-                    let ts = ts.max(inner.version_floor.saturating_add(1));
-                    inner.version_floor = ts;
-                    for (k, v) in &puts {
-                        mvcc::put(&mut batch, shard, k, Timestamp(ts), v);
-                    }
-                    for k in &deletes {
-                        mvcc::delete(&mut batch, shard, k, Timestamp(ts));
-                    }
-                    result.commit_ts = ts;
+                EntryPayload::Normal(cmd) => {
+                    result = apply_command(&mut inner, &mut batch, &mut changes, cmd);
                 }
                 EntryPayload::Membership(m) => {
                     inner.membership = StoredMembership::new(Some(entry.log_id), m);
@@ -267,12 +503,12 @@ impl RaftStateMachine<TypeConfig> for ShardStateMachine {
                 replies.push((r, result));
             }
         }
+        put_dedup_changes(&mut batch, shard, changes);
         put_state(&mut batch, &inner)?;
         let engine = inner.engine.clone();
         blocking(move || engine.write(batch, false).map_err(io_err)).await?;
-        // A floor beyond max_offset can only come from a leader whose clock was accepted
-        // earlier; the entries are committed, so apply them regardless and keep our clock.
-        let _ = inner.clock.update(Timestamp(inner.version_floor));
+        merge_floor(&inner);
+        self.floor.store(inner.version_floor, Ordering::Release);
         drop(inner);
         for (r, result) in replies {
             r.send(result);
@@ -289,38 +525,26 @@ impl RaftStateMachine<TypeConfig> for ShardStateMachine {
         meta: &SnapshotMeta,
         snapshot: SnapshotFile,
     ) -> io::Result<()> {
-        let mut inner = self.inner.lock().await;
-        let shard = inner.shard;
-        let engine = inner.engine.clone();
-        let (start, end) = keys::shard_data_range(shard);
-        let path = snapshot.path.clone();
-        blocking(move || {
-            engine
-                .ingest_range_sst(Cf::Data, &start, &end, path.as_deref())
-                .map_err(io_err)
-        })
-        .await?;
-        inner.applied = meta.last_log_id;
-        inner.membership = meta.last_membership.clone();
-        inner.version_floor = inner.version_floor.max(snapshot.version_floor);
+        let mut guard = self.inner.clone().lock_owned().await;
         let record = SnapshotRecord {
             meta: meta.clone(),
             file: snapshot,
         };
-        let mut batch = WriteBatch::new();
-        put_state(&mut batch, &inner)?;
-        batch.put(
-            Cf::RaftMeta,
-            keys::raft_meta_key(shard, MetaKind::SnapshotMeta),
-            codec::encode(&record)?,
-        );
-        let engine = inner.engine.clone();
-        blocking(move || engine.write(batch, true).map_err(io_err)).await?;
-        let _ = inner.clock.update(Timestamp(inner.version_floor));
-        if let Some(old) = inner.current.replace(record).and_then(|r| r.file.path) {
+        write_marker(&guard, &record).await?;
+        let (guard, previous) = tokio::task::spawn_blocking(move || {
+            let inner: &mut Inner = &mut guard;
+            replace_data(inner, &record.file)?;
+            let previous = finish_install(inner, record)?;
+            Ok::<_, io::Error>((guard, previous))
+        })
+        .await
+        .map_err(io_err)??;
+        merge_floor(&guard);
+        self.floor.store(guard.version_floor, Ordering::Release);
+        if let Some(old) = previous {
             let _ = std::fs::remove_file(old);
         }
-        tracing::info!(%shard, applied = ?inner.applied, "installed snapshot");
+        tracing::info!(shard = %guard.shard, applied = ?guard.applied, "installed snapshot");
         Ok(())
     }
 

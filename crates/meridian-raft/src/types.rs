@@ -1,8 +1,33 @@
 //! openraft type configuration and the commands a shard's Raft log carries.
+//!
+//! # Commands are checked twice
+//! The `Kv` service validates a request before proposing it, but a log entry can also come
+//! from a peer (a leader) this node does not control, and a committed entry is re-applied on
+//! every restart. So apply re-checks every command with [`Command::validate`], a pure function
+//! of the command alone: every replica reaches the same verdict, and a bad command is applied
+//! as a deterministic rejection (it advances the applied index and writes nothing), never as a
+//! panic that would repeat on every replay.
 
 use bytes::Bytes;
+use meridian_types::limits::{MAX_BATCH_BYTES, MAX_BATCH_KEYS, MAX_KEY_BYTES, MAX_VALUE_BYTES};
 use serde::{Deserialize, Serialize};
 use std::io::Cursor;
+
+/// Identifies one logical write across its retries: the client picks a random `client_id`
+/// once per client instance and a fresh `seq` per write, and resends the same id on every
+/// attempt. The shard remembers applied ids (see `state_machine`'s dedup table), so a retry of
+/// a write that already committed is answered with the original result instead of being
+/// applied a second time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct RequestId {
+    pub client_id: u64,
+    pub seq: u64,
+}
+
+/// The largest version timestamp a command may carry. Far above any HLC reading for centuries
+/// (NTP64 seconds in the upper 32 bits), and far enough below `Timestamp::MAX` (the
+/// latest-version slot's key) that `floor + 1` stepping can never reach it.
+pub const MAX_COMMAND_TS: u64 = u64::MAX - (1 << 40);
 
 /// One replicated command. The version timestamp is proposed by the leader's HLC; apply raises
 /// it to the shard's version floor + 1 if needed so versions stay ordered across leader changes
@@ -14,16 +39,73 @@ pub enum Command {
         ts: u64,
         puts: Vec<(Bytes, Bytes)>,
         deletes: Vec<Bytes>,
+        /// Set by clients that deduplicate retries; `None` for writes that are never retried.
+        request: Option<RequestId>,
     },
+}
+
+impl Command {
+    /// Checks the limits every write must meet, so apply never meets a command it cannot
+    /// apply. Pure: every replica reaches the same verdict.
+    pub fn validate(&self) -> Result<(), String> {
+        match self {
+            Command::Write {
+                ts, puts, deletes, ..
+            } => {
+                if *ts > MAX_COMMAND_TS {
+                    return Err(format!("timestamp {ts} is above MAX_COMMAND_TS"));
+                }
+                let count = puts.len() + deletes.len();
+                if count == 0 {
+                    return Err("write has no keys".into());
+                }
+                if count > MAX_BATCH_KEYS {
+                    return Err(format!(
+                        "{count} keys, over MAX_BATCH_KEYS ({MAX_BATCH_KEYS})"
+                    ));
+                }
+                let mut bytes = 0usize;
+                for key in puts.iter().map(|(k, _)| k).chain(deletes.iter()) {
+                    if key.is_empty() || key.len() > MAX_KEY_BYTES {
+                        return Err(format!(
+                            "key of {} bytes is outside 1..=MAX_KEY_BYTES ({MAX_KEY_BYTES})",
+                            key.len()
+                        ));
+                    }
+                    bytes += key.len();
+                }
+                for (_, value) in puts {
+                    if value.len() > MAX_VALUE_BYTES {
+                        return Err(format!(
+                            "value of {} bytes, over MAX_VALUE_BYTES ({MAX_VALUE_BYTES})",
+                            value.len()
+                        ));
+                    }
+                    bytes += value.len();
+                }
+                if bytes > MAX_BATCH_BYTES {
+                    return Err(format!(
+                        "write is {bytes} bytes, over MAX_BATCH_BYTES ({MAX_BATCH_BYTES})"
+                    ));
+                }
+                Ok(())
+            }
+        }
+    }
 }
 
 impl std::fmt::Display for Command {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Command::Write { ts, puts, deletes } => {
+            Command::Write {
+                ts,
+                puts,
+                deletes,
+                request,
+            } => {
                 write!(
                     f,
-                    "Write(ts={ts}, puts={}, deletes={})",
+                    "Write(ts={ts}, puts={}, deletes={}, request={request:?})",
                     puts.len(),
                     deletes.len()
                 )
@@ -35,8 +117,13 @@ impl std::fmt::Display for Command {
 /// What applying a command produced.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CommandResult {
-    /// The version timestamp the write was applied at.
+    /// The version timestamp the write was applied at (for a duplicate: the original's).
     pub commit_ts: u64,
+    /// The command's request id had already been applied: nothing was written now, and
+    /// `commit_ts` is the first application's.
+    pub duplicate: bool,
+    /// The command failed [`Command::validate`] at apply: nothing was written.
+    pub rejected: Option<String>,
 }
 
 openraft::declare_raft_types!(
@@ -121,6 +208,10 @@ mod tests {
             ts: 7,
             puts: vec![(Bytes::from_static(b"k"), Bytes::from_static(b"v"))],
             deletes: vec![Bytes::from_static(b"d")],
+            request: Some(RequestId {
+                client_id: 9,
+                seq: 3,
+            }),
         };
         let bytes = codec::encode(&cmd).unwrap();
         assert_eq!(codec::decode::<Command>(&bytes).unwrap(), cmd);
@@ -128,5 +219,43 @@ mod tests {
         let mut extra = bytes.clone();
         extra.push(0);
         assert!(codec::decode::<Command>(&extra).is_err());
+    }
+
+    fn write(ts: u64, puts: Vec<(Bytes, Bytes)>, deletes: Vec<Bytes>) -> Command {
+        Command::Write {
+            ts,
+            puts,
+            deletes,
+            request: None,
+        }
+    }
+
+    #[test]
+    fn validate_rejects_what_apply_cannot_apply() {
+        let kv = |k: &[u8], v: &[u8]| (Bytes::copy_from_slice(k), Bytes::copy_from_slice(v));
+        assert!(write(7, vec![kv(b"k", b"v")], vec![]).validate().is_ok());
+        // A timestamp at the slot's key (or close enough to step into it) would panic in apply.
+        let e = write(u64::MAX, vec![kv(b"k", b"v")], vec![])
+            .validate()
+            .unwrap_err();
+        assert!(e.contains("MAX_COMMAND_TS"), "{e}");
+        assert!(write(MAX_COMMAND_TS + 1, vec![kv(b"k", b"v")], vec![])
+            .validate()
+            .is_err());
+        assert!(write(1, vec![], vec![]).validate().is_err());
+        assert!(write(1, vec![kv(b"", b"v")], vec![]).validate().is_err());
+        assert!(
+            write(1, vec![], vec![Bytes::from(vec![b'k'; MAX_KEY_BYTES + 1])])
+                .validate()
+                .is_err()
+        );
+        let big = Bytes::from(vec![0u8; MAX_VALUE_BYTES + 1]);
+        assert!(write(1, vec![(Bytes::from_static(b"k"), big)], vec![])
+            .validate()
+            .is_err());
+        let many: Vec<Bytes> = (0..=MAX_BATCH_KEYS)
+            .map(|i| Bytes::from(i.to_string()))
+            .collect();
+        assert!(write(1, vec![], many).validate().is_err());
     }
 }

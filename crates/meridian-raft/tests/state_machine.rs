@@ -1,10 +1,11 @@
 //! State machine behaviour beyond openraft's suite: MVCC apply, the version-floor rule,
-//! restart from persisted state, and snapshot files moving data between engines.
+//! restart from persisted state, snapshot files moving data between engines, retried writes
+//! applied once, bad commands rejected without a panic, and crash-atomic snapshot install.
 
 use bytes::Bytes;
 use meridian_raft::state_machine::ShardStateMachine;
 use meridian_raft::types::Entry;
-use meridian_raft::{Command, TypeConfig};
+use meridian_raft::{Command, RequestId, TypeConfig};
 use meridian_storage::{mvcc, Engine, MemoryEngine};
 use meridian_types::{Clock, ShardId, Timestamp};
 use openraft::storage::RaftStateMachine;
@@ -21,6 +22,20 @@ fn write(index: u64, ts: u64, key: &str, value: &str) -> Entry {
             ts,
             puts: vec![(Bytes::from(key.to_string()), Bytes::from(value.to_string()))],
             deletes: vec![],
+            request: None,
+        }),
+    }
+}
+
+/// A put carrying a request id, as the client sends it on every attempt of one write.
+fn write_with_id(index: u64, ts: u64, key: &str, value: &str, client_id: u64, seq: u64) -> Entry {
+    Entry {
+        log_id: openraft::testing::log_id::<TypeConfig>(1, 1, index),
+        payload: EntryPayload::Normal(Command::Write {
+            ts,
+            puts: vec![(Bytes::from(key.to_string()), Bytes::from(value.to_string()))],
+            deletes: vec![],
+            request: Some(RequestId { client_id, seq }),
         }),
     }
 }
@@ -32,6 +47,7 @@ fn delete(index: u64, ts: u64, key: &str) -> Entry {
             ts,
             puts: vec![],
             deletes: vec![Bytes::from(key.to_string())],
+            request: None,
         }),
     }
 }
@@ -147,5 +163,119 @@ async fn snapshot_file_moves_a_shard_between_engines() {
         .await
         .unwrap()
         .expect("current snapshot recorded");
+    assert_eq!(current.meta, snapshot.meta);
+}
+
+#[tokio::test]
+async fn a_retried_write_is_applied_once_even_after_another_clients_write() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine: Arc<dyn Engine> = Arc::new(MemoryEngine::new());
+    let mut sm = open(&engine, dir.path());
+    // Client 7's put(k, v1) commits but its answer is lost; client 8 writes v2; client 7's
+    // retry of the same request reaches the log again. Applying it again would roll k back.
+    apply(
+        &mut sm,
+        vec![
+            write_with_id(1, 100, "k", "v1", 7, 1),
+            write_with_id(2, 200, "k", "v2", 8, 1),
+            write_with_id(3, 300, "k", "v1", 7, 1),
+        ],
+    )
+    .await;
+    let (ts, value) = read(&engine, "k").expect("k exists");
+    assert_eq!(value, b"v2", "the retry must not apply a second time");
+    assert_eq!(ts, Timestamp(200));
+    assert!(
+        mvcc::get(&*engine, SHARD, b"k", Timestamp(299))
+            .unwrap()
+            .unwrap()
+            .0
+            == Timestamp(200),
+        "no version was written for the duplicate"
+    );
+    let (applied, _) = sm.applied_state().await.unwrap();
+    assert_eq!(
+        applied.unwrap().index,
+        3,
+        "a duplicate still advances the applied index"
+    );
+    // The table survives a restart: a retry after reopening is still recognised.
+    drop(sm);
+    let mut sm = open(&engine, dir.path());
+    apply(&mut sm, vec![write_with_id(4, 400, "k", "v1", 7, 1)]).await;
+    assert_eq!(read(&engine, "k").unwrap().1, b"v2");
+    // A new request of the same client is applied.
+    apply(&mut sm, vec![write_with_id(5, 500, "k", "v3", 7, 2)]).await;
+    assert_eq!(read(&engine, "k").unwrap().1, b"v3");
+}
+
+#[tokio::test]
+async fn a_command_that_fails_validation_is_rejected_at_apply_without_a_panic() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine: Arc<dyn Engine> = Arc::new(MemoryEngine::new());
+    let mut sm = open(&engine, dir.path());
+    // A peer proposed a timestamp at Timestamp::MAX (the latest-version slot's key): apply used
+    // to assert on it, on every replica and on every replay of the committed entry.
+    apply(
+        &mut sm,
+        vec![write(1, u64::MAX, "bad", "x"), write(2, 50, "good", "y")],
+    )
+    .await;
+    assert!(
+        read(&engine, "bad").is_none(),
+        "a rejected command writes nothing"
+    );
+    assert_eq!(read(&engine, "good").unwrap().1, b"y");
+    let (applied, _) = sm.applied_state().await.unwrap();
+    assert_eq!(applied.unwrap().index, 2);
+    assert_eq!(
+        sm.version_floor().await,
+        50,
+        "the rejected ts did not raise the floor"
+    );
+}
+
+#[tokio::test]
+async fn a_snapshot_install_interrupted_by_a_crash_is_finished_on_open() {
+    let dir_a = tempfile::tempdir().unwrap();
+    let dir_b = tempfile::tempdir().unwrap();
+    let a: Arc<dyn Engine> = Arc::new(MemoryEngine::new());
+    let b: Arc<dyn Engine> = Arc::new(MemoryEngine::new());
+    let mut sm_a = open(&a, dir_a.path());
+    let entries: Vec<Entry> = (1..=50)
+        .map(|i| write_with_id(i, 1_000 + i, "k", &format!("v{i}"), 3, i))
+        .collect();
+    apply(&mut sm_a, entries).await;
+    let snapshot = sm_a.build_snapshot().await.expect("build");
+
+    // The follower has applied an older prefix of the same log.
+    let mut sm_b = open(&b, dir_b.path());
+    let old: Vec<Entry> = (1..=10)
+        .map(|i| write_with_id(i, 1_000 + i, "k", &format!("v{i}"), 3, i))
+        .collect();
+    apply(&mut sm_b, old).await;
+    // Crash after the data range was replaced, before the applied index was recorded.
+    sm_b.install_snapshot_then_crash(&snapshot.meta, snapshot.snapshot.clone())
+        .await
+        .expect("partial install");
+    drop(sm_b);
+
+    let mut sm_b = open(&b, dir_b.path());
+    let (applied, _) = sm_b.applied_state().await.unwrap();
+    assert_eq!(
+        applied.unwrap().index,
+        50,
+        "open must finish the install: data and applied index agree"
+    );
+    assert_eq!(read(&b, "k").unwrap().1, b"v50");
+    assert_eq!(sm_b.version_floor().await, 1_050);
+    // The dedup table came with the snapshot: a late retry of request 3/40 is not re-applied.
+    apply(&mut sm_b, vec![write_with_id(51, 2_000, "k", "v40", 3, 40)]).await;
+    assert_eq!(read(&b, "k").unwrap().1, b"v50");
+    let current = sm_b
+        .get_current_snapshot()
+        .await
+        .unwrap()
+        .expect("recorded");
     assert_eq!(current.meta, snapshot.meta);
 }

@@ -25,6 +25,9 @@ pub enum ServerError {
     ClockOffset(String),
     #[error("{0}")]
     Internal(String),
+    /// A write reached Raft and its outcome cannot be known here (see `ErrorCode::Ambiguous`).
+    #[error("outcome unknown: {0}")]
+    Ambiguous(String),
 }
 
 pub type Result<T> = std::result::Result<T, ServerError>;
@@ -38,6 +41,7 @@ impl ServerError {
             ServerError::Unavailable(_) => ErrorCode::Unavailable,
             ServerError::ClockOffset(_) => ErrorCode::ClockOffset,
             ServerError::Internal(_) => ErrorCode::Internal,
+            ServerError::Ambiguous(_) => ErrorCode::Ambiguous,
         }
     }
 }
@@ -57,6 +61,7 @@ impl From<ServerError> for Status {
             ErrorCode::ClockOffset => tonic::Code::FailedPrecondition,
             ErrorCode::DeadlineExceeded => tonic::Code::DeadlineExceeded,
             ErrorCode::Internal => tonic::Code::Internal,
+            ErrorCode::Ambiguous => tonic::Code::Unknown,
         };
         let mut status = Status::new(grpc, e.to_string());
         if let Ok(v) = code.as_str().parse() {

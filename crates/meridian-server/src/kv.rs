@@ -2,15 +2,34 @@
 //!
 //! # Writes
 //! Validated against the limits first (nothing is proposed for a bad request), then proposed to
-//! the shard's Raft with a timestamp from this node's HLC; the reply carries the commit
-//! timestamp the state machine applied. A node that is not the leader answers `NOT_LEADER`
-//! with a hint; a key outside every local shard answers `WRONG_SHARD`.
+//! the shard's Raft with a timestamp from this node's HLC and the request's `WriteId`; the reply
+//! carries the commit timestamp the state machine applied (for a retry of an applied write, the
+//! first application's). A node that is not the leader answers `NOT_LEADER` with a hint; a key
+//! outside every local shard answers `WRONG_SHARD`. Both mean "not proposed".
+//!
+//! Once a proposal may have reached the log, a failure is `AMBIGUOUS`, never `NOT_LEADER`:
+//! openraft's `LogEntryDiscarded` (the entry was dropped on a leader change, but may commit
+//! through the new leader) and fatal Raft errors say nothing about the entry's fate. The client
+//! settles such a write by retrying it with the same `WriteId`.
 //!
 //! # Reads
 //! Linearizable by default: the leader confirms its lease (or, if the lease is not valid, runs
 //! a ReadIndex round), waits until its state machine has applied up to the read index, then
-//! reads RocksDB at `read_ts = clock.now()` — after the apply, so the HLC is above every
-//! acknowledged version. `LINEARIZABLE_READ_INDEX` always runs the quorum round.
+//! reads RocksDB at `read_ts = max(clock.now(), shard's applied floor)`. The floor is the
+//! highest version timestamp applied; taking the max matters when this node's clock is behind
+//! the shard's history (a clock stepped back across a restart): `now()` alone could then be
+//! below an acknowledged write. `LINEARIZABLE_READ_INDEX` always runs the quorum round. The
+//! lease is used only while 90% of it remains (a margin for clock-rate drift between nodes);
+//! past that a read runs the quorum round. A restarted node refuses votes for a full lease
+//! (`meridian-raft`'s `MultiRaft::refuses_votes`), so it cannot help elect a second leader
+//! while a lease it acknowledged before the restart is still being read from.
+//!
+//! # Causality tokens
+//! A request's `meridian-hlc` metadata is the largest timestamp its client has seen. It never
+//! moves this node's clock (a client could otherwise push a leader's clock ahead until its
+//! followers reject it). When it is ahead of the clock, the request waits until the physical
+//! clock passes it (at most `max_offset`), so reads and writes are ordered after what the
+//! client saw; a token further ahead is refused with `CLOCK_OFFSET`.
 //!
 //! # Back pressure
 //! At most `MAX_INFLIGHT_PROPOSALS_PER_SHARD × shards` requests are in flight per node; beyond
@@ -21,14 +40,29 @@ use crate::node::Node;
 use bytes::Bytes;
 use meridian_proto::kv::kv_server::Kv;
 use meridian_proto::kv::*;
-use meridian_raft::{Command, ShardReplica};
+use meridian_raft::{Command, RequestId, ShardReplica};
 use meridian_storage::mvcc;
 use meridian_types::limits::*;
 use meridian_types::{ShardId, Timestamp};
+use openraft::type_config::async_runtime::WatchReceiver;
 use openraft::ReadPolicy;
 use std::sync::Arc;
 use tokio::sync::Semaphore;
 use tonic::{Request, Response, Status};
+
+/// Fraction of the leader lease not used for lease reads (clock-rate drift between nodes).
+const LEASE_DRIFT_MARGIN: f64 = 0.1;
+
+/// Most sleeps a request spends waiting for the clock to pass its causality token.
+const MAX_TOKEN_WAITS: u32 = 8;
+
+/// The request id of a write, if the client sent one (client_id 0 = none).
+fn request_id(write_id: Option<WriteId>) -> Option<RequestId> {
+    write_id.filter(|w| w.client_id != 0).map(|w| RequestId {
+        client_id: w.client_id,
+        seq: w.seq,
+    })
+}
 
 pub struct KvService {
     node: Arc<Node>,
@@ -57,15 +91,80 @@ impl KvService {
     }
 
     async fn propose(&self, shard: ShardId, replica: &ShardReplica, cmd: Command) -> Result<u64> {
+        use openraft::errors::{ClientWriteError, RaftError};
         match replica.raft.client_write(cmd).await {
-            Ok(resp) => Ok(resp.data.commit_ts),
-            Err(e) => {
-                if let Some(f) = e.forward_to_leader() {
-                    return Err(self.node.not_leader(shard, f.leader_id).await);
-                }
-                Err(ServerError::Unavailable(format!("shard {shard}: {e}")))
+            Ok(resp) => match resp.data.rejected {
+                // The service validated the command, so only a bug lands here.
+                Some(reason) => Err(ServerError::Internal(format!(
+                    "shard {shard}: command rejected at apply: {reason}"
+                ))),
+                None => Ok(resp.data.commit_ts),
+            },
+            // Rejected before its entry was appended: safe to send elsewhere.
+            Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f))) => {
+                Err(self.node.not_leader(shard, f.leader_id).await)
             }
+            Err(RaftError::APIError(ClientWriteError::LogEntryDiscarded(_))) => {
+                Err(ServerError::Ambiguous(format!(
+                    "shard {shard}: the leader changed after the write was appended; it may still commit"
+                )))
+            }
+            Err(e) => Err(ServerError::Ambiguous(format!("shard {shard}: {e}"))),
         }
+    }
+
+    /// Waits until this node's clock has passed the request's causality token (see the module
+    /// docs); never moves the clock.
+    async fn wait_for_token<T>(&self, request: &Request<T>) -> Result<()> {
+        let Some(raw) = request.metadata().get(meridian_types::error::HLC_HEADER) else {
+            return Ok(());
+        };
+        let token = raw
+            .to_str()
+            .ok()
+            .and_then(|s| s.parse::<u64>().ok())
+            .map(Timestamp)
+            .ok_or_else(|| invalid("malformed meridian-hlc metadata: want a decimal u64"))?;
+        let clock = &self.node.clock;
+        let max_offset_ms = clock.max_offset().as_millis() as u64;
+        let ahead_ms = |now: Timestamp| token.physical_ms().saturating_sub(now.physical_ms());
+        let first = ahead_ms(clock.physical_now());
+        if first > max_offset_ms {
+            return Err(ServerError::ClockOffset(format!(
+                "causality token {} is {first} ms ahead of this node's clock, beyond max_offset {max_offset_ms} ms",
+                token.0
+            )));
+        }
+        // Bounded: the physical clock advances, and the first wait covers the whole gap.
+        for _ in 0..MAX_TOKEN_WAITS {
+            if clock.physical_now() > token {
+                return Ok(());
+            }
+            let ahead = ahead_ms(clock.physical_now()).max(1);
+            tokio::time::sleep(std::time::Duration::from_millis(ahead)).await;
+        }
+        Err(ServerError::Unavailable(
+            "clock did not pass the causality token in time".into(),
+        ))
+    }
+
+    /// Whether this leader's lease has at least [`LEASE_DRIFT_MARGIN`] of its length left.
+    ///
+    /// openraft lets a leader serve lease reads until `election_timeout_max` after the last
+    /// quorum acknowledgement, and followers refuse votes for as long after they last heard
+    /// from it. Both sides measure with their own monotonic clocks, whose rates may differ; the
+    /// leader uses only the first 90% so a slightly fast follower clock cannot end the
+    /// followers' promise while the leader still reads from it. Past that, ReadIndex.
+    fn lease_has_margin(&self, replica: &ShardReplica) -> bool {
+        let lease_ms = self.node.config.raft.election_timeout_max_ms as f64;
+        let usable =
+            std::time::Duration::from_millis((lease_ms * (1.0 - LEASE_DRIFT_MARGIN)) as u64);
+        let acked = replica
+            .raft
+            .data_metrics()
+            .borrow_watched()
+            .last_quorum_acked;
+        acked.is_some_and(|at| openraft::Instant::elapsed(&at.into_inner()) < usable)
     }
 
     /// Makes a read on `replica` linearizable; returns the timestamp to read at.
@@ -75,10 +174,12 @@ impl KvService {
         replica: &ShardReplica,
         consistency: i32,
     ) -> Result<Timestamp> {
-        let policy = if consistency == ReadConsistency::LinearizableReadIndex as i32 {
-            ReadPolicy::ReadIndex
-        } else {
+        let policy = if consistency != ReadConsistency::LinearizableReadIndex as i32
+            && self.lease_has_margin(replica)
+        {
             ReadPolicy::LeaseRead
+        } else {
+            ReadPolicy::ReadIndex
         };
         let mut result = replica.raft.ensure_linearizable(policy.clone()).await;
         if result.is_err() && policy == ReadPolicy::LeaseRead && replica.raft.is_leader() {
@@ -89,7 +190,10 @@ impl KvService {
                 .await;
         }
         match result {
-            Ok(_) => Ok(self.node.clock.now()),
+            Ok(_) => {
+                let now = self.node.clock.now();
+                Ok(now.max(replica.sm.applied_floor()))
+            }
             Err(e) => {
                 if let Some(f) = e.forward_to_leader() {
                     return Err(self.node.not_leader(shard, f.leader_id).await);
@@ -205,6 +309,7 @@ impl Kv for KvService {
         request: Request<GetRequest>,
     ) -> std::result::Result<Response<GetResponse>, Status> {
         let _permit = self.admit()?;
+        self.wait_for_token(&request).await?;
         let req = request.into_inner();
         check_key(&req.key, "key")?;
         let (desc, replica) = self.node.route(&req.key)?;
@@ -229,6 +334,7 @@ impl Kv for KvService {
         request: Request<PutRequest>,
     ) -> std::result::Result<Response<PutResponse>, Status> {
         let _permit = self.admit()?;
+        self.wait_for_token(&request).await?;
         let req = request.into_inner();
         check_key(&req.key, "key")?;
         check_value(&req.value)?;
@@ -238,6 +344,7 @@ impl Kv for KvService {
             ts: self.node.clock.now().0,
             puts: vec![(req.key, req.value)],
             deletes: Vec::new(),
+            request: request_id(req.write_id),
         };
         let commit_ts = self.propose(shard, &replica, cmd).await?;
         Ok(Response::new(PutResponse {
@@ -251,6 +358,7 @@ impl Kv for KvService {
         request: Request<DeleteRequest>,
     ) -> std::result::Result<Response<DeleteResponse>, Status> {
         let _permit = self.admit()?;
+        self.wait_for_token(&request).await?;
         let req = request.into_inner();
         check_key(&req.key, "key")?;
         let (desc, replica) = self.node.route(&req.key)?;
@@ -259,6 +367,7 @@ impl Kv for KvService {
             ts: self.node.clock.now().0,
             puts: Vec::new(),
             deletes: vec![req.key],
+            request: request_id(req.write_id),
         };
         let commit_ts = self.propose(shard, &replica, cmd).await?;
         Ok(Response::new(DeleteResponse {
@@ -272,6 +381,7 @@ impl Kv for KvService {
         request: Request<ScanRequest>,
     ) -> std::result::Result<Response<ScanResponse>, Status> {
         let _permit = self.admit()?;
+        self.wait_for_token(&request).await?;
         let req = request.into_inner();
         check_scan(&req)?;
         let desc = if req.reverse {
@@ -281,13 +391,11 @@ impl Kv for KvService {
         };
         let shard = desc.id;
         let replica = self.node.replica(shard)?;
-        let mut read_ts = self.linearize(shard, &replica, req.consistency).await?;
-        if req.read_ts != 0 {
-            // A later page of a multi-page scan reads at the first page's timestamp. The
-            // linearize step above still guarantees this replica has applied everything up to
-            // the read index, which is past any write acknowledged before that first page.
-            read_ts = Timestamp(req.read_ts).min(read_ts);
-        }
+        // Every page at its own linearizable timestamp: an earlier page's timestamp is not a
+        // stable snapshot (a write below it may be applied after it was chosen), so reusing it
+        // could miss acknowledged writes or show half of a batch. One page is one RocksDB
+        // iterator, so it is consistent within itself.
+        let read_ts = self.linearize(shard, &replica, req.consistency).await?;
         // Clamp [start, end) to the shard's range.
         let start = std::cmp::max(req.start.to_vec(), desc.start.clone());
         let end: Option<Vec<u8>> = match (req.end.is_empty(), desc.end.is_empty()) {
@@ -338,6 +446,7 @@ impl Kv for KvService {
         request: Request<BatchGetRequest>,
     ) -> std::result::Result<Response<BatchGetResponse>, Status> {
         let _permit = self.admit()?;
+        self.wait_for_token(&request).await?;
         let req = request.into_inner();
         if req.keys.len() > MAX_BATCH_KEYS {
             return Err(invalid(format!(
@@ -374,6 +483,7 @@ impl Kv for KvService {
         request: Request<BatchPutRequest>,
     ) -> std::result::Result<Response<BatchPutResponse>, Status> {
         let _permit = self.admit()?;
+        self.wait_for_token(&request).await?;
         let req = request.into_inner();
         let count = req.entries.len() + req.deletes.len();
         if count > MAX_BATCH_KEYS {
@@ -414,6 +524,7 @@ impl Kv for KvService {
                 .map(|kv| (kv.key, kv.value))
                 .collect(),
             deletes: req.deletes,
+            request: request_id(req.write_id),
         };
         let commit_ts = self.propose(shard, &replica, cmd).await?;
         Ok(Response::new(BatchPutResponse {

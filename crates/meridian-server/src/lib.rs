@@ -58,30 +58,6 @@ fn incoming(listener: tokio::net::TcpListener) -> tonic::transport::server::TcpI
         .with_keepalive(Some(Duration::from_secs(30)))
 }
 
-/// Merges the client's HLC timestamp (`meridian-hlc` metadata, the largest timestamp it has
-/// observed) into the node's clock, so causality carries across regions through clients too.
-/// A timestamp beyond `max_offset` is refused with `CLOCK_OFFSET`; a malformed one with
-/// `INVALID_ARGUMENT`.
-fn hlc_interceptor(
-    clock: Arc<meridian_types::Clock>,
-) -> impl FnMut(tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> + Clone {
-    move |request: tonic::Request<()>| {
-        if let Some(raw) = request.metadata().get(meridian_types::error::HLC_HEADER) {
-            let ts: u64 = raw
-                .to_str()
-                .ok()
-                .and_then(|s| s.parse().ok())
-                .ok_or_else(|| {
-                    error::ServerError::InvalidArgument("malformed meridian-hlc metadata".into())
-                })?;
-            clock
-                .update(meridian_types::Timestamp(ts))
-                .map_err(|e| error::ServerError::ClockOffset(e.to_string()))?;
-        }
-        Ok(request)
-    }
-}
-
 /// Runs a node until SIGTERM or Ctrl-C, then shuts down gracefully.
 pub async fn run_start(args: StartArgs) -> anyhow::Result<()> {
     let config = NodeConfig::load(&args)?;
@@ -124,10 +100,7 @@ pub async fn run_node(
         .timeout(REQUEST_TIMEOUT)
         .tcp_nodelay(true)
         .max_concurrent_streams(MAX_CONCURRENT_STREAMS)
-        .add_service(tonic::service::interceptor::InterceptedService::new(
-            kv::KvService::new(node.clone()).into_server(),
-            hlc_interceptor(node.clock.clone()),
-        ))
+        .add_service(kv::KvService::new(node.clone()).into_server())
         .add_service(cluster::ClusterService::new(node.clone()).into_server())
         .serve_with_incoming_shutdown(incoming(client_listener), stopped(stop_rx.clone()));
     let peer_task = tokio::spawn(peer_server);

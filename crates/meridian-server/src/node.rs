@@ -252,6 +252,8 @@ impl Node {
                 ts: self.clock.now().0,
                 puts: puts.clone(),
                 deletes: Vec::new(),
+                // Re-proposing the same registration is harmless: it overwrites equal values.
+                request: None,
             };
             match self.propose_anywhere(ShardId::META, cmd).await {
                 Ok(_) => {

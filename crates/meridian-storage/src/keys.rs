@@ -292,10 +292,16 @@ pub enum MetaKind {
     SnapshotMeta = 6,
     /// Lowest timestamp a new version of this shard may carry (e.g. after a restart).
     VersionFloor = 7,
+    /// Prefix of the shard's write-dedup entries: `shard ‖ 8 ‖ client_id BE ‖ seq BE` →
+    /// commit ts BE (see [`dedup_key`]).
+    Dedup = 8,
+    /// A snapshot install in progress: written (synced) before the shard's data range is
+    /// replaced, removed in the batch that records the install, redone on open if present.
+    InstallMarker = 9,
 }
 
 impl MetaKind {
-    pub const ALL: [MetaKind; 7] = [
+    pub const ALL: [MetaKind; 9] = [
         MetaKind::Vote,
         MetaKind::Committed,
         MetaKind::LastPurged,
@@ -303,6 +309,8 @@ impl MetaKind {
         MetaKind::Membership,
         MetaKind::SnapshotMeta,
         MetaKind::VersionFloor,
+        MetaKind::Dedup,
+        MetaKind::InstallMarker,
     ];
 }
 
@@ -333,6 +341,42 @@ pub fn decode_raft_meta_key(k: &[u8]) -> Result<(ShardId, MetaKind)> {
             format!("{} bytes, want 9", k.len()),
         )),
     }
+}
+
+/// One write-dedup entry of `shard`: `shard ‖ Dedup ‖ client_id BE ‖ seq BE` (25 bytes).
+pub fn dedup_key(shard: ShardId, client_id: u64, seq: u64) -> Vec<u8> {
+    let mut k = raft_meta_key(shard, MetaKind::Dedup);
+    k.extend_from_slice(&client_id.to_be_bytes());
+    k.extend_from_slice(&seq.to_be_bytes());
+    k
+}
+
+/// Decodes a [`dedup_key`] into `(client_id, seq)`.
+pub fn decode_dedup_key(k: &[u8]) -> Result<(u64, u64)> {
+    let (_, rest) = decode_shard(k, "dedup key")?;
+    match rest {
+        [kind, ids @ ..] if *kind == MetaKind::Dedup as u8 && ids.len() == 16 => {
+            let client_id = u64::from_be_bytes(ids[..8].try_into().expect("16 bytes"));
+            let seq = u64::from_be_bytes(ids[8..].try_into().expect("16 bytes"));
+            Ok((client_id, seq))
+        }
+        _ => Err(Error::corrupt(
+            "dedup key",
+            format!(
+                "{} bytes, want 25 with kind {}",
+                k.len(),
+                MetaKind::Dedup as u8
+            ),
+        )),
+    }
+}
+
+/// Every write-dedup key of `shard`.
+pub fn dedup_range(shard: ShardId) -> (Vec<u8>, Vec<u8>) {
+    let start = raft_meta_key(shard, MetaKind::Dedup);
+    let mut end = start.clone();
+    *end.last_mut().expect("9 bytes") += 1;
+    (start, end)
 }
 
 /// Every metadata key of `shard` (reserved node-wide keys are never inside).

@@ -131,6 +131,7 @@
 use crate::engine::{Cf, Engine, KvIter, KvPair, WriteBatch};
 use crate::error::{Error, Result};
 use crate::keys;
+use meridian_types::limits::MAX_SCAN_ENTRIES_PER_PAGE;
 use meridian_types::{ShardId, Timestamp};
 
 /// A visible version: its timestamp and value.
@@ -418,14 +419,18 @@ pub struct ScanPage {
     /// `(user_key, version_ts, value)` in scan order.
     pub rows: Vec<(Vec<u8>, Timestamp, Vec<u8>)>,
     /// Where the next page starts, or `None` if the range holds no further visible key.
-    /// Forward: the next page's inclusive `start` (the first visible key not returned).
-    /// Reverse: the next page's exclusive `end` (the last key returned).
+    /// Forward: the next page's inclusive `start` (the first key not yet decided).
+    /// Reverse: the next page's exclusive `end` (the last key decided).
+    /// Set also when the page stopped at its budget of examined entries
+    /// ([`MAX_SCAN_ENTRIES_PER_PAGE`]), possibly with fewer than `limit` rows, or none.
     pub resume_key: Option<Vec<u8>>,
 }
 
 /// Visible user keys in `[start, end)` (`end = None`: to the end of the shard) at `read_ts`,
 /// each at its newest version `<= read_ts`, tombstoned and invisible keys skipped, at most
-/// `limit` rows (a `limit` of 0 is treated as 1), ascending or (`reverse`) descending.
+/// `limit` rows (a `limit` of 0 is treated as 1), ascending or (`reverse`) descending. A page
+/// examines at most [`MAX_SCAN_ENTRIES_PER_PAGE`] stored entries (finishing the key it is on)
+/// and then returns early with a `resume_key`.
 pub fn scan(
     engine: &dyn Engine,
     shard: ShardId,
@@ -435,6 +440,27 @@ pub fn scan(
     limit: usize,
     reverse: bool,
 ) -> Result<ScanPage> {
+    scan_with_budget(
+        engine,
+        shard,
+        (start, end),
+        read_ts,
+        limit,
+        reverse,
+        MAX_SCAN_ENTRIES_PER_PAGE,
+    )
+}
+
+/// [`scan`] with an explicit budget of examined entries (tests use small ones).
+pub fn scan_with_budget(
+    engine: &dyn Engine,
+    shard: ShardId,
+    (start, end): (&[u8], Option<&[u8]>),
+    read_ts: Timestamp,
+    limit: usize,
+    reverse: bool,
+    budget: usize,
+) -> Result<ScanPage> {
     let limit = limit.max(1);
     let lower = keys::data_key_seek(shard, start);
     let upper = match end {
@@ -442,10 +468,11 @@ pub fn scan(
         None => keys::shard_data_range(shard).1,
     };
     let iter = engine.scan(Cf::Data, &lower, Some(&upper), reverse);
+    let budget = budget.max(1);
     if reverse {
-        scan_reverse(iter, read_ts, limit)
+        scan_reverse(iter, read_ts, limit, budget)
     } else {
-        scan_forward(iter, read_ts, limit)
+        scan_forward(iter, read_ts, limit, budget)
     }
 }
 
@@ -463,13 +490,31 @@ fn decode_user_key(prefix: &[u8]) -> Result<Vec<u8>> {
     Ok(user_key)
 }
 
-fn scan_forward(iter: RawIter<'_>, read_ts: Timestamp, limit: usize) -> Result<ScanPage> {
+fn scan_forward(
+    iter: RawIter<'_>,
+    read_ts: Timestamp,
+    limit: usize,
+    budget: usize,
+) -> Result<ScanPage> {
     let mut page = ScanPage::default();
     // The version prefix of the key whose visible version was already decided.
     let mut done_prefix: Option<Vec<u8>> = None;
+    // The key group the iterator is in, and how many entries were examined.
+    let mut current: Option<Vec<u8>> = None;
+    let mut examined = 0usize;
     for item in iter {
         let (k, v) = item?;
         let (prefix, ts) = keys::split_data_key(&k)?;
+        examined += 1;
+        if current.as_deref() != Some(prefix) {
+            // At a key boundary: stop here if over budget, once at least one key is behind us
+            // (so the next page starts strictly later and every page makes progress).
+            if examined > budget && current.is_some() {
+                page.resume_key = Some(decode_user_key(prefix)?);
+                break;
+            }
+            current = Some(prefix.to_vec());
+        }
         // The slot sorts first in its key's group; `ts > read_ts` alone would not skip it at
         // `read_ts = Timestamp::MAX`.
         if keys::is_slot_ts(ts) || done_prefix.as_deref() == Some(prefix) || ts > read_ts {
@@ -489,15 +534,30 @@ fn scan_forward(iter: RawIter<'_>, read_ts: Timestamp, limit: usize) -> Result<S
     Ok(page)
 }
 
-fn scan_reverse(iter: RawIter<'_>, read_ts: Timestamp, limit: usize) -> Result<ScanPage> {
+fn scan_reverse(
+    iter: RawIter<'_>,
+    read_ts: Timestamp,
+    limit: usize,
+    budget: usize,
+) -> Result<ScanPage> {
     let mut page = ScanPage::default();
     // Versions of one key arrive oldest first; keep the newest one at or below read_ts.
     let mut group: Option<Vec<u8>> = None;
     let mut candidate: Option<Versioned> = None;
+    let mut examined = 0usize;
 
     for item in iter {
         let (k, v) = item?;
         let (prefix, ts) = keys::split_data_key(&k)?;
+        examined += 1;
+        if examined > budget && group.as_deref().is_some_and(|g| g != prefix) {
+            // Over budget at a key boundary: finish the group behind us and resume below it.
+            let prev = group.take().expect("checked");
+            if finish_group(&prev, candidate.take(), &mut page, limit)? {
+                page.resume_key = Some(decode_user_key(&prev)?);
+            }
+            return Ok(page);
+        }
         if keys::is_slot_ts(ts) {
             // Arrives last in its key's group (it sorts first); never a row.
             continue;
@@ -652,6 +712,61 @@ mod tests {
     }
 
     /// Scans at `Timestamp::MAX` (where `ts > read_ts` skips nothing) never return slots.
+    #[test]
+    fn a_scan_page_stops_at_its_budget_and_resumes_without_losing_keys() {
+        // 20 deleted keys then 3 live ones: a page with a small budget returns early (no rows)
+        // with a resume key, and paging on finds exactly the live keys, both directions.
+        let e = MemoryEngine::new();
+        let shard = ShardId(1);
+        let mut b = WriteBatch::new();
+        for i in 0..20 {
+            let key = format!("dead{i:02}");
+            put(&mut b, shard, key.as_bytes(), Timestamp(10), b"x");
+            delete(&mut b, shard, key.as_bytes(), Timestamp(11));
+        }
+        for key in ["live1", "live2", "live3"] {
+            put(&mut b, shard, key.as_bytes(), Timestamp(12), b"y");
+        }
+        e.write(b, false).unwrap();
+        for reverse in [false, true] {
+            let (mut start, mut end) = (b"".to_vec(), None::<Vec<u8>>);
+            let mut found = Vec::new();
+            let mut pages = 0;
+            loop {
+                pages += 1;
+                assert!(pages < 100, "paging does not progress");
+                let page = scan_with_budget(
+                    &e,
+                    shard,
+                    (&start, end.as_deref()),
+                    Timestamp(20),
+                    10,
+                    reverse,
+                    8,
+                )
+                .unwrap();
+                found.extend(page.rows.iter().map(|(k, _, _)| k.clone()));
+                match page.resume_key {
+                    Some(k) if reverse => end = Some(k),
+                    Some(k) => start = k,
+                    None => break,
+                }
+            }
+            let mut want: Vec<Vec<u8>> = ["live1", "live2", "live3"]
+                .iter()
+                .map(|k| k.as_bytes().to_vec())
+                .collect();
+            if reverse {
+                want.reverse();
+            }
+            assert_eq!(found, want, "reverse = {reverse}");
+            assert!(
+                pages > 2,
+                "the budget split the scan (reverse = {reverse}): {pages} pages"
+            );
+        }
+    }
+
     #[test]
     fn scans_at_max_skip_slots() {
         let e = MemoryEngine::new();

@@ -51,8 +51,10 @@ use std::path::{Path, PathBuf};
 /// version; 3 = the slot also holds a copy of the newest version's value (tag 4 ‖ ts ‖
 /// version encoding), so a read at or above it is one lookup. A version-1 dir has no slots,
 /// so reads on it would miss every key; a version-2 dir's slots have no values. Both are
-/// refused, not misread.
-pub const STORAGE_FORMAT_VERSION: u32 = 3;
+/// refused, not misread. 4 = Raft log entries carry a write's request id and results carry
+/// dedup/rejection fields (a version-3 log would not decode), and shards keep write-dedup
+/// entries and snapshot-install markers in `Cf::RaftMeta`.
+pub const STORAGE_FORMAT_VERSION: u32 = 4;
 
 /// Bloom filter bits per key on the point-lookup families.
 const BLOOM_BITS_PER_KEY: f64 = 10.0;

@@ -21,6 +21,12 @@ pub enum ErrorCode {
     DeadlineExceeded,
     /// A storage or internal failure. Not retryable.
     Internal,
+    /// A write may or may not have taken effect: it reached Raft, and then the answer was lost
+    /// (leader change that discarded the entry, node stopping, deadline). The server answers it
+    /// only when it cannot know; the client retries such a write with the same request id,
+    /// which the shard deduplicates, and reports it to the caller only when retrying cannot
+    /// settle the outcome. Never reported for reads.
+    Ambiguous,
 }
 
 impl ErrorCode {
@@ -33,6 +39,7 @@ impl ErrorCode {
             ErrorCode::ClockOffset => "CLOCK_OFFSET",
             ErrorCode::DeadlineExceeded => "DEADLINE_EXCEEDED",
             ErrorCode::Internal => "INTERNAL",
+            ErrorCode::Ambiguous => "AMBIGUOUS",
         }
     }
 
@@ -45,6 +52,7 @@ impl ErrorCode {
             "CLOCK_OFFSET" => ErrorCode::ClockOffset,
             "DEADLINE_EXCEEDED" => ErrorCode::DeadlineExceeded,
             "INTERNAL" => ErrorCode::Internal,
+            "AMBIGUOUS" => ErrorCode::Ambiguous,
             _ => return None,
         })
     }

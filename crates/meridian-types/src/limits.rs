@@ -21,3 +21,18 @@ pub const MAX_INITIAL_SHARDS: u32 = 1_024;
 pub const MAX_INFLIGHT_PROPOSALS_PER_SHARD: usize = 4_096;
 /// Most Raft log entries group-committed in one fsync'ed write batch.
 pub const MAX_LOG_BATCH_ENTRIES: usize = 4_096;
+/// Most write request ids a shard remembers for deduplicating retries (the oldest are evicted
+/// first; see `meridian-raft`'s dedup table).
+pub const MAX_DEDUP_ENTRIES_PER_SHARD: usize = 100_000;
+/// How long, in milliseconds of the shard's HLC, a shard remembers a write's request id. A
+/// client never sends an attempt of a write later than [`MAX_WRITE_RETRY_MS`] after its first
+/// attempt, well inside this window.
+pub const DEDUP_WINDOW_MS: u64 = 120_000;
+/// The latest a client may send a retry of a write, in milliseconds after its first attempt
+/// (the client's monotonic clock). Together with [`DEDUP_WINDOW_MS`] this keeps every retry
+/// inside the window its first attempt is remembered for.
+pub const MAX_WRITE_RETRY_MS: u64 = 30_000;
+/// Most stored entries (versions, tombstones, slots) one Scan page examines. A range full of
+/// deleted or not-yet-visible keys could otherwise make one page read without bound; past the
+/// budget the page ends early (possibly with no rows) and says where to resume.
+pub const MAX_SCAN_ENTRIES_PER_PAGE: usize = 100_000;
