@@ -15,41 +15,43 @@ use std::time::Duration;
 
 const SHARD: ShardId = ShardId(5);
 
-fn write(index: u64, ts: u64, key: &str, value: &str) -> Entry {
+/// A log entry at `index` writing `puts` and `deletes` at `ts`.
+fn entry(
+    index: u64,
+    ts: u64,
+    puts: &[(&str, &str)],
+    deletes: &[&str],
+    request: Option<RequestId>,
+) -> Entry {
+    let bytes = |s: &str| Bytes::from(s.to_string());
     Entry {
         log_id: openraft::testing::log_id::<TypeConfig>(1, 1, index),
         payload: EntryPayload::Normal(Command::Write {
             ts,
-            puts: vec![(Bytes::from(key.to_string()), Bytes::from(value.to_string()))],
-            deletes: vec![],
-            request: None,
+            puts: puts.iter().map(|(k, v)| (bytes(k), bytes(v))).collect(),
+            deletes: deletes.iter().map(|k| bytes(k)).collect(),
+            request,
         }),
     }
+}
+
+fn write(index: u64, ts: u64, key: &str, value: &str) -> Entry {
+    entry(index, ts, &[(key, value)], &[], None)
 }
 
 /// A put carrying a request id, as the client sends it on every attempt of one write.
 fn write_with_id(index: u64, ts: u64, key: &str, value: &str, client_id: u64, seq: u64) -> Entry {
-    Entry {
-        log_id: openraft::testing::log_id::<TypeConfig>(1, 1, index),
-        payload: EntryPayload::Normal(Command::Write {
-            ts,
-            puts: vec![(Bytes::from(key.to_string()), Bytes::from(value.to_string()))],
-            deletes: vec![],
-            request: Some(RequestId { client_id, seq }),
-        }),
-    }
+    entry(
+        index,
+        ts,
+        &[(key, value)],
+        &[],
+        Some(RequestId { client_id, seq }),
+    )
 }
 
 fn delete(index: u64, ts: u64, key: &str) -> Entry {
-    Entry {
-        log_id: openraft::testing::log_id::<TypeConfig>(1, 1, index),
-        payload: EntryPayload::Normal(Command::Write {
-            ts,
-            puts: vec![],
-            deletes: vec![Bytes::from(key.to_string())],
-            request: None,
-        }),
-    }
+    entry(index, ts, &[], &[key], None)
 }
 
 async fn apply(sm: &mut ShardStateMachine, entries: Vec<Entry>) {
