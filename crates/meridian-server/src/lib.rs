@@ -6,6 +6,7 @@
 //! - [`node`]: startup (storage, Raft groups, bootstrap, registration) and shutdown.
 //! - [`kv`]: the public `Kv` service; [`cluster`]: the `Cluster` status service.
 //! - [`error`]: the node's error type and its single mapping to gRPC statuses.
+//! - [`hlc_ceiling`]: the persisted bound on issued HLC timestamps, waited out on restart.
 //!
 //! Two listeners: the client address serves `Kv` and `Cluster`; the peer address serves the
 //! internal `RaftTransport` (meridian-raft). Keeping them apart lets operators firewall peers.
@@ -17,6 +18,7 @@
 pub mod cluster;
 pub mod config;
 pub mod error;
+pub mod hlc_ceiling;
 pub mod kv;
 pub mod node;
 pub mod shard_map;

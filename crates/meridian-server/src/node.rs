@@ -2,7 +2,9 @@
 //!
 //! # Startup
 //! 1. Apply the test clock offset, open the node's RocksDB (refusing an incompatible on-disk
-//!    format or a data dir that belongs to another cluster).
+//!    format or a data dir that belongs to another cluster), and wait until the clock has
+//!    passed the HLC ceiling persisted before the restart (`hlc_ceiling`; refusing to start if
+//!    the clock went back further than that can explain).
 //! 2. Compute the founding shard map (a pure function of the config, identical on every founding
 //!    member) and open a Raft replica for every shard placed on this node.
 //! 3. The first replica (in placement order) of each shard initializes that shard's Raft group
@@ -59,6 +61,8 @@ pub struct Node {
     pub clock: Arc<Clock>,
     pub shard_map: Arc<ShardMap>,
     registry_cache: RwLock<HashMap<NodeId, NodeRecord>>,
+    /// Persists the HLC ceiling (see `hlc_ceiling`); aborted on shutdown.
+    ceiling_keeper: tokio::task::JoinHandle<()>,
 }
 
 /// A stable id for the founding configuration (FNV-1a over its canonical text).
@@ -143,6 +147,16 @@ impl Node {
         }
 
         let dyn_engine: Arc<dyn Engine> = engine.clone();
+        // Before any timestamp is issued: never below one issued before a restart.
+        let waited = crate::hlc_ceiling::wait_past_ceiling(&*dyn_engine, &clock).await?;
+        if !waited.is_zero() {
+            tracing::info!(
+                waited_ms = waited.as_millis() as u64,
+                "clock passed the HLC ceiling"
+            );
+        }
+        crate::hlc_ceiling::persist_ceiling(&*dyn_engine, &clock)?;
+        let ceiling_keeper = crate::hlc_ceiling::spawn_keeper(dyn_engine.clone(), clock.clone());
         let host = MultiRaft::new(
             config.node_id,
             dyn_engine,
@@ -160,6 +174,7 @@ impl Node {
             shard_map,
             registry_cache: RwLock::new(HashMap::new()),
             config,
+            ceiling_keeper,
         });
         node.open_and_bootstrap().await?;
         let registering = node.clone();
@@ -429,6 +444,7 @@ impl Node {
 
     /// Stops Raft, flushes RocksDB. In-flight requests have been drained by the servers.
     pub async fn shutdown(&self) {
+        self.ceiling_keeper.abort();
         self.host.shutdown().await;
         let engine = self.engine.clone();
         match tokio::task::spawn_blocking(move || engine.flush()).await {

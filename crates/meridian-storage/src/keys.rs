@@ -75,6 +75,10 @@ pub const FORMAT_VERSION_KEY: &[u8] = b"\xff\xff\xff\xff\xff\xff\xff\xffformat_v
 /// `Cf::RaftMeta` key holding the cluster id (UTF-8).
 pub const CLUSTER_ID_KEY: &[u8] = b"\xff\xff\xff\xff\xff\xff\xff\xffcluster_id";
 
+/// `Cf::RaftMeta` key holding the node's HLC ceiling (`u64` BE, milliseconds since the Unix
+/// epoch): no timestamp this node issued is above it (see `meridian-server`'s `hlc_ceiling`).
+pub const HLC_CEILING_KEY: &[u8] = b"\xff\xff\xff\xff\xff\xff\xff\xffhlc_ceiling";
+
 /// Length of the inverted timestamp suffix of a data key.
 const TS_BYTES: usize = 8;
 /// Length of the shard prefix of every key.
@@ -468,6 +472,7 @@ mod tests {
         let (_, end) = shard_range(ShardId(MAX_SHARD_ID));
         assert!(end.as_slice() <= FORMAT_VERSION_KEY);
         assert!(end.as_slice() <= CLUSTER_ID_KEY);
+        assert!(end.as_slice() <= HLC_CEILING_KEY);
     }
 
     #[test]
