@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# The short Jepsen matrix that scripts/test.sh (and so CI) runs after the unit and cluster tests:
+# register and set under kill, pause, partition and clock faults, plus every negative control,
+# each run a fresh 3-node cluster for JEPSEN_TIME_LIMIT seconds (default 20). A run passes when
+# its history checks valid (for a negative control: when the control makes it invalid, which the
+# harness checks itself). Ends with "jepsen: N passed, N failed"; exits non-zero if any failed.
+# Results: jepsen/store/<workload>-<nemesis>-<UTC time>/ (history, results.json, timeline, logs).
+set -uo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+TIME_LIMIT="${JEPSEN_TIME_LIMIT:-20}"
+BASE_PORT="${JEPSEN_BASE_PORT:-23000}"
+
+# workload nemesis [extra args...]
+RUNS=(
+  "register kill"
+  "register pause"
+  "register partition"
+  "register clock"
+  "set kill"
+  "set pause"
+  "set partition"
+  "set clock"
+  "register partition --negative-control stale-read"
+  "set kill --negative-control lost-ack"
+)
+
+passed=0
+failed=0
+failures=()
+# The first run builds; later ones find the binaries up to date.
+for i in "${!RUNS[@]}"; do
+  read -r -a run <<<"${RUNS[$i]}"
+  workload="${run[0]}"
+  nemesis="${run[1]}"
+  extra=("${run[@]:2}")
+  port=$((BASE_PORT + i * 20))
+  echo "==> jepsen [$((i + 1))/${#RUNS[@]}]: --workload $workload --nemesis $nemesis ${extra[*]} (${TIME_LIMIT}s, seed $((i + 1)))"
+  if "$ROOT/jepsen/run.sh" --workload "$workload" --nemesis "$nemesis" --time-limit "$TIME_LIMIT" \
+      --seed "$((i + 1))" --base-port "$port" "${extra[@]}"; then
+    passed=$((passed + 1))
+  else
+    failed=$((failed + 1))
+    failures+=("${RUNS[$i]}")
+  fi
+done
+if ((failed)); then
+  printf 'jepsen: failed run: %s\n' "${failures[@]}"
+fi
+echo "jepsen: $passed passed, $failed failed"
+((failed == 0))

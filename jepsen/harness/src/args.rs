@@ -1,0 +1,312 @@
+//! Command-line arguments and their validation (pure; unit-tested).
+//!
+//! `clap` parses the flags; [`Args::validate`] turns them into a [`RunConfig`] or a
+//! [`UsageError`] (exit status 2). Workloads and nemeses that exist in the issue but not yet in
+//! the harness (`bank`, `append`, `power-loss`) are accepted by the parser so the command line
+//! is stable, and refused here with the reason.
+
+use clap::{Parser, ValueEnum};
+use meridian_jepsen::controls::NegativeControl;
+use std::path::PathBuf;
+
+/// Ports the cluster test suite uses; a harness run must stay out of them.
+pub const RESERVED_TEST_PORTS: std::ops::RangeInclusive<u32> = 21_000..=22_999;
+
+#[derive(Parser, Debug, Clone)]
+#[command(
+    name = "meridian-jepsen",
+    about = "Runs a Meridian cluster of real processes under faults and checks the history",
+    long_about = "Starts a fresh local cluster of `meridian start` processes, runs a workload \
+                  (register: per-key linearizability; set: no lost acknowledged inserts) while a \
+                  nemesis injects real faults (SIGKILL, SIGSTOP, nftables packet drops, clock \
+                  offsets), heals, reads back, checks, and writes jepsen/store/<run>/. Exit \
+                  status 0 iff the history is valid."
+)]
+pub struct Args {
+    /// What the clients do.
+    #[arg(long, value_enum)]
+    pub workload: Workload,
+    /// Which faults to inject.
+    #[arg(long, value_enum, default_value = "none")]
+    pub nemesis: NemesisKind,
+    /// Seconds of workload (and faults), before healing and the final read.
+    #[arg(long, default_value_t = 30)]
+    pub time_limit: u64,
+    /// Client tasks (processes of the history), each with its own client.
+    #[arg(long, default_value_t = 5)]
+    pub concurrency: usize,
+    /// Cluster size: 3 or 5 nodes.
+    #[arg(long, default_value_t = 3)]
+    pub nodes: usize,
+    /// Seed of the nemesis schedule and the clients' choices (random if absent; printed).
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// Corrupt the recorded history with this checker-library mutation before checking
+    /// (`lost-ack` for set, `stale-read` for register); the run passes only if the checker
+    /// then finds it invalid.
+    #[arg(long)]
+    pub negative_control: Option<String>,
+    /// Node i listens on 127.0.0.1:<base+i> (clients) and <base+100+i> (Raft).
+    #[arg(long, default_value_t = 23_000)]
+    pub base_port: u16,
+    /// Directory under which the run directory is created (default: jepsen/store).
+    #[arg(long)]
+    pub store: Option<PathBuf>,
+    /// Data shards the cluster is pre-split into.
+    #[arg(long, default_value_t = 4)]
+    pub shards: u32,
+    /// Register keys (register workload).
+    #[arg(long, default_value_t = 4)]
+    pub keys: usize,
+    /// The `meridian` binary (default: $CARGO_TARGET_DIR/release/meridian).
+    #[arg(long)]
+    pub meridian_bin: Option<PathBuf>,
+    /// Print the nemesis schedule for these arguments (as JSON) and exit, starting nothing.
+    #[arg(long)]
+    pub plan_only: bool,
+}
+
+#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Workload {
+    Register,
+    Set,
+    Bank,
+    Append,
+}
+
+impl Workload {
+    pub fn name(self) -> &'static str {
+        match self {
+            Workload::Register => "register",
+            Workload::Set => "set",
+            Workload::Bank => "bank",
+            Workload::Append => "append",
+        }
+    }
+}
+
+#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum NemesisKind {
+    None,
+    Kill,
+    Pause,
+    Partition,
+    Clock,
+    PowerLoss,
+    All,
+}
+
+impl NemesisKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            NemesisKind::None => "none",
+            NemesisKind::Kill => "kill",
+            NemesisKind::Pause => "pause",
+            NemesisKind::Partition => "partition",
+            NemesisKind::Clock => "clock",
+            NemesisKind::PowerLoss => "power-loss",
+            NemesisKind::All => "all",
+        }
+    }
+
+    /// Whether this nemesis may cut the network (needs nftables and per-node uids).
+    pub fn partitions(self) -> bool {
+        matches!(self, NemesisKind::Partition | NemesisKind::All)
+    }
+}
+
+/// A refused command line: printed, exit status 2.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UsageError(pub String);
+
+impl std::fmt::Display for UsageError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// A validated run.
+#[derive(Debug, Clone)]
+pub struct RunConfig {
+    pub workload: Workload,
+    pub nemesis: NemesisKind,
+    pub time_limit_s: u64,
+    pub concurrency: usize,
+    pub nodes: usize,
+    pub seed: u64,
+    pub seed_given: bool,
+    pub negative_control: Option<NegativeControl>,
+    pub base_port: u16,
+    pub store: Option<PathBuf>,
+    pub shards: u32,
+    pub keys: usize,
+    pub meridian_bin: Option<PathBuf>,
+    pub plan_only: bool,
+}
+
+fn usage(message: impl Into<String>) -> Result<RunConfig, UsageError> {
+    Err(UsageError(message.into()))
+}
+
+impl Args {
+    /// Checks everything that can be checked without touching the machine. `random_seed` is
+    /// used when `--seed` is absent (passed in so this stays pure).
+    pub fn validate(&self, random_seed: u64) -> Result<RunConfig, UsageError> {
+        match self.workload {
+            Workload::Bank | Workload::Append => {
+                return usage(format!(
+                    "workload {} needs cross-shard transactions (issue #10), not available yet",
+                    self.workload.name()
+                ))
+            }
+            Workload::Register | Workload::Set => {}
+        }
+        if self.nemesis == NemesisKind::PowerLoss {
+            return usage("power-loss nemesis not implemented yet");
+        }
+        if !(1..=3600).contains(&self.time_limit) {
+            return usage(format!(
+                "--time-limit must be 1..=3600 seconds, got {}",
+                self.time_limit
+            ));
+        }
+        if !(1..=64).contains(&self.concurrency) {
+            return usage(format!(
+                "--concurrency must be 1..=64, got {}",
+                self.concurrency
+            ));
+        }
+        if self.nodes != 3 && self.nodes != 5 {
+            return usage(format!("--nodes must be 3 or 5, got {}", self.nodes));
+        }
+        if !(1..=64).contains(&self.shards) {
+            return usage(format!("--shards must be 1..=64, got {}", self.shards));
+        }
+        if !(1..=64).contains(&self.keys) {
+            return usage(format!("--keys must be 1..=64, got {}", self.keys));
+        }
+        let low = u32::from(self.base_port) + 1;
+        let high = u32::from(self.base_port) + 100 + self.nodes as u32;
+        if self.base_port < 1024 || high > u32::from(u16::MAX) {
+            return usage(format!(
+                "--base-port {} must leave ports {low}..={high} inside 1025..=65535",
+                self.base_port
+            ));
+        }
+        if low <= *RESERVED_TEST_PORTS.end() && high >= *RESERVED_TEST_PORTS.start() {
+            return usage(format!(
+                "--base-port {} would use ports {low}..={high}, which overlap 21000..=22999 (the \
+                 cluster test suite's ports); pick e.g. 23000",
+                self.base_port
+            ));
+        }
+        let negative_control = match &self.negative_control {
+            None => None,
+            Some(name) => {
+                let control: NegativeControl =
+                    name.parse().map_err(|e| UsageError(format!("{e}")))?;
+                let expected = match self.workload {
+                    Workload::Set => NegativeControl::LostAck,
+                    _ => NegativeControl::StaleRead,
+                };
+                if control != expected {
+                    return usage(format!(
+                        "negative control {control} does not apply to the {} workload (use {expected})",
+                        self.workload.name()
+                    ));
+                }
+                Some(control)
+            }
+        };
+        Ok(RunConfig {
+            workload: self.workload,
+            nemesis: self.nemesis,
+            time_limit_s: self.time_limit,
+            concurrency: self.concurrency,
+            nodes: self.nodes,
+            seed: self.seed.unwrap_or(random_seed),
+            seed_given: self.seed.is_some(),
+            negative_control,
+            base_port: self.base_port,
+            store: self.store.clone(),
+            shards: self.shards,
+            keys: self.keys,
+            meridian_bin: self.meridian_bin.clone(),
+            plan_only: self.plan_only,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(line: &str) -> Args {
+        Args::try_parse_from(std::iter::once("meridian-jepsen").chain(line.split_whitespace()))
+            .unwrap()
+    }
+
+    /// Defaults, and an explicit seed wins over the random one.
+    #[test]
+    fn defaults_and_seed() {
+        let c = parse("--workload register").validate(7).unwrap();
+        assert_eq!(c.nemesis, NemesisKind::None);
+        assert_eq!((c.time_limit_s, c.concurrency, c.nodes), (30, 5, 3));
+        assert_eq!((c.seed, c.seed_given), (7, false));
+        let c = parse("--workload set --nemesis all --seed 42 --nodes 5")
+            .validate(7)
+            .unwrap();
+        assert_eq!((c.seed, c.seed_given, c.nodes), (42, true, 5));
+    }
+
+    /// Transactional workloads and power-loss parse but are refused with the reason.
+    #[test]
+    fn unavailable_choices_are_refused_with_reason() {
+        for w in ["bank", "append"] {
+            let e = parse(&format!("--workload {w}")).validate(0).unwrap_err();
+            assert!(
+                e.0.contains("needs cross-shard transactions (issue #10)"),
+                "{e}"
+            );
+        }
+        let e = parse("--workload set --nemesis power-loss")
+            .validate(0)
+            .unwrap_err();
+        assert_eq!(e.0, "power-loss nemesis not implemented yet");
+    }
+
+    /// Out-of-range numbers and unknown names are refused.
+    #[test]
+    fn bad_values_are_refused() {
+        for line in [
+            "--workload set --nodes 4",
+            "--workload set --concurrency 0",
+            "--workload set --time-limit 0",
+            "--workload set --base-port 21500",
+            "--workload set --base-port 20950",
+            "--workload set --base-port 65500",
+            "--workload set --negative-control nope",
+            "--workload set --negative-control stale-read",
+            "--workload register --negative-control lost-ack",
+        ] {
+            assert!(parse(line).validate(0).is_err(), "{line}");
+        }
+        assert!(Args::try_parse_from(["x", "--workload", "kv"]).is_err());
+        assert!(Args::try_parse_from(["x", "--workload", "set", "--nemesis", "flood"]).is_err());
+    }
+
+    /// Each workload accepts its own negative control.
+    #[test]
+    fn matching_controls_are_accepted() {
+        let c = parse("--workload set --negative-control lost-ack")
+            .validate(0)
+            .unwrap();
+        assert_eq!(c.negative_control, Some(NegativeControl::LostAck));
+        let c = parse("--workload register --negative-control stale-read")
+            .validate(0)
+            .unwrap();
+        assert_eq!(c.negative_control, Some(NegativeControl::StaleRead));
+    }
+}

@@ -1,0 +1,480 @@
+//! Executes the nemesis schedule ([`crate::plan`]) against the live cluster, and heals.
+//!
+//! What each fault really does:
+//! - **kill**: `SIGKILL` to the node's process (reaped at once); heal = start it again with the
+//!   same data directory and arguments.
+//! - **pause**: `SIGSTOP`; heal = `SIGCONT`. Held 2–4 s, longer than the 1.2 s lease.
+//! - **partition**: nftables drop rules between the two sides' Raft traffic (see `nft.rs`);
+//!   heal = flush them. While it holds, the majority side is polled (`Cluster.Status`; views
+//!   merged, the leader reported with the highest term wins) to confirm that every shard the
+//!   minority led, and whose replicas have a majority on the other side, gets a leader there —
+//!   evidence the cut is real; the result is a note on the interval (a warning if it never
+//!   happened). Shards without such a majority are noted as unavailable until healed.
+//! - **clock**: graceful stop, restart with `--clock-offset-ms <offset>` (every node runs with
+//!   `--max-offset-ms 500`); heal = stop and restart without it. Beyond max_offset, the notes
+//!   say whether the skewed node still led any shard at the end of the hold (it must not).
+//!
+//! Node processes are started from the thread that polls this code, which must be the main
+//! thread (`run.rs` joins, never spawns, the nemesis): `PR_SET_PDEATHSIG` fires when the
+//! spawning *thread* exits. Faults never overlap, so at most a minority is down at a time.
+
+use crate::cluster::STOP_TIMEOUT;
+use crate::nft::NftTable;
+use crate::plan::{minority, Fault, Shape, Step, Target, MAX_OFFSET_MS};
+use crate::status;
+use meridian_cli::LocalCluster;
+use meridian_client::{fetch_status, Client};
+use nix::sys::signal::Signal;
+use rand::rngs::StdRng;
+use rand::seq::SliceRandom;
+use rand::SeedableRng;
+use serde::Serialize;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// A fault as it happened: shaded on the timeline, listed in results.json.
+#[derive(Debug, Clone, Serialize)]
+pub struct IntervalRecord {
+    pub step: usize,
+    pub start_ns: u64,
+    pub end_ns: u64,
+    pub label: String,
+    pub nodes: Vec<u64>,
+    pub notes: Vec<String>,
+    pub errors: Vec<String>,
+    /// False while the fault holds (and in an interrupted run, if it never got healed here).
+    pub healed: bool,
+}
+
+/// A node process that exited without the nemesis asking it to.
+#[derive(Debug, Clone, Serialize)]
+pub struct NodeExit {
+    pub node: u64,
+    pub time_ns: u64,
+    pub status: String,
+}
+
+/// What the nemesis did, shared with `run.rs` so it survives an interrupted run.
+#[derive(Debug, Default)]
+pub struct NemesisLog {
+    pub intervals: Vec<IntervalRecord>,
+    pub exits: Vec<NodeExit>,
+}
+
+/// What the nemesis left behind, to heal.
+#[derive(Debug, Default)]
+struct Faults {
+    paused: BTreeSet<u64>,
+    killed: BTreeSet<u64>,
+    skewed: BTreeMap<u64, i64>,
+    partitioned: bool,
+}
+
+pub struct Nemesis {
+    pub cluster: Arc<LocalCluster>,
+    pub nft: Option<Arc<NftTable>>,
+    /// For leader lookups (may be absent if it could not connect).
+    pub client: Option<Client>,
+    /// Workload keys that `Target::LeaderOfKey` indexes.
+    pub keys: Vec<String>,
+    /// The history's clock.
+    pub start: Instant,
+    rng: StdRng,
+    faults: Faults,
+    log: Arc<Mutex<NemesisLog>>,
+}
+
+fn ns_since(start: Instant) -> u64 {
+    u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX)
+}
+
+impl Nemesis {
+    pub fn new(
+        cluster: Arc<LocalCluster>,
+        nft: Option<Arc<NftTable>>,
+        client: Option<Client>,
+        keys: Vec<String>,
+        start: Instant,
+        seed: u64,
+        log: Arc<Mutex<NemesisLog>>,
+    ) -> Nemesis {
+        Nemesis {
+            cluster,
+            nft,
+            client,
+            keys,
+            start,
+            rng: StdRng::seed_from_u64(seed ^ 0x7461_7267_6574),
+            faults: Faults::default(),
+            log,
+        }
+    }
+
+    fn log(&self) -> std::sync::MutexGuard<'_, NemesisLog> {
+        self.log.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn note_exits(&mut self) {
+        for (node, status) in self.cluster.exited_nodes() {
+            eprintln!("nemesis: node {node} exited on its own ({status})");
+            self.log().exits.push(NodeExit {
+                node,
+                time_ns: ns_since(self.start),
+                status: status.to_string(),
+            });
+        }
+    }
+
+    /// Sleeps until `at`, watching for nodes that exit by themselves.
+    async fn sleep_until(&mut self, at: Instant) {
+        for _ in 0..100_000 {
+            self.note_exits();
+            let now = Instant::now();
+            if now >= at {
+                return;
+            }
+            tokio::time::sleep((at - now).min(Duration::from_millis(250))).await;
+        }
+    }
+
+    fn running(&self) -> Vec<u64> {
+        self.cluster
+            .node_ids()
+            .into_iter()
+            .filter(|n| self.cluster.is_running(*n).unwrap_or(false))
+            .collect()
+    }
+
+    /// The node a target names, and a description.
+    async fn resolve(&mut self, target: &Target) -> (u64, String) {
+        let running = self.running();
+        let key = match target {
+            Target::Node { node } => return (*node, format!("n{node}")),
+            Target::LeaderOfKey { key } => self.keys.get(*key).cloned().unwrap_or_default(),
+        };
+        // The key's shard from the (static) shard map; its leader from the nodes themselves:
+        // the first running node that names a running leader (a just-restarted node may not
+        // know one yet).
+        let shard = self
+            .client
+            .as_ref()
+            .and_then(|c| c.route(key.as_bytes()))
+            .map(|r| r.shard_id);
+        if let Some(shard) = shard {
+            // A node's own claim (its status names itself leader) at the highest term wins;
+            // other nodes' views may lag behind an election.
+            let mut best: Option<(u64, u64)> = None; // (term, node)
+            for &asker in &running {
+                let Ok(address) = self.cluster.client_addr(asker) else {
+                    continue;
+                };
+                let Ok(status) = fetch_status(&address, Duration::from_secs(1)).await else {
+                    continue;
+                };
+                if let Some(s) = status.shards.iter().find(|s| s.shard_id == shard) {
+                    if s.leader_id == asker && best.is_none_or(|(term, _)| s.term > term) {
+                        best = Some((s.term, asker));
+                    }
+                }
+            }
+            if let Some((term, leader)) = best {
+                return (
+                    leader,
+                    format!("n{leader} (leader of shard {shard} of {key:?}, term {term})"),
+                );
+            }
+        }
+        let node = *running
+            .choose(&mut self.rng)
+            .or(self.cluster.node_ids().first())
+            .unwrap_or(&1);
+        (node, format!("n{node} (leader of {key:?} unknown; random)"))
+    }
+
+    /// Runs `plan` until it ends or `until`, healing each fault after its hold.
+    pub async fn run(&mut self, plan: &[Step], until: Instant) {
+        for (index, step) in plan.iter().enumerate() {
+            let at = self.start + Duration::from_millis(step.at_ms);
+            if at >= until {
+                break;
+            }
+            self.sleep_until(at).await;
+            let start_ns = ns_since(self.start);
+            let mut record = IntervalRecord {
+                step: index,
+                start_ns,
+                end_ns: start_ns,
+                label: String::new(),
+                nodes: Vec::new(),
+                notes: Vec::new(),
+                errors: Vec::new(),
+                healed: false,
+            };
+            let hold_until = (Instant::now() + Duration::from_millis(step.hold_ms)).min(until);
+            self.apply(&step.fault, hold_until, &mut record).await;
+            eprintln!(
+                "nemesis: {:>6.1} s  {}",
+                start_ns as f64 / 1e9,
+                record.label
+            );
+            for note in &record.notes {
+                eprintln!("nemesis:           {note}");
+            }
+            let slot = {
+                let mut log = self.log();
+                log.intervals.push(record.clone());
+                log.intervals.len() - 1
+            };
+            self.sleep_until(hold_until).await;
+            self.heal(&mut record.errors).await;
+            record.end_ns = ns_since(self.start);
+            record.healed = true;
+            for e in &record.errors {
+                eprintln!("nemesis: error: {e}");
+            }
+            self.log().intervals[slot] = record;
+        }
+    }
+
+    async fn apply(&mut self, fault: &Fault, hold_until: Instant, record: &mut IntervalRecord) {
+        match fault {
+            Fault::Kill { targets } => {
+                let mut nodes = Vec::new();
+                let mut labels = Vec::new();
+                for t in targets {
+                    let (node, label) = self.resolve(t).await;
+                    if !nodes.contains(&node)
+                        && nodes.len() < minority(self.cluster.node_ids().len())
+                    {
+                        nodes.push(node);
+                        labels.push(label);
+                    }
+                }
+                for &node in &nodes {
+                    match self.cluster.kill(node, Signal::SIGKILL) {
+                        Ok(()) => {
+                            self.faults.killed.insert(node);
+                        }
+                        Err(e) => record.errors.push(format!("kill n{node}: {e:#}")),
+                    }
+                }
+                record.label = format!("kill {}", labels.join(", "));
+                record.nodes = nodes;
+            }
+            Fault::Pause { target } => {
+                let (node, label) = self.resolve(target).await;
+                match self.cluster.kill(node, Signal::SIGSTOP) {
+                    Ok(()) => {
+                        self.faults.paused.insert(node);
+                    }
+                    Err(e) => record.errors.push(format!("pause n{node}: {e:#}")),
+                }
+                record.label = format!("pause {label}");
+                record.nodes = vec![node];
+            }
+            Fault::Partition { shape } => {
+                let (side_a, label) = match shape {
+                    Shape::Isolate { target } => {
+                        let (node, label) = self.resolve(target).await;
+                        (vec![node], format!("isolate {label}"))
+                    }
+                    Shape::Halves { minority } => (minority.clone(), String::new()),
+                };
+                let side_b: Vec<u64> = self
+                    .cluster
+                    .node_ids()
+                    .into_iter()
+                    .filter(|n| !side_a.contains(n))
+                    .collect();
+                let names = |s: &[u64]| {
+                    s.iter()
+                        .map(|n| format!("n{n}"))
+                        .collect::<Vec<_>>()
+                        .join(" ")
+                };
+                record.label = format!(
+                    "partition {} | {}{}",
+                    names(&side_a),
+                    names(&side_b),
+                    if label.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" ({label})")
+                    }
+                );
+                record.nodes = side_a.clone();
+                let Some(nft) = self.nft.clone() else {
+                    record
+                        .errors
+                        .push("partition without an nftables table".into());
+                    return;
+                };
+                let to_move = status::shards_to_move(&self.cluster, &side_b, &side_a).await;
+                if let Some((_, stuck)) = to_move.as_ref().filter(|(_, s)| !s.is_empty()) {
+                    record.notes.push(format!(
+                        "shards {stuck:?} have no replica majority on the majority side: \
+                         unavailable until healed"
+                    ));
+                }
+                let led_by_a = to_move.map(|(movable, _)| movable);
+                if let Err(e) = nft.partition(&side_a, &side_b) {
+                    record.errors.push(format!("partition: {e:#}"));
+                    return;
+                }
+                self.faults.partitioned = true;
+                let note = self
+                    .verify_moved(&side_b, &side_a, led_by_a, hold_until)
+                    .await;
+                record.notes.push(note);
+            }
+            Fault::Clock { target, offset_ms } => {
+                let (node, label) = self.resolve(target).await;
+                record.label = format!("clock {label} {offset_ms:+} ms");
+                record.nodes = vec![node];
+                let restarted = self.cluster.stop(node, STOP_TIMEOUT).and_then(|_| {
+                    self.cluster.restart_with_args(
+                        node,
+                        &["--clock-offset-ms".into(), offset_ms.to_string()],
+                    )
+                });
+                match restarted {
+                    Ok(()) => {
+                        self.faults.skewed.insert(node, *offset_ms);
+                    }
+                    Err(e) => record.errors.push(format!("clock skew n{node}: {e:#}")),
+                }
+                if offset_ms.abs() > MAX_OFFSET_MS {
+                    self.sleep_until(hold_until).await;
+                    let others: Vec<u64> =
+                        self.running().into_iter().filter(|n| *n != node).collect();
+                    let led = status::shards_led_by(&self.cluster, &others, &[node]).await;
+                    let note = match led {
+                        Some(led) if led.is_empty() => {
+                            format!("n{node} ({offset_ms:+} ms, beyond max_offset) leads no shard")
+                        }
+                        Some(led) => format!(
+                            "WARNING: n{node} ({offset_ms:+} ms, beyond max_offset) still leads shards {led:?}"
+                        ),
+                        None => "could not ask the other nodes who leads".into(),
+                    };
+                    record.notes.push(note);
+                }
+            }
+        }
+    }
+
+    /// Polls the majority until none of `shards` is led by the minority, or `deadline`.
+    async fn verify_moved(
+        &mut self,
+        majority: &[u64],
+        minority_side: &[u64],
+        shards: Option<Vec<u64>>,
+        deadline: Instant,
+    ) -> String {
+        let Some(shards) = shards else {
+            return "could not learn the leaders before the partition".into();
+        };
+        if shards.is_empty() {
+            return "the minority side led no shard the majority side can take over".into();
+        }
+        let started = Instant::now();
+        while Instant::now() < deadline {
+            let all_moved = status::shard_view(&self.cluster, majority)
+                .await
+                .is_some_and(|view| {
+                    shards.iter().all(|id| {
+                        view.iter().any(|(shard, leader, _)| {
+                            shard == id && *leader != 0 && !minority_side.contains(leader)
+                        })
+                    })
+                });
+            if all_moved {
+                return format!(
+                    "leadership of shards {shards:?} moved to the majority side after {} ms",
+                    started.elapsed().as_millis()
+                );
+            }
+            self.note_exits();
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        format!(
+            "WARNING: shards {shards:?} had no majority-side leader during the partition ({} ms)",
+            started.elapsed().as_millis()
+        )
+    }
+
+    /// Restarts a node that ran `offset_ms` ahead, without the offset, right away (as an
+    /// operator would). A node that issued timestamps further ahead than max_offset refuses to
+    /// start until its clock has caught up ("fix the clock (or wait N ms)") and exits: that is
+    /// recorded as a node exit, and the restart is retried after the offset has passed.
+    async fn restart_unskewed(&mut self, node: u64, offset_ms: i64, errors: &mut Vec<String>) {
+        for attempt in 0..3 {
+            if let Err(e) = self.cluster.restart(node) {
+                errors.push(format!("restart n{node} without clock offset: {e:#}"));
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(1_000)).await;
+            if self.cluster.is_running(node).unwrap_or(true) {
+                return;
+            }
+            self.note_exits_now(node);
+            if attempt < 2 {
+                let wait = Duration::from_millis(offset_ms.max(0) as u64 + 500);
+                eprintln!(
+                    "nemesis: n{node} refused to start after running {offset_ms:+} ms ahead; \
+                     retrying in {} ms",
+                    wait.as_millis()
+                );
+                tokio::time::sleep(wait).await;
+            }
+        }
+        errors.push(format!(
+            "n{node} did not stay up after its clock offset was removed"
+        ));
+    }
+
+    /// Records that `node` (already reaped by `is_running`) exited on its own.
+    fn note_exits_now(&mut self, node: u64) {
+        let time_ns = ns_since(self.start);
+        self.log().exits.push(NodeExit {
+            node,
+            time_ns,
+            status: "exited on its own right after a restart (see its log)".into(),
+        });
+    }
+
+    /// Undoes every active fault; errors are appended to `errors`.
+    pub async fn heal(&mut self, errors: &mut Vec<String>) {
+        if self.faults.partitioned {
+            if let Some(nft) = &self.nft {
+                if let Err(e) = nft.heal() {
+                    errors.push(format!("heal partition: {e:#}"));
+                }
+            }
+            self.faults.partitioned = false;
+        }
+        for node in std::mem::take(&mut self.faults.paused) {
+            if let Err(e) = self.cluster.kill(node, Signal::SIGCONT) {
+                errors.push(format!("SIGCONT n{node}: {e:#}"));
+            }
+        }
+        for (node, offset_ms) in std::mem::take(&mut self.faults.skewed) {
+            if self.cluster.is_running(node).unwrap_or(false) {
+                if let Err(e) = self.cluster.stop(node, STOP_TIMEOUT) {
+                    errors.push(format!("stop skewed n{node}: {e:#}"));
+                }
+            }
+            self.restart_unskewed(node, offset_ms, errors).await;
+        }
+        self.note_exits();
+        self.faults.killed.clear();
+        for node in self.cluster.node_ids() {
+            if !self.cluster.is_running(node).unwrap_or(true) {
+                if let Err(e) = self.cluster.restart(node) {
+                    errors.push(format!("restart n{node}: {e:#}"));
+                }
+            }
+        }
+    }
+}

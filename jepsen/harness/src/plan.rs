@@ -1,0 +1,288 @@
+//! The nemesis schedule: a pure function of (nemesis, cluster size, workload keys, time limit,
+//! seed), computed before the run and written to `results.json`.
+//!
+//! Faults never overlap: each step starts a fault, holds it, heals it, and a quiet gap follows.
+//! What depends on the cluster's state at the time (which node leads a key's shard) is kept
+//! symbolic ([`Target::LeaderOfKey`]) and resolved when the step runs; everything else (which
+//! node, which halves, how long, which clock offset) is decided here from the seed, so the same
+//! seed gives the same schedule.
+//!
+//! Durations, with the loopback Raft timings (election timeout 600–1200 ms = the lease):
+//! - kill: SIGKILL 1 node (5 nodes: 1 or 2, never more than a minority), restart 2–5 s later;
+//! - pause: SIGSTOP for 2–4 s (longer than the 1.2 s lease), then SIGCONT;
+//! - partition: 3–6 s; shapes: isolate a key's leader, isolate a random node, or split off a
+//!   random minority (halves);
+//! - clock: restart a node with a clock offset, hold 4–8 s, restart it without. `clock` uses
+//!   ±50–200 ms (inside max_offset 500 ms); `all` also uses +2000 ms (beyond: fenced).
+
+use crate::args::NemesisKind;
+use rand::rngs::StdRng;
+use rand::seq::SliceRandom;
+use rand::{Rng, SeedableRng};
+use serde::Serialize;
+
+/// `max_offset_ms` every node is started with.
+pub const MAX_OFFSET_MS: i64 = 500;
+/// The offset used for "beyond max_offset" clock faults.
+pub const BEYOND_OFFSET_MS: i64 = 2_000;
+
+/// Which node a fault hits.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "kind", rename_all = "kebab-case")]
+pub enum Target {
+    Node {
+        node: u64,
+    },
+    /// The leader of the shard holding workload key number `key`, looked up when the step runs.
+    LeaderOfKey {
+        key: usize,
+    },
+}
+
+/// How the network is cut.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "shape", rename_all = "kebab-case")]
+pub enum Shape {
+    /// One node against the rest.
+    Isolate { target: Target },
+    /// A fixed minority against the majority.
+    Halves { minority: Vec<u64> },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "fault", rename_all = "kebab-case")]
+pub enum Fault {
+    Kill { targets: Vec<Target> },
+    Pause { target: Target },
+    Partition { shape: Shape },
+    Clock { target: Target, offset_ms: i64 },
+}
+
+/// One fault: start `at_ms` after the workload starts, heal `hold_ms` later.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Step {
+    pub at_ms: u64,
+    pub hold_ms: u64,
+    pub fault: Fault,
+}
+
+#[derive(Clone, Copy)]
+enum Kind {
+    Kill,
+    Pause,
+    Partition,
+    Clock { beyond_allowed: bool },
+}
+
+fn hold_range(kind: Kind) -> (u64, u64) {
+    match kind {
+        Kind::Kill => (2_000, 5_000),
+        Kind::Pause => (2_000, 4_000),
+        Kind::Partition => (3_000, 6_000),
+        Kind::Clock { .. } => (4_000, 8_000),
+    }
+}
+
+/// Most nodes that may be down at once.
+pub fn minority(nodes: usize) -> usize {
+    (nodes - 1) / 2
+}
+
+fn random_target(rng: &mut StdRng, nodes: usize, keys: usize) -> Target {
+    if keys > 0 && rng.gen_bool(0.5) {
+        Target::LeaderOfKey {
+            key: rng.gen_range(0..keys),
+        }
+    } else {
+        Target::Node {
+            node: rng.gen_range(1..=nodes as u64),
+        }
+    }
+}
+
+fn fault(rng: &mut StdRng, kind: Kind, nodes: usize, keys: usize) -> Fault {
+    match kind {
+        Kind::Kill => {
+            let count = rng.gen_range(1..=minority(nodes).max(1));
+            let mut targets = vec![random_target(rng, nodes, keys)];
+            let mut others: Vec<u64> = (1..=nodes as u64).collect();
+            others.shuffle(rng);
+            targets.extend(
+                others
+                    .into_iter()
+                    .take(count - 1)
+                    .map(|node| Target::Node { node }),
+            );
+            Fault::Kill { targets }
+        }
+        Kind::Pause => Fault::Pause {
+            target: random_target(rng, nodes, keys),
+        },
+        Kind::Partition => {
+            let roll = rng.gen_range(0..10);
+            let shape = if roll < 4 && keys > 0 {
+                Shape::Isolate {
+                    target: Target::LeaderOfKey {
+                        key: rng.gen_range(0..keys),
+                    },
+                }
+            } else if roll < 7 {
+                Shape::Isolate {
+                    target: Target::Node {
+                        node: rng.gen_range(1..=nodes as u64),
+                    },
+                }
+            } else {
+                let mut all: Vec<u64> = (1..=nodes as u64).collect();
+                all.shuffle(rng);
+                let mut minority: Vec<u64> = all.into_iter().take(nodes / 2).collect();
+                minority.sort_unstable();
+                Shape::Halves { minority }
+            };
+            Fault::Partition { shape }
+        }
+        Kind::Clock { beyond_allowed } => {
+            let offset_ms = if beyond_allowed && rng.gen_bool(1.0 / 3.0) {
+                BEYOND_OFFSET_MS
+            } else {
+                let magnitude = rng.gen_range(50..=200);
+                if rng.gen_bool(0.5) {
+                    magnitude
+                } else {
+                    -magnitude
+                }
+            };
+            Fault::Clock {
+                target: Target::Node {
+                    node: rng.gen_range(1..=nodes as u64),
+                },
+                offset_ms,
+            }
+        }
+    }
+}
+
+/// The schedule for a run. `keys` is how many workload keys [`Target::LeaderOfKey`] may name.
+pub fn plan(
+    nemesis: NemesisKind,
+    nodes: usize,
+    keys: usize,
+    time_limit_ms: u64,
+    seed: u64,
+) -> Vec<Step> {
+    let kinds: Vec<Kind> = match nemesis {
+        NemesisKind::None | NemesisKind::PowerLoss => return Vec::new(),
+        NemesisKind::Kill => vec![Kind::Kill],
+        NemesisKind::Pause => vec![Kind::Pause],
+        NemesisKind::Partition => vec![Kind::Partition],
+        NemesisKind::Clock => vec![Kind::Clock {
+            beyond_allowed: false,
+        }],
+        NemesisKind::All => vec![
+            Kind::Kill,
+            Kind::Pause,
+            Kind::Partition,
+            Kind::Clock {
+                beyond_allowed: true,
+            },
+        ],
+    };
+    // A distinct stream from the clients' (which use seed + process).
+    let mut rng = StdRng::seed_from_u64(seed ^ 0x6e65_6d65_7369_7300);
+    let mut steps = Vec::new();
+    let mut at = rng.gen_range(2_000..3_000);
+    for _ in 0..10_000 {
+        let kind = kinds[rng.gen_range(0..kinds.len())];
+        let (low, high) = hold_range(kind);
+        if at + low > time_limit_ms {
+            break;
+        }
+        let hold = rng.gen_range(low..=high).min(time_limit_ms - at);
+        steps.push(Step {
+            at_ms: at,
+            hold_ms: hold,
+            fault: fault(&mut rng, kind, nodes, keys),
+        });
+        at += hold + rng.gen_range(2_000..4_000);
+    }
+    steps
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Same seed, same schedule; another seed, another schedule.
+    #[test]
+    fn schedule_is_reproducible_for_a_seed() {
+        for nemesis in [
+            NemesisKind::Kill,
+            NemesisKind::Pause,
+            NemesisKind::Partition,
+            NemesisKind::Clock,
+            NemesisKind::All,
+        ] {
+            let a = plan(nemesis, 3, 4, 60_000, 42);
+            assert!(!a.is_empty());
+            assert_eq!(a, plan(nemesis, 3, 4, 60_000, 42));
+            assert_ne!(a, plan(nemesis, 3, 4, 60_000, 43), "{nemesis:?}");
+        }
+        assert!(plan(NemesisKind::None, 3, 4, 60_000, 1).is_empty());
+    }
+
+    /// Steps do not overlap, fit in the time limit, and respect each fault's bounds.
+    #[test]
+    fn steps_are_sequential_bounded_and_safe() {
+        for seed in 0..200 {
+            for nodes in [3, 5] {
+                let steps = plan(NemesisKind::All, nodes, 3, 45_000, seed);
+                let mut free_at = 0;
+                for s in &steps {
+                    assert!(s.at_ms >= free_at + 2_000 || free_at == 0, "{s:?}");
+                    assert!(s.at_ms + s.hold_ms <= 45_000);
+                    free_at = s.at_ms + s.hold_ms;
+                    match &s.fault {
+                        Fault::Kill { targets } => {
+                            assert!(!targets.is_empty() && targets.len() <= minority(nodes));
+                        }
+                        Fault::Pause { .. } => assert!(s.hold_ms >= 2_000, "longer than the lease"),
+                        Fault::Partition {
+                            shape: Shape::Halves { minority: m },
+                        } => {
+                            assert_eq!(m.len(), nodes / 2);
+                            assert!(m.iter().all(|n| (1..=nodes as u64).contains(n)));
+                        }
+                        Fault::Partition { .. } => {}
+                        Fault::Clock { offset_ms, .. } => assert!(
+                            offset_ms.abs() <= 200 && offset_ms.abs() >= 50
+                                || *offset_ms == BEYOND_OFFSET_MS
+                        ),
+                    }
+                }
+            }
+        }
+    }
+
+    /// `clock` alone stays within max_offset; `all` sometimes goes beyond.
+    #[test]
+    fn clock_offsets_by_nemesis() {
+        let offsets = |nemesis| {
+            (0..50)
+                .flat_map(|seed| plan(nemesis, 3, 2, 60_000, seed))
+                .filter_map(|s| match s.fault {
+                    Fault::Clock { offset_ms, .. } => Some(offset_ms),
+                    _ => None,
+                })
+                .collect::<Vec<_>>()
+        };
+        let within = offsets(NemesisKind::Clock);
+        assert!(within.iter().all(|o| o.abs() < MAX_OFFSET_MS));
+        assert!(offsets(NemesisKind::All).contains(&BEYOND_OFFSET_MS));
+    }
+
+    /// Too short a time limit for any fault gives an empty schedule, not a truncated pause.
+    #[test]
+    fn short_runs_have_no_truncated_faults() {
+        assert!(plan(NemesisKind::Pause, 3, 1, 3_000, 5).is_empty());
+    }
+}

@@ -1,0 +1,86 @@
+//! Who leads what, according to the nodes themselves (`Cluster.Status`), for the nemesis:
+//! picking a key's leader, and checking that a partition or a clock fault had the effect it
+//! should. Views of several nodes are merged because a node that is not a replica of a shard
+//! may report a stale leader for it.
+
+use meridian_cli::LocalCluster;
+use meridian_client::fetch_status;
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+/// Every shard (metadata included) as `(shard, leader, replicas)`, merging the views of
+/// all `askers` that answer: per shard, the leader reported with the highest term (a
+/// node's claim about itself wins a tie). `None` if nobody answers.
+pub async fn shard_view(
+    cluster: &LocalCluster,
+    askers: &[u64],
+) -> Option<Vec<(u64, u64, Vec<u64>)>> {
+    // shard -> ((term, self-claim, leader), replicas)
+    type Claim = (u64, bool, u64);
+    let mut merged: BTreeMap<u64, (Claim, Vec<u64>)> = BTreeMap::new();
+    let mut answered = false;
+    for &asker in askers {
+        let Ok(address) = cluster.client_addr(asker) else {
+            continue;
+        };
+        let Ok(status) = fetch_status(&address, Duration::from_secs(1)).await else {
+            continue;
+        };
+        answered = true;
+        for s in &status.shards {
+            let claim = (s.term, s.leader_id == asker, s.leader_id);
+            let entry = merged
+                .entry(s.shard_id)
+                .or_insert(((0, false, 0), s.replicas.clone()));
+            if s.leader_id != 0 && claim > entry.0 {
+                entry.0 = claim;
+            }
+        }
+    }
+    answered.then(|| {
+        merged
+            .into_iter()
+            .map(|(shard, ((_, _, leader), replicas))| (shard, leader, replicas))
+            .collect()
+    })
+}
+
+/// Shards that `leaders` lead, as seen by the first of `askers` that answers.
+pub async fn shards_led_by(
+    cluster: &LocalCluster,
+    askers: &[u64],
+    leaders: &[u64],
+) -> Option<Vec<u64>> {
+    let view = shard_view(cluster, askers).await?;
+    Some(
+        view.into_iter()
+            .filter(|(_, leader, _)| leaders.contains(leader))
+            .map(|(shard, _, _)| shard)
+            .collect(),
+    )
+}
+
+/// Shards the `minority` side leads, split into those whose replicas have a majority on the
+/// other side (they must get a new leader) and those that do not (they must stay
+/// leaderless: no quorum anywhere).
+pub async fn shards_to_move(
+    cluster: &LocalCluster,
+    majority: &[u64],
+    minority: &[u64],
+) -> Option<(Vec<u64>, Vec<u64>)> {
+    let everyone: Vec<u64> = majority.iter().chain(minority).copied().collect();
+    let view = shard_view(cluster, &everyone).await?;
+    let (mut movable, mut stuck) = (Vec::new(), Vec::new());
+    for (shard, leader, replicas) in view {
+        if !minority.contains(&leader) {
+            continue;
+        }
+        let across = replicas.iter().filter(|r| majority.contains(r)).count();
+        if across * 2 > replicas.len() {
+            movable.push(shard);
+        } else {
+            stuck.push(shard);
+        }
+    }
+    Some((movable, stuck))
+}

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Runs one Meridian Jepsen test: installs what is missing (nftables), builds `meridian` and the
+# harness (release, shared target dir), and runs the harness with all arguments. See
+# jepsen/harness/src/main.rs for what a run does and how to read jepsen/store/<run>/.
+#
+#   jepsen/run.sh --workload register|set --nemesis none|kill|pause|partition|clock|all
+#                 [--time-limit SECONDS] [--concurrency N] [--nodes 3|5] [--seed S]
+#                 [--negative-control lost-ack|stale-read] [--base-port P] [--store DIR]
+#
+# Exit status: 0 valid, 1 invalid/unknown, 2 bad arguments, 3 harness failure, 130 interrupted.
+set -euo pipefail
+
+# shellcheck source=../scripts/common.sh
+source "$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/scripts/common.sh"
+cd "$ROOT"
+
+ensure_build_deps
+# The partition nemesis cuts traffic with nftables (the harness runs as root, as CI does).
+ensure_packages nft:nftables
+
+say "building meridian and meridian-jepsen (release, $CARGO_TARGET_DIR)"
+cargo build --release --locked -p meridian-cli -p meridian-jepsen-harness
+
+exec "$CARGO_TARGET_DIR/release/meridian-jepsen" "$@"
