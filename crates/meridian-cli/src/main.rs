@@ -54,7 +54,8 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     init_tracing(match cli.command {
         // openraft logs every election step at info; keep node logs about Meridian itself.
-        Command::Start(_) => "info,openraft=warn",
+        // uhlc warns on every rejected timestamp; Meridian logs rejections itself, rate-limited.
+        Command::Start(_) => "info,openraft=warn,uhlc=error",
         _ => "warn",
     });
     let runtime = match tokio::runtime::Builder::new_multi_thread()
