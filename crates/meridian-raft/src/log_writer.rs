@@ -52,14 +52,11 @@ pub fn abort_process() -> FailStop {
 /// Most flush requests waiting for the writer thread.
 pub const MAX_PENDING_FLUSHES: usize = 16 * 1024;
 
-enum Request {
-    Flush(IOFlushed),
-    Shutdown,
-}
-
-/// Handle to the node's log-writer thread. Dropping the last handle stops the thread.
+/// Handle to the node's log-writer thread. Dropping it closes the queue; the thread syncs what
+/// is queued and stops.
 pub struct LogWriter {
-    tx: mpsc::Sender<Request>,
+    /// `None` only inside `drop`, to close the queue before joining the thread.
+    tx: Option<mpsc::Sender<IOFlushed>>,
     thread: Option<std::thread::JoinHandle<()>>,
     stats: Arc<LogWriterStats>,
 }
@@ -87,7 +84,7 @@ impl LogWriter {
             .spawn(move || run(engine, rx, thread_stats, fail_stop))
             .expect("spawning the log writer thread");
         LogWriter {
-            tx,
+            tx: Some(tx),
             thread: Some(thread),
             stats,
         }
@@ -96,10 +93,9 @@ impl LogWriter {
     /// Reports `callback` flushed once a sync after this call completes. Waits (async) while
     /// the queue is full.
     pub async fn flush(&self, callback: IOFlushed) -> std::io::Result<()> {
-        self.tx
-            .send(Request::Flush(callback))
-            .await
-            .map_err(|_| std::io::Error::other("raft log writer has stopped"))
+        let stopped = || std::io::Error::other("raft log writer has stopped");
+        let tx = self.tx.as_ref().ok_or_else(stopped)?;
+        tx.send(callback).await.map_err(|_| stopped())
     }
 
     pub fn stats(&self) -> &LogWriterStats {
@@ -109,11 +105,8 @@ impl LogWriter {
 
 impl Drop for LogWriter {
     fn drop(&mut self) {
-        // try_send: Drop may run on a runtime thread; a full queue means the thread is busy
-        // and sees the closed channel once this handle is gone.
-        let _ = self.tx.try_send(Request::Shutdown);
-        let (closed_tx, _) = mpsc::channel(1);
-        drop(std::mem::replace(&mut self.tx, closed_tx));
+        // Closing the queue is the stop signal: the thread drains what is queued, then exits.
+        drop(self.tx.take());
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
@@ -122,45 +115,36 @@ impl Drop for LogWriter {
 
 fn run(
     engine: Arc<dyn Engine>,
-    mut rx: mpsc::Receiver<Request>,
+    mut rx: mpsc::Receiver<IOFlushed>,
     stats: Arc<LogWriterStats>,
     fail_stop: FailStop,
 ) {
     use std::sync::atomic::Ordering::Relaxed;
     let mut pending: Vec<IOFlushed> = Vec::with_capacity(256);
-    loop {
-        let mut shutdown = false;
-        match rx.blocking_recv() {
-            Some(Request::Flush(cb)) => pending.push(cb),
-            Some(Request::Shutdown) | None => shutdown = true,
-        }
-        while !shutdown && pending.len() < MAX_LOG_BATCH_ENTRIES {
+    // `None`: every handle is gone and the queue is empty.
+    while let Some(first) = rx.blocking_recv() {
+        pending.push(first);
+        while pending.len() < MAX_LOG_BATCH_ENTRIES {
             match rx.try_recv() {
-                Ok(Request::Flush(cb)) => pending.push(cb),
-                Ok(Request::Shutdown) => shutdown = true,
+                Ok(cb) => pending.push(cb),
                 Err(_) => break,
             }
         }
-        if !pending.is_empty() {
-            let started = Instant::now();
-            let result = engine.sync_wal();
-            stats.syncs.fetch_add(1, Relaxed);
-            stats.flushes.fetch_add(pending.len() as u64, Relaxed);
-            stats
-                .sync_micros
-                .fetch_add(started.elapsed().as_micros() as u64, Relaxed);
-            if let Err(e) = result {
-                // Never retried, never reported flushed (see the module docs). The pending
-                // callbacks are dropped with the thread.
-                fail_stop(&format!("raft log fsync failed: {e}"));
-                return;
-            }
-            for cb in pending.drain(..) {
-                cb.io_completed(Ok(()));
-            }
-        }
-        if shutdown {
+        let started = Instant::now();
+        let result = engine.sync_wal();
+        stats.syncs.fetch_add(1, Relaxed);
+        stats.flushes.fetch_add(pending.len() as u64, Relaxed);
+        stats
+            .sync_micros
+            .fetch_add(started.elapsed().as_micros() as u64, Relaxed);
+        if let Err(e) = result {
+            // Never retried, never reported flushed (see the module docs). The pending
+            // callbacks are dropped with the thread.
+            fail_stop(&format!("raft log fsync failed: {e}"));
             return;
+        }
+        for cb in pending.drain(..) {
+            cb.io_completed(Ok(()));
         }
     }
 }

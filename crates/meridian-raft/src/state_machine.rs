@@ -231,15 +231,20 @@ fn read_dedup(engine: &dyn Engine, shard: ShardId) -> io::Result<Vec<DedupEntry>
     Ok(entries)
 }
 
+/// Adds one dedup entry to `batch` (the encoding [`read_dedup`] reads back).
+fn put_dedup_entry(batch: &mut WriteBatch, shard: ShardId, entry: &DedupEntry) {
+    batch.put(
+        Cf::RaftMeta,
+        keys::dedup_key(shard, entry.id.client_id, entry.id.seq),
+        entry.commit_ts.to_be_bytes().to_vec(),
+    );
+}
+
 /// Adds the dedup table's changes to `batch`, in the order they happened.
 fn put_dedup_changes(batch: &mut WriteBatch, shard: ShardId, changes: DedupChanges) {
     for op in changes.ops {
         match op {
-            DedupOp::Put(e) => batch.put(
-                Cf::RaftMeta,
-                keys::dedup_key(shard, e.id.client_id, e.id.seq),
-                e.commit_ts.to_be_bytes().to_vec(),
-            ),
+            DedupOp::Put(entry) => put_dedup_entry(batch, shard, &entry),
             DedupOp::Delete(id) => {
                 batch.delete(Cf::RaftMeta, keys::dedup_key(shard, id.client_id, id.seq))
             }
@@ -302,12 +307,8 @@ fn finish_install(inner: &mut Inner, record: SnapshotRecord) -> io::Result<Optio
     let (start, end) = keys::dedup_range(inner.shard);
     batch.delete_range(Cf::RaftMeta, start, end);
     inner.dedup = DedupTable::from_entries(record.file.dedup.iter().copied());
-    for e in &record.file.dedup {
-        batch.put(
-            Cf::RaftMeta,
-            keys::dedup_key(inner.shard, e.id.client_id, e.id.seq),
-            e.commit_ts.to_be_bytes().to_vec(),
-        );
+    for entry in &record.file.dedup {
+        put_dedup_entry(&mut batch, inner.shard, entry);
     }
     put_state(&mut batch, inner)?;
     batch.put(

@@ -67,14 +67,21 @@ fn request_id(write_id: Option<WriteId>) -> Option<RequestId> {
 pub struct KvService {
     node: Arc<Node>,
     inflight: Arc<Semaphore>,
+    /// How long after the last quorum acknowledgement lease reads are used (see
+    /// [`KvService::lease_has_margin`]).
+    lease_read_window: std::time::Duration,
 }
 
 impl KvService {
     pub fn new(node: Arc<Node>) -> KvService {
         let permits = MAX_INFLIGHT_PROPOSALS_PER_SHARD * node.shard_map.data.len().max(1);
+        let lease_ms = node.config.raft.election_timeout_max_ms as f64;
+        let lease_read_window =
+            std::time::Duration::from_millis((lease_ms * (1.0 - LEASE_DRIFT_MARGIN)) as u64);
         KvService {
             node,
             inflight: Arc::new(Semaphore::new(permits)),
+            lease_read_window,
         }
     }
 
@@ -84,10 +91,14 @@ impl KvService {
             .max_encoding_message_size(MAX_MESSAGE_BYTES)
     }
 
-    fn admit(&self) -> Result<tokio::sync::OwnedSemaphorePermit> {
-        self.inflight.clone().try_acquire_owned().map_err(|_| {
+    /// Admits a request: a permit of the node's in-flight budget, then the wait for its
+    /// causality token (see the module docs). Every handler starts here.
+    async fn admit<T>(&self, request: &Request<T>) -> Result<tokio::sync::OwnedSemaphorePermit> {
+        let permit = self.inflight.clone().try_acquire_owned().map_err(|_| {
             ServerError::Unavailable("node overloaded: too many requests in flight".into())
-        })
+        })?;
+        self.wait_for_token(request).await?;
+        Ok(permit)
     }
 
     async fn propose(&self, shard: ShardId, replica: &ShardReplica, cmd: Command) -> Result<u64> {
@@ -156,15 +167,13 @@ impl KvService {
     /// leader uses only the first 90% so a slightly fast follower clock cannot end the
     /// followers' promise while the leader still reads from it. Past that, ReadIndex.
     fn lease_has_margin(&self, replica: &ShardReplica) -> bool {
-        let lease_ms = self.node.config.raft.election_timeout_max_ms as f64;
-        let usable =
-            std::time::Duration::from_millis((lease_ms * (1.0 - LEASE_DRIFT_MARGIN)) as u64);
         let acked = replica
             .raft
             .data_metrics()
             .borrow_watched()
             .last_quorum_acked;
-        acked.is_some_and(|at| openraft::Instant::elapsed(&at.into_inner()) < usable)
+        acked
+            .is_some_and(|at| openraft::Instant::elapsed(&at.into_inner()) < self.lease_read_window)
     }
 
     /// Makes a read on `replica` linearizable; returns the timestamp to read at.
@@ -308,8 +317,7 @@ impl Kv for KvService {
         &self,
         request: Request<GetRequest>,
     ) -> std::result::Result<Response<GetResponse>, Status> {
-        let _permit = self.admit()?;
-        self.wait_for_token(&request).await?;
+        let _permit = self.admit(&request).await?;
         let req = request.into_inner();
         check_key(&req.key, "key")?;
         let (desc, replica) = self.node.route(&req.key)?;
@@ -333,8 +341,7 @@ impl Kv for KvService {
         &self,
         request: Request<PutRequest>,
     ) -> std::result::Result<Response<PutResponse>, Status> {
-        let _permit = self.admit()?;
-        self.wait_for_token(&request).await?;
+        let _permit = self.admit(&request).await?;
         let req = request.into_inner();
         check_key(&req.key, "key")?;
         check_value(&req.value)?;
@@ -357,8 +364,7 @@ impl Kv for KvService {
         &self,
         request: Request<DeleteRequest>,
     ) -> std::result::Result<Response<DeleteResponse>, Status> {
-        let _permit = self.admit()?;
-        self.wait_for_token(&request).await?;
+        let _permit = self.admit(&request).await?;
         let req = request.into_inner();
         check_key(&req.key, "key")?;
         let (desc, replica) = self.node.route(&req.key)?;
@@ -380,8 +386,7 @@ impl Kv for KvService {
         &self,
         request: Request<ScanRequest>,
     ) -> std::result::Result<Response<ScanResponse>, Status> {
-        let _permit = self.admit()?;
-        self.wait_for_token(&request).await?;
+        let _permit = self.admit(&request).await?;
         let req = request.into_inner();
         check_scan(&req)?;
         let desc = if req.reverse {
@@ -445,8 +450,7 @@ impl Kv for KvService {
         &self,
         request: Request<BatchGetRequest>,
     ) -> std::result::Result<Response<BatchGetResponse>, Status> {
-        let _permit = self.admit()?;
-        self.wait_for_token(&request).await?;
+        let _permit = self.admit(&request).await?;
         let req = request.into_inner();
         if req.keys.len() > MAX_BATCH_KEYS {
             return Err(invalid(format!(
@@ -482,8 +486,7 @@ impl Kv for KvService {
         &self,
         request: Request<BatchPutRequest>,
     ) -> std::result::Result<Response<BatchPutResponse>, Status> {
-        let _permit = self.admit()?;
-        self.wait_for_token(&request).await?;
+        let _permit = self.admit(&request).await?;
         let req = request.into_inner();
         let count = req.entries.len() + req.deletes.len();
         if count > MAX_BATCH_KEYS {
