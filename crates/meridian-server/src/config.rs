@@ -349,6 +349,20 @@ impl NodeConfig {
                 format!("more than {MAX_INITIAL_SHARDS} shards"),
             ));
         }
+        // Every split point must make a shard: an empty or repeated one would silently give
+        // fewer shards than listed.
+        let mut seen = std::collections::HashSet::new();
+        for (i, point) in c.split_points.iter().enumerate() {
+            if point.is_empty() {
+                return Err(err(format!("cluster.split_points[{i}]"), "is empty"));
+            }
+            if !seen.insert(point) {
+                return Err(err(
+                    format!("cluster.split_points[{i}]"),
+                    format!("{point:?} is listed twice"),
+                ));
+            }
+        }
         if c.replication_factor == 0 || c.replication_factor.is_multiple_of(2) {
             return Err(err("cluster.replication_factor", "must be odd and > 0"));
         }
@@ -430,7 +444,23 @@ mod tests {
         assert!(NodeConfig::load(&a)
             .unwrap_err()
             .to_string()
-            .contains("cluster.initial_shards"));
+            .contains("cluster.initial_shards"));    }
+
+    #[test]
+    fn repeated_or_empty_split_points_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.toml");
+        let load = |points: &str| {
+            std::fs::write(&path, format!("[cluster]\nsplit_points = {points}\n")).unwrap();
+            let mut a = args();
+            a.config = Some(path.clone());
+            NodeConfig::load(&a)
+        };
+        assert!(load(r#"["g", "p"]"#).is_ok());
+        let e = load(r#"["g", "p", "g"]"#).unwrap_err().to_string();
+        assert!(e.contains("cluster.split_points[2]") && e.contains("twice"), "{e}");
+        let e = load(r#"["g", ""]"#).unwrap_err().to_string();
+        assert!(e.contains("cluster.split_points[1]") && e.contains("empty"), "{e}");
     }
 
     #[test]

@@ -44,18 +44,21 @@ pub struct ShardMap {
     pub data: Vec<ShardDescriptor>,
 }
 
-/// Split keys for `n` shards over YCSB-style `user<u63>` keys.
+/// Split keys for `n` shards over YCSB-style `user<u63>` keys: exactly `n - 1` distinct,
+/// sorted keys.
+///
+/// Keys compare as bytes, not numbers, and nine in ten decimal u63s have 19 digits (they are
+/// uniform over [0, 2^63) ≈ [0, 9.22·10^18)). So the boundaries are evenly spaced 6-digit
+/// prefixes of 19-digit numbers, `user100000` … `user922337`: every split point has the same
+/// length, so byte order is numeric order and no two collide while `n` ≤ 822,337. (An earlier
+/// version spaced the numbers themselves and kept their first 6 digits; numbers of different
+/// lengths share prefixes, so `--initial-shards 1024` silently made 923 shards.)
 pub fn default_split_points(n: u32) -> Vec<Vec<u8>> {
-    let n = n.max(1) as u128;
-    let space: u128 = 1 << 63;
+    const LOW: u64 = 100_000; // 10^18's first 6 digits
+    const HIGH: u64 = 922_337; // 2^63's first 6 digits
+    let n = u64::from(n.max(1));
     (1..n)
-        .map(|i| {
-            let boundary = (space * i / n) as u64;
-            // 19-digit numbers dominate; a 6-digit prefix is plenty to spread load evenly.
-            let digits = boundary.to_string();
-            let prefix = &digits[..digits.len().min(6)];
-            format!("user{prefix}").into_bytes()
-        })
+        .map(|i| format!("user{}", LOW + (HIGH - LOW) * i / n).into_bytes())
         .collect()
 }
 
@@ -185,7 +188,19 @@ mod tests {
         let s = default_split_points(8);
         assert_eq!(s.len(), 7);
         assert!(s.windows(2).all(|w| w[0] < w[1]));
-        assert_eq!(s[0], b"user115292".to_vec());
+        assert_eq!(s[0], b"user202792".to_vec());
+    }
+
+    #[test]
+    fn default_splits_make_exactly_the_shards_asked_for() {
+        let members = [member(1, "a", "x")];
+        for n in [1u32, 2, 7, 64, 256, 1000, 1024] {
+            let s = default_split_points(n);
+            assert_eq!(s.len() as u32, n - 1, "split points for {n}");
+            assert!(s.windows(2).all(|w| w[0] < w[1]), "{n}: not strictly sorted");
+            let map = ShardMap::founding(&members, 1, &[], n);
+            assert_eq!(map.data.len() as u32, n, "{n} shards asked for");
+        }
     }
 
     #[test]
