@@ -11,6 +11,7 @@ use crate::log_writer::LogWriter;
 use crate::network::{clock_rejection, NetworkFactory, PeerPool, RateLimitedLog, SnapshotHeader};
 use crate::state_machine::{ShardStateMachine, SnapshotFile};
 use crate::types::*;
+use openraft::type_config::async_runtime::WatchReceiver;
 use meridian_proto::raft::raft_transport_server::RaftTransport;
 use meridian_proto::raft::{RaftReply, RaftRequest, SnapshotChunk};
 use meridian_storage::Engine;
@@ -130,6 +131,7 @@ impl MultiRaft {
         )
         .await
         .map_err(|e| format!("starting raft for shard {shard}: {e}"))?;
+        spawn_role_log(shard, &raft);
         let replica = Arc::new(ShardReplica { shard, raft, sm });
         self.shards
             .write()
@@ -167,6 +169,46 @@ impl MultiRaft {
             .expect("shard table lock poisoned")
             .clear();
     }
+}
+
+/// Logs every change of a replica's Raft role (term, vote, state, leader) at INFO, with its
+/// log position: leader changes are rare, and they are what a post-mortem of a lost or stale
+/// write needs first (which node led which term, with what log). Watches openraft's server
+/// metrics, which change only on vote, state, leader or membership changes — never per entry
+/// or per heartbeat — so an idle or busy shard costs nothing here.
+fn spawn_role_log(shard: ShardId, raft: &Raft) {
+    let mut server = raft.server_metrics();
+    let all = raft.metrics();
+    tokio::spawn(async move {
+        let mut last = None;
+        loop {
+            let (vote, state, leader) = {
+                let m = server.borrow_watched();
+                (m.vote.clone(), m.state, m.current_leader)
+            };
+            let key = (vote.clone(), state, leader);
+            if last.as_ref() != Some(&key) {
+                let (last_log, committed, applied) = {
+                    let m = all.borrow_watched();
+                    (m.last_log_index, m.local_committed, m.last_applied)
+                };
+                tracing::info!(
+                    %shard,
+                    vote = %vote,
+                    state = ?state,
+                    leader = ?leader,
+                    last_log = ?last_log,
+                    committed = ?committed.map(|l| l.index),
+                    applied = ?applied.map(|l| l.index),
+                    "raft role"
+                );
+                last = Some(key);
+            }
+            if server.changed().await.is_err() {
+                break;
+            }
+        }
+    });
 }
 
 /// The `RaftTransport` gRPC service.
@@ -229,6 +271,33 @@ impl TransportService {
     }
 }
 
+/// One request after the first on an append stream, or `None` to end the stream: a transport
+/// error, a switch of shard, a clock beyond `max_offset` or a malformed payload. Ending (not
+/// skipping) matters: a skipped request would leave a gap the next one's `prev_log_id`
+/// cannot match, and the leader learns of a failure sooner from a closed stream.
+fn admit_stream_request(
+    host: &MultiRaft,
+    shard_id: u64,
+    r: Result<RaftRequest, Status>,
+) -> Option<AppendEntriesRequest> {
+    let req = r.ok()?;
+    if req.shard_id != shard_id {
+        tracing::warn!(shard_id, got = req.shard_id, "append stream switched shards; closing");
+        return None;
+    }
+    if let Err(e) = host.clock.update(Timestamp(req.hlc)) {
+        tracing::error!(from_node = req.from_node, error = %e, "rejecting peer message; closing the append stream");
+        return None;
+    }
+    match decode_payload::<AppendEntriesRequest>(&req) {
+        Ok(rpc) => Some(rpc),
+        Err(e) => {
+            tracing::warn!(shard_id, error = %e, "malformed append on a stream; closing");
+            None
+        }
+    }
+}
+
 fn decode_payload<T: serde::de::DeserializeOwned>(req: &RaftRequest) -> Result<T, Status> {
     codec::decode(&req.payload)
         .map_err(|e| Status::invalid_argument(format!("malformed raft payload: {e}")))
@@ -267,21 +336,10 @@ impl RaftTransport for TransportService {
         let host = self.host.clone();
         // Requests after the first are admitted one by one; a bad one ends the stream (the
         // leader reconnects), it never reaches Raft.
-        let rest = inbound.take_while(|r| futures::future::ready(r.is_ok())).filter_map(move |r| {
-            let host = host.clone();
-            async move {
-                let req = r.ok()?;
-                if req.shard_id != shard_id {
-                    tracing::warn!(shard_id, got = req.shard_id, "append stream switched shards; closing");
-                    return None;
-                }
-                if let Err(e) = host.clock.update(Timestamp(req.hlc)) {
-                    tracing::error!(from_node = req.from_node, error = %e, "rejecting peer message");
-                    return None;
-                }
-                decode_payload::<AppendEntriesRequest>(&req).ok()
-            }
-        });
+        let rest = inbound
+            .map(move |r| admit_stream_request(&host, shard_id, r))
+            .take_while(|r| futures::future::ready(r.is_some()))
+            .filter_map(futures::future::ready);
         let first_req: AppendEntriesRequest = decode_payload(&first)?;
         let requests = futures::stream::once(futures::future::ready(first_req)).chain(rest);
         let clock = self.host.clock.clone();

@@ -209,6 +209,9 @@ impl RaftLogStorage<TypeConfig> for LogStore {
 
     async fn truncate_after(&mut self, last_log_id: Option<LogId>) -> io::Result<()> {
         let from = last_log_id.map(|l| l.index + 1).unwrap_or(0);
+        // Rare (only when a new leader's log conflicts with ours) and the first thing a
+        // post-mortem of a lost write asks about.
+        tracing::info!(shard = %self.shard, from, "truncating the raft log");
         let mut batch = WriteBatch::new();
         batch.delete_range(
             Cf::RaftLog,
