@@ -25,7 +25,8 @@ use std::io;
 use std::ops::{Bound, RangeBounds};
 use std::sync::Arc;
 
-/// Most entries returned by one read of the log (openraft asks for bounded ranges anyway).
+/// Most entries one replication read returns, and the piece size of apply reads (see
+/// [`LogStore::entries_stream`]); `try_get_log_entries` is never cut short by it.
 pub const MAX_ENTRIES_PER_READ: usize = 4_096;
 
 #[derive(Clone)]
@@ -103,51 +104,139 @@ impl LogStore {
     }
 }
 
+/// Reads the entries of `[first, end)` (`end` = `None`: to the end of the log), at most
+/// `limit` of them. Absence is tolerated only before the first entry found (purged) and after
+/// the last (not appended yet); a gap between two entries is an error, never a short read.
+fn read_range(
+    engine: &dyn Engine,
+    shard: ShardId,
+    first: u64,
+    end: Option<u64>,
+    limit: Option<usize>,
+) -> io::Result<Vec<Entry>> {
+    let start_key = keys::raft_log_key(shard, first);
+    let end_key = match end {
+        Some(e) => keys::raft_log_key(shard, e),
+        None => keys::raft_log_range(shard).1,
+    };
+    let mut out: Vec<Entry> = Vec::new();
+    for item in engine.scan(Cf::RaftLog, &start_key, Some(&end_key), false) {
+        let (k, v) = item.map_err(io_err)?;
+        let (_, index) = keys::decode_raft_log_key(&k).map_err(io_err)?;
+        let entry: Entry = codec::decode(&v)?;
+        if entry.log_id.index != index {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!(
+                    "shard {shard}: log key index {index} holds entry {}",
+                    entry.log_id.index
+                ),
+            ));
+        }
+        if let Some(prev) = out.last() {
+            if index != prev.log_id.index + 1 {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!(
+                        "shard {shard}: the raft log has a hole: entry {} is missing (entry {} is followed by {index})",
+                        prev.log_id.index + 1,
+                        prev.log_id.index
+                    ),
+                ));
+            }
+        }
+        out.push(entry);
+        if limit.is_some_and(|l| out.len() >= l) {
+            break;
+        }
+    }
+    Ok(out)
+}
+
+fn bounds(range: &impl RangeBounds<u64>) -> (u64, Option<u64>) {
+    let first = match range.start_bound() {
+        Bound::Included(x) => *x,
+        Bound::Excluded(x) => x.saturating_add(1),
+        Bound::Unbounded => 0,
+    };
+    let end = match range.end_bound() {
+        Bound::Included(x) => x.checked_add(1),
+        Bound::Excluded(x) => Some(*x),
+        Bound::Unbounded => None,
+    };
+    (first, end)
+}
+
 impl RaftLogReader<TypeConfig> for LogStore {
+    /// Every entry of `range` the log holds (openraft's contract: never a short read — the apply
+    /// path marks the whole range applied, so a short read would skip entries for good).
     async fn try_get_log_entries<RB: RangeBounds<u64> + Clone + Debug + OptionalSend>(
         &mut self,
         range: RB,
     ) -> io::Result<Vec<Entry>> {
-        let first = match range.start_bound() {
-            Bound::Included(x) => *x,
-            Bound::Excluded(x) => x.saturating_add(1),
-            Bound::Unbounded => 0,
-        };
-        let end = match range.end_bound() {
-            Bound::Included(x) => x.checked_add(1),
-            Bound::Excluded(x) => Some(*x),
-            Bound::Unbounded => None,
-        };
-        let shard = self.shard;
-        let engine = self.engine.clone();
+        let (first, end) = bounds(&range);
+        let (shard, engine) = (self.shard, self.engine.clone());
+        blocking(move || read_range(&*engine, shard, first, end, None)).await
+    }
+
+    /// Replication reads: at most [`MAX_ENTRIES_PER_READ`] entries, never none when the range
+    /// holds some (openraft sends the rest in later requests).
+    async fn limited_get_log_entries(&mut self, start: u64, end: u64) -> io::Result<Vec<Entry>> {
+        let (shard, engine) = (self.shard, self.engine.clone());
         blocking(move || {
-            let start_key = keys::raft_log_key(shard, first);
-            let end_key = match end {
-                Some(e) => keys::raft_log_key(shard, e),
-                None => keys::raft_log_range(shard).1,
-            };
-            let mut out = Vec::new();
-            for item in engine.scan(Cf::RaftLog, &start_key, Some(&end_key), false) {
-                let (k, v) = item.map_err(io_err)?;
-                let (_, index) = keys::decode_raft_log_key(&k).map_err(io_err)?;
-                let entry: Entry = codec::decode(&v)?;
-                if entry.log_id.index != index {
-                    return Err(io::Error::new(
-                        io::ErrorKind::InvalidData,
-                        format!(
-                            "shard {shard}: log key index {index} holds entry {}",
-                            entry.log_id.index
-                        ),
-                    ));
-                }
-                out.push(entry);
-                if out.len() >= MAX_ENTRIES_PER_READ {
-                    break;
-                }
-            }
-            Ok(out)
+            read_range(&*engine, shard, start, Some(end), Some(MAX_ENTRIES_PER_READ))
         })
         .await
+    }
+
+    /// The apply path: the whole range, read [`MAX_ENTRIES_PER_READ`] entries at a time so a
+    /// replica catching up on a long log does not hold it all in memory. Committed entries
+    /// never change, so reading them in pieces sees the same log as one read would.
+    async fn entries_stream<RB>(
+        &mut self,
+        range: RB,
+    ) -> impl futures::Stream<Item = io::Result<Entry>> + OptionalSend
+    where
+        RB: RangeBounds<u64> + Clone + Debug + OptionalSend,
+    {
+        use futures::StreamExt;
+        let (first, end) = bounds(&range);
+        let (shard, engine) = (self.shard, self.engine.clone());
+        // State: the next index to read and whether it continues an earlier piece (then it
+        // must be there: absence is tolerated only at the start of the whole range), or None
+        // once done (or after an error).
+        futures::stream::unfold(Some((first, false)), move |next| {
+            let engine = engine.clone();
+            async move {
+                let (from, continued) = next?;
+                if end.is_some_and(|e| from >= e) {
+                    return None;
+                }
+                let read = blocking(move || {
+                    read_range(&*engine, shard, from, end, Some(MAX_ENTRIES_PER_READ))
+                })
+                .await;
+                let read = read.and_then(|chunk| match chunk.first() {
+                    Some(e) if continued && e.log_id.index != from => Err(io::Error::new(
+                        io::ErrorKind::InvalidData,
+                        format!("shard {shard}: the raft log has a hole: entry {from} is missing"),
+                    )),
+                    _ => Ok(chunk),
+                });
+                match read {
+                    Ok(chunk) if chunk.is_empty() => None,
+                    Ok(chunk) => {
+                        let after = chunk.last().map(|e| e.log_id.index + 1);
+                        let full = chunk.len() >= MAX_ENTRIES_PER_READ;
+                        let items: Vec<io::Result<Entry>> = chunk.into_iter().map(Ok).collect();
+                        let next = full.then_some(after).flatten().map(|a| (a, true));
+                        Some((futures::stream::iter(items), next))
+                    }
+                    Err(e) => Some((futures::stream::iter(vec![Err(e)]), None)),
+                }
+            }
+        })
+        .flatten()
     }
 
     async fn read_vote(&mut self) -> io::Result<Option<Vote>> {

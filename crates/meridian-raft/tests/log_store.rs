@@ -1,0 +1,108 @@
+//! The log store's read contract, beyond openraft's suite (whose logs are short).
+//!
+//! openraft reads committed entries back through `try_get_log_entries` (via `entries_stream`)
+//! to apply them, and marks the whole requested range applied. A reader that returns fewer
+//! entries than the log holds therefore makes the state machine skip entries for good: that
+//! lost 5,112 acknowledged writes in a Jepsen run (jepsen/evidence, `set-clock-chain`), when a
+//! replica that lagged by more than 4,096 entries caught up in one apply.
+
+use bytes::Bytes;
+use futures::StreamExt;
+use meridian_raft::log_store::{LogStore, MAX_ENTRIES_PER_READ};
+use meridian_raft::log_writer::LogWriter;
+use meridian_raft::types::{Entry, IOFlushed};
+use meridian_raft::{Command, TypeConfig};
+use meridian_storage::keys;
+use meridian_storage::{Cf, Engine, MemoryEngine, WriteBatch};
+use meridian_types::ShardId;
+use openraft::storage::RaftLogStorage;
+use openraft::{EntryPayload, RaftLogReader};
+use std::sync::Arc;
+
+const SHARD: ShardId = ShardId(3);
+
+fn entry(index: u64) -> Entry {
+    Entry {
+        log_id: openraft::testing::log_id::<TypeConfig>(1, 1, index),
+        payload: EntryPayload::Normal(Command::Write {
+            ts: index,
+            puts: vec![(Bytes::from(format!("k{index}")), Bytes::from_static(b"v"))],
+            deletes: Vec::new(),
+            request: None,
+        }),
+    }
+}
+
+/// A store holding entries `1..=count`, and its engine.
+async fn store_with(count: u64) -> (LogStore, Arc<dyn Engine>) {
+    let engine: Arc<dyn Engine> = Arc::new(MemoryEngine::new());
+    let writer = Arc::new(LogWriter::start(engine.clone()));
+    let mut store = LogStore::new(SHARD, engine.clone(), writer);
+    // Appended in runs, as a follower receives them.
+    for start in (1..=count).step_by(1_000) {
+        let end = (start + 999).min(count);
+        store
+            .append((start..=end).map(entry), IOFlushed::noop())
+            .await
+            .expect("append");
+    }
+    (store, engine)
+}
+
+fn indexes(entries: &[Entry]) -> Vec<u64> {
+    entries.iter().map(|e| e.log_id.index).collect()
+}
+
+#[tokio::test]
+async fn try_get_log_entries_returns_every_entry_of_a_long_range() {
+    let count = 3 * MAX_ENTRIES_PER_READ as u64 + 17;
+    let (mut store, _) = store_with(count).await;
+    let got = store.try_get_log_entries(1..=count).await.expect("read");
+    assert_eq!(
+        indexes(&got),
+        (1..=count).collect::<Vec<_>>(),
+        "every entry of 1..={count}"
+    );
+    let got = store.try_get_log_entries(5..).await.expect("read");
+    assert_eq!(got.len() as u64, count - 4, "an open-ended range reads to the end");
+}
+
+#[tokio::test]
+async fn the_apply_stream_yields_every_entry_of_a_long_range() {
+    let count = 2 * MAX_ENTRIES_PER_READ as u64 + 5;
+    let (mut store, _) = store_with(count).await;
+    let streamed: Vec<u64> = store
+        .entries_stream(1..count + 1)
+        .await
+        .map(|e| e.expect("entry").log_id.index)
+        .collect()
+        .await;
+    assert_eq!(streamed, (1..=count).collect::<Vec<_>>());
+}
+
+#[tokio::test]
+async fn limited_reads_are_bounded_but_never_empty() {
+    let count = MAX_ENTRIES_PER_READ as u64 + 100;
+    let (mut store, _) = store_with(count).await;
+    let got = store
+        .limited_get_log_entries(1, count + 1)
+        .await
+        .expect("read");
+    assert!(!got.is_empty() && got.len() <= MAX_ENTRIES_PER_READ);
+    assert_eq!(indexes(&got), (1..=got.len() as u64).collect::<Vec<_>>());
+}
+
+#[tokio::test]
+async fn a_hole_inside_the_range_is_an_error_not_a_short_read() {
+    let (mut store, engine) = store_with(50).await;
+    let mut batch = WriteBatch::new();
+    batch.delete(Cf::RaftLog, keys::raft_log_key(SHARD, 20));
+    engine.write(batch, true).unwrap();
+    let err = store
+        .try_get_log_entries(1..=50)
+        .await
+        .expect_err("a hole at 20 must fail the read");
+    assert!(err.to_string().contains("20"), "{err}");
+    // Absence at the start (purged) or the end (not appended yet) is not a hole.
+    assert_eq!(indexes(&store.try_get_log_entries(21..=60).await.unwrap()), (21..=50).collect::<Vec<_>>());
+}
