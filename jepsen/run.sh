@@ -3,7 +3,7 @@
 # harness (release, shared target dir), and runs the harness with all arguments. See
 # jepsen/harness/src/main.rs for what a run does and how to read jepsen/store/<run>/.
 #
-#   jepsen/run.sh --workload register|set --nemesis none|kill|pause|partition|clock|all
+#   jepsen/run.sh --workload register|set --nemesis none|kill|pause|partition|clock|clock-chain|all
 #                 [--time-limit SECONDS] [--concurrency N] [--nodes 3|5] [--seed S]
 #                 [--negative-control lost-ack|stale-read] [--base-port P] [--store DIR]
 #

@@ -94,6 +94,8 @@ pub enum NemesisKind {
     Pause,
     Partition,
     Clock,
+    /// Follower of the key's shard at +2000 ms, heal, then at once its leader (see plan.rs).
+    ClockChain,
     PowerLoss,
     All,
 }
@@ -106,6 +108,7 @@ impl NemesisKind {
             NemesisKind::Pause => "pause",
             NemesisKind::Partition => "partition",
             NemesisKind::Clock => "clock",
+            NemesisKind::ClockChain => "clock-chain",
             NemesisKind::PowerLoss => "power-loss",
             NemesisKind::All => "all",
         }
@@ -295,6 +298,17 @@ mod tests {
         }
         assert!(Args::try_parse_from(["x", "--workload", "kv"]).is_err());
         assert!(Args::try_parse_from(["x", "--workload", "set", "--nemesis", "flood"]).is_err());
+    }
+
+    /// The fixed follower-then-leader clock sequence parses, and does not need nftables.
+    #[test]
+    fn clock_chain_parses() {
+        let c = parse("--workload set --nemesis clock-chain --nodes 5")
+            .validate(0)
+            .unwrap();
+        assert_eq!(c.nemesis, NemesisKind::ClockChain);
+        assert_eq!(c.nemesis.name(), "clock-chain");
+        assert!(!c.nemesis.partitions());
     }
 
     /// Each workload accepts its own negative control.

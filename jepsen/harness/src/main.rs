@@ -3,7 +3,7 @@
 //! nftables if missing, builds `meridian` and this binary, and passes its arguments on:
 //!
 //! ```text
-//! jepsen/run.sh --workload register|set --nemesis none|kill|pause|partition|clock|all
+//! jepsen/run.sh --workload register|set --nemesis none|kill|pause|partition|clock|clock-chain|all
 //!               [--time-limit SECONDS] [--concurrency N] [--nodes 3|5] [--seed S]
 //!               [--negative-control lost-ack|stale-read] [--base-port P] [--store DIR]
 //!               [--shards N] [--keys N] [--meridian-bin PATH] [--plan-only]
@@ -55,6 +55,12 @@
 //!   4–8 s; in **all**, a third of clock faults use +2000 ms (beyond: the node must be fenced;
 //!   the notes say whether it still led anything).
 //! - **all**: a seeded mix of the four.
+//! - **clock-chain**: not a mix but one fixed sequence, repeated (the lost-acknowledged-writes
+//!   run in `jepsen/evidence/`): restart a follower of the workload key's shard at +2000 ms,
+//!   hold 6–8 s, restart it without the offset, and 200–600 ms later — while it still waits
+//!   for its HLC ceiling — restart the shard's leader at +2000 ms, hold 6–8 s, heal. The
+//!   shard has three replicas, so from the leader's stop until the follower's Raft is back
+//!   only one of them runs. A chain takes about 20 s; `--time-limit 60` fits two.
 //!
 //! # Exit status
 //! 0 valid (or negative control fired); 1 invalid, unknown, or control did not fire; 2 bad

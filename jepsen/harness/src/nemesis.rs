@@ -149,47 +149,84 @@ impl Nemesis {
     /// The node a target names, and a description.
     async fn resolve(&mut self, target: &Target) -> (u64, String) {
         let running = self.running();
-        let key = match target {
+        let (key, want_follower) = match target {
             Target::Node { node } => return (*node, format!("n{node}")),
-            Target::LeaderOfKey { key } => self.keys.get(*key).cloned().unwrap_or_default(),
+            Target::LeaderOfKey { key } => {
+                (self.keys.get(*key).cloned().unwrap_or_default(), false)
+            }
+            Target::FollowerOfKey { key } => {
+                (self.keys.get(*key).cloned().unwrap_or_default(), true)
+            }
         };
         // The key's shard from the (static) shard map; its leader from the nodes themselves:
         // the first running node that names a running leader (a just-restarted node may not
         // know one yet).
-        let shard = self
-            .client
-            .as_ref()
-            .and_then(|c| c.route(key.as_bytes()))
-            .map(|r| r.shard_id);
-        if let Some(shard) = shard {
-            // A node's own claim (its status names itself leader) at the highest term wins;
-            // other nodes' views may lag behind an election.
-            let mut best: Option<(u64, u64)> = None; // (term, node)
-            for &asker in &running {
-                let Ok(address) = self.cluster.client_addr(asker) else {
-                    continue;
-                };
-                let Ok(status) = fetch_status(&address, Duration::from_secs(1)).await else {
-                    continue;
-                };
-                if let Some(s) = status.shards.iter().find(|s| s.shard_id == shard) {
-                    if s.leader_id == asker && best.is_none_or(|(term, _)| s.term > term) {
-                        best = Some((s.term, asker));
-                    }
+        let route = self.client.as_ref().and_then(|c| c.route(key.as_bytes()));
+        let leader = match &route {
+            Some(route) => self.leader_of(route.shard_id, &running).await,
+            None => None,
+        };
+        if want_follower {
+            if let Some(route) = &route {
+                // A running replica that is not the leader (if the leader is unknown, any
+                // running replica).
+                let mut followers: Vec<u64> = route
+                    .replicas
+                    .iter()
+                    .copied()
+                    .filter(|r| running.contains(r) && Some(*r) != leader.map(|(_, l)| l))
+                    .collect();
+                followers.sort_unstable();
+                if let Some(&node) = followers.choose(&mut self.rng) {
+                    let of = match leader {
+                        Some((term, l)) => format!("leader n{l}, term {term}"),
+                        None => "leader unknown".into(),
+                    };
+                    return (
+                        node,
+                        format!(
+                            "n{node} (follower of shard {} of {key:?}, replicas {:?}, {of})",
+                            route.shard_id, route.replicas
+                        ),
+                    );
                 }
             }
-            if let Some((term, leader)) = best {
-                return (
-                    leader,
-                    format!("n{leader} (leader of shard {shard} of {key:?}, term {term})"),
-                );
-            }
+        } else if let (Some(route), Some((term, leader))) = (&route, leader) {
+            return (
+                leader,
+                format!(
+                    "n{leader} (leader of shard {} of {key:?}, term {term})",
+                    route.shard_id
+                ),
+            );
         }
         let node = *running
             .choose(&mut self.rng)
             .or(self.cluster.node_ids().first())
             .unwrap_or(&1);
-        (node, format!("n{node} (leader of {key:?} unknown; random)"))
+        let role = if want_follower { "follower" } else { "leader" };
+        (node, format!("n{node} ({role} of {key:?} unknown; random)"))
+    }
+
+    /// The leader of `shard` and its term, as `(term, node)`: a node's own claim (its status
+    /// names itself leader) at the highest term wins; other nodes' views may lag behind an
+    /// election.
+    async fn leader_of(&self, shard: u64, running: &[u64]) -> Option<(u64, u64)> {
+        let mut best: Option<(u64, u64)> = None;
+        for &asker in running {
+            let Ok(address) = self.cluster.client_addr(asker) else {
+                continue;
+            };
+            let Ok(status) = fetch_status(&address, Duration::from_secs(1)).await else {
+                continue;
+            };
+            if let Some(s) = status.shards.iter().find(|s| s.shard_id == shard) {
+                if s.leader_id == asker && best.is_none_or(|(term, _)| s.term > term) {
+                    best = Some((s.term, asker));
+                }
+            }
+        }
+        best
     }
 
     /// Runs `plan` until it ends or `until`, healing each fault after its hold.
@@ -212,7 +249,10 @@ impl Nemesis {
                 healed: false,
             };
             let hold_until = (Instant::now() + Duration::from_millis(step.hold_ms)).min(until);
-            self.apply(&step.fault, hold_until, &mut record).await;
+            // A chain runs its first phase inside `apply`; its final hold starts after that.
+            let hold_until = self
+                .apply(&step.fault, hold_until, step.hold_ms, until, &mut record)
+                .await;
             eprintln!(
                 "nemesis: {:>6.1} s  {}",
                 start_ns as f64 / 1e9,
@@ -237,7 +277,16 @@ impl Nemesis {
         }
     }
 
-    async fn apply(&mut self, fault: &Fault, hold_until: Instant, record: &mut IntervalRecord) {
+    /// Starts `fault` and returns when its hold ends: `hold_until`, except for a chain, whose
+    /// final hold (`hold_ms`, bounded by `until`) starts after its first phase.
+    async fn apply(
+        &mut self,
+        fault: &Fault,
+        hold_until: Instant,
+        hold_ms: u64,
+        until: Instant,
+        record: &mut IntervalRecord,
+    ) -> Instant {
         match fault {
             Fault::Kill { targets } => {
                 let mut nodes = Vec::new();
@@ -308,7 +357,7 @@ impl Nemesis {
                     record
                         .errors
                         .push("partition without an nftables table".into());
-                    return;
+                    return hold_until;
                 };
                 let to_move = status::shards_to_move(&self.cluster, &side_b, &side_a).await;
                 if let Some((_, stuck)) = to_move.as_ref().filter(|(_, s)| !s.is_empty()) {
@@ -320,7 +369,7 @@ impl Nemesis {
                 let led_by_a = to_move.map(|(movable, _)| movable);
                 if let Err(e) = nft.partition(&side_a, &side_b) {
                     record.errors.push(format!("partition: {e:#}"));
-                    return;
+                    return hold_until;
                 }
                 self.faults.partitioned = true;
                 let note = self
@@ -332,36 +381,141 @@ impl Nemesis {
                 let (node, label) = self.resolve(target).await;
                 record.label = format!("clock {label} {offset_ms:+} ms");
                 record.nodes = vec![node];
-                let restarted = self.cluster.stop(node, STOP_TIMEOUT).and_then(|_| {
-                    self.cluster.restart_with_args(
-                        node,
-                        &["--clock-offset-ms".into(), offset_ms.to_string()],
-                    )
-                });
-                match restarted {
-                    Ok(()) => {
-                        self.faults.skewed.insert(node, *offset_ms);
-                    }
-                    Err(e) => record.errors.push(format!("clock skew n{node}: {e:#}")),
-                }
+                self.skew(node, *offset_ms, record);
                 if offset_ms.abs() > MAX_OFFSET_MS {
                     self.sleep_until(hold_until).await;
-                    let others: Vec<u64> =
-                        self.running().into_iter().filter(|n| *n != node).collect();
-                    let led = status::shards_led_by(&self.cluster, &others, &[node]).await;
-                    let note = match led {
-                        Some(led) if led.is_empty() => {
-                            format!("n{node} ({offset_ms:+} ms, beyond max_offset) leads no shard")
-                        }
-                        Some(led) => format!(
-                            "WARNING: n{node} ({offset_ms:+} ms, beyond max_offset) still leads shards {led:?}"
-                        ),
-                        None => "could not ask the other nodes who leads".into(),
-                    };
-                    record.notes.push(note);
+                    self.note_fenced(node, *offset_ms, record).await;
                 }
             }
+            Fault::ClockChain {
+                first,
+                first_hold_ms,
+                gap_ms,
+                then,
+                offset_ms,
+            } => {
+                return self
+                    .clock_chain(
+                        (first, *first_hold_ms, *gap_ms, then, *offset_ms),
+                        hold_ms,
+                        until,
+                        record,
+                    )
+                    .await;
+            }
         }
+        hold_until
+    }
+
+    /// Restarts `node` with a clock offset (graceful stop first), noting it for the heal.
+    fn skew(&mut self, node: u64, offset_ms: i64, record: &mut IntervalRecord) {
+        let restarted = self.cluster.stop(node, STOP_TIMEOUT).and_then(|_| {
+            self.cluster
+                .restart_with_args(node, &["--clock-offset-ms".into(), offset_ms.to_string()])
+        });
+        match restarted {
+            Ok(()) => {
+                self.faults.skewed.insert(node, offset_ms);
+            }
+            Err(e) => record.errors.push(format!("clock skew n{node}: {e:#}")),
+        }
+    }
+
+    /// Notes whether `node`, skewed beyond max_offset, still leads a shard (it must not).
+    async fn note_fenced(&mut self, node: u64, offset_ms: i64, record: &mut IntervalRecord) {
+        let others: Vec<u64> = self.running().into_iter().filter(|n| *n != node).collect();
+        let led = status::shards_led_by(&self.cluster, &others, &[node]).await;
+        let note = match led {
+            Some(led) if led.is_empty() => {
+                format!("n{node} ({offset_ms:+} ms, beyond max_offset) leads no shard")
+            }
+            Some(led) => format!(
+                "WARNING: n{node} ({offset_ms:+} ms, beyond max_offset) still leads shards {led:?}"
+            ),
+            None => "could not ask the other nodes who leads".into(),
+        };
+        record.notes.push(note);
+    }
+
+    /// The `clock-chain` step: skew `first`, hold, restart it without the offset (no settle
+    /// wait: it is typically still waiting for its HLC ceiling), `gap_ms` later skew `then`;
+    /// returns when `then`'s hold ends. `first` is restarted again if it refused to start.
+    async fn clock_chain(
+        &mut self,
+        (first, first_hold_ms, gap_ms, then, offset_ms): (&Target, u64, u64, &Target, i64),
+        hold_ms: u64,
+        until: Instant,
+        record: &mut IntervalRecord,
+    ) -> Instant {
+        let t = |start: Instant| start.elapsed().as_secs_f64();
+        let (a, label_a) = self.resolve(first).await;
+        record.nodes = vec![a];
+        record.label = format!("clock-chain {label_a} {offset_ms:+} ms");
+        self.skew(a, offset_ms, record);
+        record.notes.push(format!(
+            "{:.3} s: n{a} restarted at {offset_ms:+} ms",
+            t(self.start)
+        ));
+        let first_until = (Instant::now() + Duration::from_millis(first_hold_ms)).min(until);
+        self.sleep_until(first_until).await;
+        if offset_ms.abs() > MAX_OFFSET_MS {
+            self.note_fenced(a, offset_ms, record).await;
+        }
+        // Heal the first node: stop, restart without the offset, and move on at once.
+        self.faults.skewed.remove(&a);
+        if self.cluster.is_running(a).unwrap_or(false) {
+            if let Err(e) = self.cluster.stop(a, STOP_TIMEOUT) {
+                record.errors.push(format!("stop skewed n{a}: {e:#}"));
+            }
+        }
+        let stopped_at = t(self.start);
+        if let Err(e) = self.cluster.restart(a) {
+            record
+                .errors
+                .push(format!("restart n{a} without clock offset: {e:#}"));
+        }
+        record.notes.push(format!(
+            "{stopped_at:.3} s: n{a} stopped; {:.3} s: restarted without offset",
+            t(self.start)
+        ));
+        if Instant::now() >= until {
+            return Instant::now();
+        }
+        tokio::time::sleep(Duration::from_millis(gap_ms)).await;
+        let (b, label_b) = self.resolve(then).await;
+        let b_at = t(self.start);
+        record.label = format!("{}, then {label_b} {offset_ms:+} ms", record.label);
+        record.nodes.push(b);
+        if b == a {
+            record.notes.push(format!(
+                "n{a} was picked again: it leads the key's shard now"
+            ));
+        }
+        self.skew(b, offset_ms, record);
+        record.notes.push(format!(
+            "{b_at:.3} s: stopping n{b}; {:.3} s: restarted at {offset_ms:+} ms",
+            t(self.start)
+        ));
+        let hold_until = (Instant::now() + Duration::from_millis(hold_ms)).min(until);
+        // The first node may have refused to start (its HLC ceiling was too far ahead): start
+        // it again once the ceiling has passed, as `restart_unskewed` does.
+        if b != a {
+            self.note_exits();
+            if !self.cluster.is_running(a).unwrap_or(true) {
+                let mut errors = Vec::new();
+                self.restart_unskewed(a, offset_ms, &mut errors).await;
+                record.notes.push(format!(
+                    "n{a} had exited after its restart (see node_exits); restarted again at {:.3} s",
+                    t(self.start)
+                ));
+                record.errors.extend(errors);
+            }
+        }
+        self.sleep_until(hold_until).await;
+        if offset_ms.abs() > MAX_OFFSET_MS {
+            self.note_fenced(b, offset_ms, record).await;
+        }
+        hold_until
     }
 
     /// Polls the majority until none of `shards` is led by the minority, or `deadline`.

@@ -14,6 +14,10 @@
 //!   random minority (halves);
 //! - clock: restart a node with a clock offset, hold 4–8 s, restart it without. `clock` uses
 //!   ±50–200 ms (inside max_offset 500 ms); `all` also uses +2000 ms (beyond: fenced).
+//! - clock-chain: a fixed sequence, not a random mix (the sequence of the lost-writes run kept
+//!   in `jepsen/evidence/`): restart a *follower* of the workload key's shard at +2000 ms, hold
+//!   6–8 s, restart it without the offset, and 200–600 ms later (while it still waits for its
+//!   HLC ceiling) restart the key's *leader* at +2000 ms, hold 6–8 s, heal; a quiet gap; repeat.
 
 use crate::args::NemesisKind;
 use rand::rngs::StdRng;
@@ -37,6 +41,10 @@ pub enum Target {
     LeaderOfKey {
         key: usize,
     },
+    /// A replica of that shard other than its leader (looked up when the step runs).
+    FollowerOfKey {
+        key: usize,
+    },
 }
 
 /// How the network is cut.
@@ -52,10 +60,45 @@ pub enum Shape {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(tag = "fault", rename_all = "kebab-case")]
 pub enum Fault {
-    Kill { targets: Vec<Target> },
-    Pause { target: Target },
-    Partition { shape: Shape },
-    Clock { target: Target, offset_ms: i64 },
+    Kill {
+        targets: Vec<Target>,
+    },
+    Pause {
+        target: Target,
+    },
+    Partition {
+        shape: Shape,
+    },
+    Clock {
+        target: Target,
+        offset_ms: i64,
+    },
+    /// Skew `first` by `offset_ms` for `first_hold_ms`, restart it without the offset, wait
+    /// `gap_ms`, then skew `then` by `offset_ms` for the step's `hold_ms` (healed as usual).
+    ClockChain {
+        first: Target,
+        first_hold_ms: u64,
+        gap_ms: u64,
+        then: Target,
+        offset_ms: i64,
+    },
+}
+
+/// What the plan assumes a clock heal (graceful stop, restart) takes, to space chain steps.
+pub const CLOCK_HEAL_ESTIMATE_MS: u64 = 3_000;
+
+impl Fault {
+    /// How long the step runs before its final hold starts (only a chain has a first phase).
+    pub fn lead_in_ms(&self) -> u64 {
+        match self {
+            Fault::ClockChain {
+                first_hold_ms,
+                gap_ms,
+                ..
+            } => first_hold_ms + CLOCK_HEAL_ESTIMATE_MS + gap_ms,
+            _ => 0,
+        }
+    }
 }
 
 /// One fault: start `at_ms` after the workload starts, heal `hold_ms` later.
@@ -172,6 +215,7 @@ pub fn plan(
 ) -> Vec<Step> {
     let kinds: Vec<Kind> = match nemesis {
         NemesisKind::None | NemesisKind::PowerLoss => return Vec::new(),
+        NemesisKind::ClockChain => return clock_chain(keys, time_limit_ms, seed),
         NemesisKind::Kill => vec![Kind::Kill],
         NemesisKind::Pause => vec![Kind::Pause],
         NemesisKind::Partition => vec![Kind::Partition],
@@ -204,6 +248,38 @@ pub fn plan(
             fault: fault(&mut rng, kind, nodes, keys),
         });
         at += hold + rng.gen_range(2_000..4_000);
+    }
+    steps
+}
+
+/// The `clock-chain` schedule: follower of key 0 at +2000 ms, heal, at once the leader of
+/// key 0 at +2000 ms, heal; repeated while a whole chain fits in the time limit.
+fn clock_chain(keys: usize, time_limit_ms: u64, seed: u64) -> Vec<Step> {
+    if keys == 0 {
+        return Vec::new();
+    }
+    let mut rng = StdRng::seed_from_u64(seed ^ 0x6368_6169_6e00);
+    let mut steps = Vec::new();
+    let mut at = rng.gen_range(2_000..3_000);
+    for _ in 0..10_000 {
+        let fault = Fault::ClockChain {
+            first: Target::FollowerOfKey { key: 0 },
+            first_hold_ms: rng.gen_range(6_000..=8_000),
+            gap_ms: rng.gen_range(200..=600),
+            then: Target::LeaderOfKey { key: 0 },
+            offset_ms: BEYOND_OFFSET_MS,
+        };
+        let hold = rng.gen_range(6_000..=8_000);
+        let end = at + fault.lead_in_ms() + hold;
+        if end > time_limit_ms {
+            break;
+        }
+        steps.push(Step {
+            at_ms: at,
+            hold_ms: hold,
+            fault,
+        });
+        at = end + CLOCK_HEAL_ESTIMATE_MS + rng.gen_range(2_000..4_000);
     }
     steps
 }
@@ -257,6 +333,7 @@ mod tests {
                             offset_ms.abs() <= 200 && offset_ms.abs() >= 50
                                 || *offset_ms == BEYOND_OFFSET_MS
                         ),
+                        Fault::ClockChain { .. } => panic!("`all` never chains: {s:?}"),
                     }
                 }
             }
@@ -284,5 +361,45 @@ mod tests {
     #[test]
     fn short_runs_have_no_truncated_faults() {
         assert!(plan(NemesisKind::Pause, 3, 1, 3_000, 5).is_empty());
+    }
+
+    /// `clock-chain`: follower then leader of key 0, both beyond max_offset, the leader within
+    /// 0.6 s of the follower's heal; whole chains only, never overlapping; reproducible.
+    #[test]
+    fn clock_chain_is_follower_then_leader_beyond_max_offset() {
+        for seed in 0..100 {
+            let steps = plan(NemesisKind::ClockChain, 5, 1, 60_000, seed);
+            assert!(steps.len() >= 2, "seed {seed}: {steps:?}");
+            assert_eq!(steps, plan(NemesisKind::ClockChain, 5, 1, 60_000, seed));
+            let mut free_at = 0;
+            for s in &steps {
+                assert!(s.at_ms >= free_at, "{s:?}");
+                let Fault::ClockChain {
+                    first,
+                    first_hold_ms,
+                    gap_ms,
+                    then,
+                    offset_ms,
+                } = &s.fault
+                else {
+                    panic!("not a chain: {s:?}");
+                };
+                assert_eq!(first, &Target::FollowerOfKey { key: 0 });
+                assert_eq!(then, &Target::LeaderOfKey { key: 0 });
+                assert_eq!(*offset_ms, BEYOND_OFFSET_MS);
+                assert!((6_000..=8_000).contains(first_hold_ms));
+                assert!((6_000..=8_000).contains(&s.hold_ms));
+                assert!((200..=600).contains(gap_ms));
+                free_at = s.at_ms + s.fault.lead_in_ms() + s.hold_ms;
+                assert!(free_at <= 60_000);
+                free_at += CLOCK_HEAL_ESTIMATE_MS;
+            }
+        }
+        assert_ne!(
+            plan(NemesisKind::ClockChain, 5, 1, 60_000, 1),
+            plan(NemesisKind::ClockChain, 5, 1, 60_000, 2)
+        );
+        // Too short for one whole chain: nothing, rather than a truncated one.
+        assert!(plan(NemesisKind::ClockChain, 5, 1, 15_000, 1).is_empty());
     }
 }
