@@ -2,8 +2,10 @@
 # The whole test suite: unit, property, conformance, multi-process cluster tests, the
 # benchmark harness's own tests (against a real etcd it starts here), then the short Jepsen
 # matrix (jepsen/ci.sh: real clusters under kill/pause/partition/clock faults, checked for
-# linearizability and lost writes, plus the checkers' negative controls). Set
-# MERIDIAN_SKIP_JEPSEN=1 to skip the Jepsen matrix (about 5 minutes).
+# linearizability and lost writes, plus the checkers' negative controls). Between the two, the
+# container cluster test (docker/test.sh; it says SKIP where no Docker engine runs). Set
+# MERIDIAN_SKIP_JEPSEN=1 to skip the Jepsen matrix (about 5 minutes), MERIDIAN_SKIP_DOCKER=1
+# to skip the containers (about 1 minute).
 source "$(dirname "$0")/common.sh"
 ensure_build_deps
 ensure_packages etcd:etcd-server etcdctl:etcd-client
@@ -32,6 +34,11 @@ export MERIDIAN_BENCH_ETCD="http://127.0.0.1:$ETCD_PORT"
 say "building and running the test suite (release profile, shared with the demo)"
 cd "$ROOT"
 cargo nextest run --workspace --release --locked --no-fail-fast "$@"
+
+if [[ "${MERIDIAN_SKIP_DOCKER:-0}" != 1 ]]; then
+  say "running the container cluster test (docker/test.sh: images, compose up, kill, recover)"
+  "$ROOT/docker/test.sh" --no-cargo
+fi
 
 if [[ "${MERIDIAN_SKIP_JEPSEN:-0}" != 1 ]]; then
   say "running the short Jepsen matrix (jepsen/ci.sh)"

@@ -1,0 +1,445 @@
+#!/usr/bin/env bash
+# End-to-end check of the container cluster (docker/compose.yaml), as CI runs it:
+#
+#   1. build meridian:local (docker/build-images.sh; the host's `meridian` binary is the CLI)
+#   2. `docker-compose -p meridian-ci up -d`, wait until all three nodes are healthy and every
+#      shard has a leader
+#   3. write 100 keys spread over every shard and read them back
+#   4. `docker kill` (SIGKILL) the node that leads the most shards; write 50 more keys, which
+#      the remaining two nodes (a quorum) must accept, and read them back
+#   5. `docker start` it; wait until it is healthy, answers status, and the shard leaders
+#      report it fully replicated (lag 0 on every shard); read the new keys with it as the
+#      only seed, and check a full scan returns exactly the 150 keys
+#   6. `docker-compose down -v` — always, from an EXIT trap, also after a failure (which first
+#      prints the containers' state, health-check output and logs)
+#
+# Exits 0 without running anything, saying SKIP, only when no Docker engine is reachable.
+#
+# Usage: docker/test.sh [--no-cargo]   (--no-cargo: use the already built release binary)
+# Environment (defaults chosen not to collide with the other tests' loopback ports
+# 21000-23999, nor with a demo cluster from compose.yaml's defaults on 7001-7003/10.77.0.0/24):
+#   MERIDIAN_CI_PROJECT        compose project name (meridian-ci)
+#   MERIDIAN_CI_PORT_BASE      published client ports are BASE+1..BASE+3 (27000)
+#   MERIDIAN_CI_SUBNET_PREFIX  the nodes' /24 (10.77.201)
+#   MERIDIAN_CI_KILL           service to kill (default: the node leading the most shards)
+#   MERIDIAN_CI_WAIT_S         bound of every wait for health/leaders/catch-up (120)
+set -euo pipefail
+
+DOCKER_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+REPO_ROOT="$(cd "$DOCKER_DIR/.." && pwd)"
+
+if ! docker info >/dev/null 2>&1; then
+  echo "SKIP docker/test.sh: no Docker engine is reachable (\`docker info\` failed), so the container cluster test did not run"
+  exit 0
+fi
+
+# scripts/common.sh: `say` and CARGO_TARGET_DIR (where build-images.sh puts the binary).
+# shellcheck source=SCRIPTDIR/../scripts/common.sh
+source "$REPO_ROOT/scripts/common.sh"
+
+build_args=()
+for arg in "$@"; do
+  case "$arg" in
+    --no-cargo) build_args+=(--no-cargo) ;;
+    -h | --help)
+      sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//'
+      exit 0
+      ;;
+    *)
+      echo "error: unknown argument \"$arg\" (see --help)" >&2
+      exit 2
+      ;;
+  esac
+done
+
+PROJECT="${MERIDIAN_CI_PROJECT:-meridian-ci}"
+PORT_BASE="${MERIDIAN_CI_PORT_BASE:-27000}"
+WAIT_S="${MERIDIAN_CI_WAIT_S:-120}"
+export MERIDIAN_IMAGE="${MERIDIAN_IMAGE:-meridian:local}"
+export MERIDIAN_SUBNET_PREFIX="${MERIDIAN_CI_SUBNET_PREFIX:-10.77.201}"
+export MERIDIAN_PORT_US_EAST=$((PORT_BASE + 1))
+export MERIDIAN_PORT_EU_WEST=$((PORT_BASE + 2))
+export MERIDIAN_PORT_AP_SOUTH=$((PORT_BASE + 3))
+MERIDIAN="$CARGO_TARGET_DIR/release/meridian"
+KEYS_BEFORE_KILL=100
+KEYS_DURING_OUTAGE=50
+# Every CLI call's own budget, retries included: long enough to ride out an election
+# (election timeouts are 1.5-3 s) plus the client's backoff.
+CLI_TIMEOUT_MS=20000
+
+# Node id -> service, published port, and address on the compose network (compose.yaml).
+SERVICES=(us-east-1 eu-west-1 ap-south-1)
+declare -A NODE_OF=([us-east-1]=1 [eu-west-1]=2 [ap-south-1]=3)
+declare -A SERVICE_OF=([1]=us-east-1 [2]=eu-west-1 [3]=ap-south-1)
+declare -A PORT_OF=([us-east-1]=$MERIDIAN_PORT_US_EAST [eu-west-1]=$MERIDIAN_PORT_EU_WEST
+                    [ap-south-1]=$MERIDIAN_PORT_AP_SOUTH)
+declare -A ADDR_OF=([us-east-1]="$MERIDIAN_SUBNET_PREFIX.11:7001"
+                    [eu-west-1]="$MERIDIAN_SUBNET_PREFIX.21:7001"
+                    [ap-south-1]="$MERIDIAN_SUBNET_PREFIX.31:7001")
+if [[ -n "${MERIDIAN_CI_KILL:-}" && -z "${NODE_OF[$MERIDIAN_CI_KILL]:-}" ]]; then
+  echo "error: MERIDIAN_CI_KILL=$MERIDIAN_CI_KILL is not one of: ${SERVICES[*]}" >&2
+  exit 2
+fi
+ALL_ENDPOINTS="127.0.0.1:$MERIDIAN_PORT_US_EAST,127.0.0.1:$MERIDIAN_PORT_EU_WEST,127.0.0.1:$MERIDIAN_PORT_AP_SOUTH"
+
+if command -v docker-compose >/dev/null 2>&1; then
+  COMPOSE=(docker-compose)
+elif docker compose version >/dev/null 2>&1; then
+  COMPOSE=(docker compose)
+else
+  echo "error: neither docker-compose nor the \`docker compose\` plugin is installed" >&2
+  exit 1
+fi
+COMPOSE+=(-p "$PROJECT" -f "$DOCKER_DIR/compose.yaml")
+
+STARTED_AT=$SECONDS
+log() { printf '[%4ds] %s\n' "$((SECONDS - STARTED_AT))" "$*"; }
+fail() {
+  printf '[%4ds] FAIL: %s\n' "$((SECONDS - STARTED_AT))" "$*" >&2
+  exit 1
+}
+
+# Phase timings for the summary: "name seconds" lines.
+TIMINGS=()
+phase_started=$SECONDS
+phase_done() {
+  TIMINGS+=("$(printf '%-44s %4d s' "$1" "$((SECONDS - phase_started))")")
+  phase_started=$SECONDS
+}
+
+indent() {
+  local line
+  while IFS= read -r line; do printf '    %s\n' "$line"; done
+}
+
+container_of() { "${COMPOSE[@]}" ps -q "$1" 2>/dev/null || true; }
+
+# ---- teardown, also on failure and Ctrl-C ------------------------------------------------------
+cluster_created=0
+dump_diagnostics() {
+  echo "================ diagnostics: ${COMPOSE[*]} ================" >&2
+  "${COMPOSE[@]}" ps >&2 || true
+  local service id
+  for service in "${SERVICES[@]}"; do
+    id="$(container_of "$service")"
+    [[ -n "$id" ]] || continue
+    echo "---- $service: state and the last health-check results" >&2
+    # Passing checks print a whole status table: show only failing checks' output.
+    docker inspect -f '{{.State.Status}} exit={{.State.ExitCode}} restarts={{.RestartCount}} started={{.State.StartedAt}}{{if .State.Health}}{{range .State.Health.Log}}
+  check at {{.Start}}: exit {{.ExitCode}}{{if ne .ExitCode 0}}: {{.Output}}{{end}}{{end}}{{end}}' "$id" >&2 || true
+  done
+  echo "---- container logs (last 150 lines each)" >&2
+  "${COMPOSE[@]}" logs --no-color --timestamps --tail=150 >&2 || true
+}
+cleanup() {
+  local status=$?
+  trap - EXIT INT TERM
+  if ((status != 0)) && ((cluster_created)); then
+    dump_diagnostics
+  fi
+  if ((cluster_created)); then
+    local teardown_started=$SECONDS
+    log "tearing down: ${COMPOSE[*]} down -v"
+    if ! "${COMPOSE[@]}" down -v --remove-orphans --timeout 30; then
+      echo "warning: teardown failed; clean up with: ${COMPOSE[*]} down -v --remove-orphans" >&2
+      ((status != 0)) || status=1
+    fi
+    TIMINGS+=("$(printf '%-44s %4d s' "teardown (down -v)" "$((SECONDS - teardown_started))")")
+  fi
+  if ((${#TIMINGS[@]})); then
+    echo "timings:"
+    printf '  %s\n' "${TIMINGS[@]}"
+  fi
+  if ((status == 0)); then
+    log "PASS docker/test.sh"
+  else
+    log "docker/test.sh failed (exit $status)"
+  fi
+  exit "$status"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+# ---- helpers -----------------------------------------------------------------------------------
+# cli ENDPOINTS ARGS...: the host's meridian CLI against ENDPOINTS (comma-separated seeds).
+cli() {
+  local endpoints="$1"
+  shift
+  MERIDIAN_ENDPOINTS="$endpoints" "$MERIDIAN" "$@"
+}
+
+# key_for I: key I of this run, YCSB-shaped: "user" + a decimal spread uniformly over
+# [0, 2^63) (Fibonacci hashing of I+1; distinct for every I used here). The default split
+# points are laid out for exactly that shape, so the keys land in every data shard.
+key_for() { printf 'user%d' "$(((($1 + 1) * 0x9E3779B97F4A7C15) & 0x7FFFFFFFFFFFFFFF))"; }
+value_for() { printf 'value-%d-%s' "$1" "$RUN_ID"; }
+
+# container_state SERVICE: "running/healthy", "exited/unhealthy", "missing", ...
+container_state() {
+  local id
+  id="$(container_of "$1")"
+  if [[ -z "$id" ]]; then
+    echo missing
+    return
+  fi
+  docker inspect -f '{{.State.Status}}/{{if .State.Health}}{{.State.Health.Status}}{{else}}no-healthcheck{{end}}' "$id" 2>/dev/null \
+    || echo missing
+}
+
+# wait_healthy SERVICE...: until each is running and healthy; fails fast if one stops.
+wait_healthy() {
+  local deadline=$((SECONDS + WAIT_S)) line previous="" service state all
+  while true; do
+    line="" all=1
+    for service in "$@"; do
+      state="$(container_state "$service")"
+      line+="$service=$state "
+      case "$state" in
+        running/healthy) ;;
+        exited/* | dead/* | missing) fail "$service is $state while waiting for it to become healthy" ;;
+        *) all=0 ;;
+      esac
+    done
+    if [[ "$line" != "$previous" ]]; then
+      log "  health: $line"
+      previous="$line"
+    fi
+    ((all)) && return 0
+    ((SECONDS < deadline)) || fail "not healthy within ${WAIT_S} s: $line"
+    sleep 2
+  done
+}
+
+# shard_rows: reads `meridian cluster status` output on stdin and prints one line per shard,
+# "SHARD_ID LEADER LAG_CELL" (LEADER is a node id or "none"; LAG_CELL like "1:0,2:0,3:?"), and
+# first a line "answered ANSWERED TOTAL" from the header. The table is parsed by column name:
+# columns are separated by two or more spaces (cells such as a range or "LAST LOG" contain
+# single spaces), so added columns do not break it.
+shard_rows() {
+  awk '
+    function cells(line, out) {
+      sub(/^ +/, "", line)
+      return split(line, out, /  +/)
+    }
+    /^cluster / && match($0, /\([0-9]+ of [0-9]+ nodes answered\)/) {
+      split(substr($0, RSTART + 1, RLENGTH - 2), words, " ")
+      print "answered", words[1], words[3]
+    }
+    /^SHARDS/ { in_shards = 1; next }
+    in_shards && NF > 0 && $1 == "ID" {
+      n = cells($0, header)
+      for (i = 1; i <= n; i++) {
+        if (header[i] == "ID") id_col = i
+        if (header[i] == "LEADER") leader_col = i
+        if (header[i] ~ /^LAG/) lag_col = i
+      }
+      if (!id_col || !leader_col || !lag_col) {
+        print "error: no ID, LEADER or LAG column in the SHARDS table of cluster status" > "/dev/stderr"
+        exit 2
+      }
+      next
+    }
+    in_shards && NF > 0 && leader_col {
+      cells($0, row)
+      lag = row[lag_col]
+      gsub(/ +/, ",", lag)
+      print row[id_col], row[leader_col], lag
+    }
+  '
+}
+
+# status_verdict [NODE_ID]: reads `meridian cluster status` output on stdin; prints a one-line
+# summary; succeeds iff every node answered, every shard has a leader, and (with NODE_ID)
+# the leaders report NODE_ID's replication lag as 0 on every shard it replicates.
+status_verdict() {
+  shard_rows | awk -v want="${1:-}" '
+    $1 == "answered" { answered = $2; total = $3; next }
+    {
+      shards++
+      if ($2 == "none") leaderless++
+      if (want != "" && $2 != want) {
+        n = split($3, lags, ",")
+        for (i = 1; i <= n; i++) {
+          split(lags[i], part, ":")
+          if (part[1] == want && part[2] != "0") behind++
+        }
+      }
+    }
+    END {
+      printf "%s/%s nodes answered, %d shards, %d without a leader", answered, total, shards, leaderless
+      if (want != "") printf ", node %s behind on %d", want, behind
+      printf "\n"
+      exit !(total > 0 && answered == total && shards > 0 && leaderless == 0 && behind == 0)
+    }'
+}
+
+# wait_cluster ENDPOINTS [NODE_ID]: until status_verdict holds (bounded).
+wait_cluster() {
+  local endpoints="$1" want="${2:-}" deadline=$((SECONDS + WAIT_S)) output verdict previous=""
+  while true; do
+    if output="$(cli "$endpoints" cluster status --timeout-ms 5000 2>&1)"; then
+      if verdict="$(status_verdict "$want" <<<"$output")"; then
+        log "  cluster: $verdict"
+        LAST_STATUS="$output"
+        return 0
+      fi
+    else
+      verdict="status failed: $(tail -n1 <<<"$output")"
+    fi
+    if [[ "$verdict" != "$previous" ]]; then
+      log "  cluster: $verdict"
+      previous="$verdict"
+    fi
+    if ((SECONDS >= deadline)); then
+      printf '%s\n' "$output" >&2
+      fail "cluster not ready within ${WAIT_S} s: $verdict"
+    fi
+    sleep 1
+  done
+}
+
+now_ms() { local us="${EPOCHREALTIME/[.,]/}"; echo $((us / 1000)); }
+
+# put_keys ENDPOINTS FIRST COUNT: writes keys FIRST..FIRST+COUNT-1; prints progress and the
+# slowest write (one CLI process each, so that includes connecting and any retries).
+put_keys() {
+  local endpoints="$1" first="$2" count="$3" i key out status started took slowest=0 slowest_key=""
+  for ((i = first; i < first + count; i++)); do
+    key="$(key_for "$i")"
+    status=0
+    started="$(now_ms)"
+    out="$(cli "$endpoints" kv put --timeout-ms "$CLI_TIMEOUT_MS" "$key" "$(value_for "$i")" 2>&1)" || status=$?
+    took=$(($(now_ms) - started))
+    if ((status == 3)); then
+      fail "put $key: outcome unknown (exit 3): $out"
+    elif ((status != 0)); then
+      fail "put $key failed (exit $status): $out"
+    fi
+    if ((took > slowest)); then
+      slowest=$took slowest_key=$key
+    fi
+    if (((i - first + 1) % 25 == 0)); then
+      log "  wrote $((i - first + 1))/$count keys"
+    fi
+  done
+  log "  slowest write: $slowest ms ($slowest_key)"
+}
+
+# get_keys ENDPOINTS FIRST COUNT: reads keys FIRST..FIRST+COUNT-1 and checks every value.
+get_keys() {
+  local endpoints="$1" first="$2" count="$3" i key got expected
+  for ((i = first; i < first + count; i++)); do
+    key="$(key_for "$i")"
+    expected="$(value_for "$i")"
+    got="$(cli "$endpoints" kv get --timeout-ms "$CLI_TIMEOUT_MS" "$key" 2>&1)" \
+      || fail "get $key failed: $got"
+    [[ "$got" == "$expected" ]] || fail "get $key returned \"$got\", expected \"$expected\""
+    if (((i - first + 1) % 25 == 0)); then
+      log "  read $((i - first + 1))/$count keys, all as written"
+    fi
+  done
+}
+
+# ---- 1. images ---------------------------------------------------------------------------------
+log "building the image (docker/build-images.sh ${build_args[*]:-})"
+"$DOCKER_DIR/build-images.sh" "${build_args[@]}"
+[[ -x "$MERIDIAN" ]] || fail "no host CLI at $MERIDIAN after the build"
+phase_done "build image (incl. cargo build)"
+RUN_ID="$(date +%s)-$$"
+
+# ---- 2. cluster up -----------------------------------------------------------------------------
+log "project $PROJECT: subnet $MERIDIAN_SUBNET_PREFIX.0/24, client ports $ALL_ENDPOINTS"
+cluster_created=1
+# Leftovers of an earlier run that was killed before its trap ran.
+"${COMPOSE[@]}" down -v --remove-orphans --timeout 10 >/dev/null 2>&1 || true
+log "starting: ${COMPOSE[*]} up -d"
+"${COMPOSE[@]}" up -d
+wait_healthy "${SERVICES[@]}"
+phase_done "up -d until 3 nodes healthy"
+
+# The CLI talks to shard leaders at the client addresses they registered (the bridge IPs),
+# not through the published ports; say so clearly if the host cannot reach them.
+for service in "${SERVICES[@]}"; do
+  address="${ADDR_OF[$service]}"
+  timeout 5 bash -c ": </dev/tcp/${address%:*}/${address#*:}" 2>/dev/null \
+    || fail "the host cannot reach $service at $address (its registered client address); the host CLI needs the compose network to be routable from the host (true for Docker on Linux)"
+done
+log "waiting for every shard to elect a leader"
+wait_cluster "$ALL_ENDPOINTS"
+phase_done "every shard has a leader"
+
+# ---- 3. 100 keys -------------------------------------------------------------------------------
+log "writing $KEYS_BEFORE_KILL keys through $ALL_ENDPOINTS"
+put_keys "$ALL_ENDPOINTS" 0 "$KEYS_BEFORE_KILL"
+phase_done "write $KEYS_BEFORE_KILL keys (one CLI process each)"
+log "reading them back"
+get_keys "$ALL_ENDPOINTS" 0 "$KEYS_BEFORE_KILL"
+phase_done "read $KEYS_BEFORE_KILL keys (one CLI process each)"
+
+# ---- 4. kill a node, write with the other two --------------------------------------------------
+victim="${MERIDIAN_CI_KILL:-}"
+if [[ -z "$victim" ]]; then
+  # The node leading the most shards, so the writes below need new leaders to be elected.
+  leader_id="$(shard_rows <<<"$LAST_STATUS" | awk '
+    $1 != "answered" && $2 != "none" { led[$2]++ }
+    END { for (id in led) if (led[id] > best) { best = led[id]; top = id }; print top }
+  ')"
+  victim="${SERVICE_OF[$leader_id]:-eu-west-1}"
+fi
+victim_id="$(container_of "$victim")"
+survivors=()
+for service in "${SERVICES[@]}"; do
+  [[ "$service" == "$victim" ]] || survivors+=("127.0.0.1:${PORT_OF[$service]}")
+done
+SURVIVOR_ENDPOINTS="$(IFS=,; echo "${survivors[*]}")"
+log "cluster status before the kill:"
+indent <<<"$LAST_STATUS"
+log "docker kill $victim (node ${NODE_OF[$victim]}; SIGKILL, no graceful shutdown)"
+docker kill "$victim_id" >/dev/null
+sleep 1
+state="$(container_state "$victim")"
+[[ "$state" == exited/* ]] || fail "$victim should stay down after docker kill, but is $state"
+phase_done "kill $victim"
+
+log "writing $KEYS_DURING_OUTAGE more keys with $victim down (the other two nodes are a quorum)"
+log "  (the first write to each shard $victim led waits for a new leader: election timeout 1.5-3 s)"
+put_keys "$ALL_ENDPOINTS" "$KEYS_BEFORE_KILL" "$KEYS_DURING_OUTAGE"
+phase_done "write $KEYS_DURING_OUTAGE keys with 1 node down"
+get_keys "$SURVIVOR_ENDPOINTS" "$KEYS_BEFORE_KILL" "$KEYS_DURING_OUTAGE"
+# A peer being down must not make the others unhealthy: their check is about themselves.
+for service in "${SERVICES[@]}"; do
+  [[ "$service" == "$victim" ]] && continue
+  state="$(container_state "$service")"
+  streak="$(docker inspect -f '{{.State.Health.FailingStreak}}' "$(container_of "$service")")"
+  [[ "$state" == running/healthy && "$streak" == 0 ]] \
+    || fail "$service is $state with $streak failed health checks in a row while $victim is down"
+done
+log "  the other two nodes stayed healthy (their latest health checks passed)"
+phase_done "read them back from the survivors"
+
+# ---- 5. restart it, wait until it has caught up ------------------------------------------------
+log "docker start $victim"
+docker start "$victim_id" >/dev/null
+wait_healthy "$victim"
+phase_done "restart until $victim healthy"
+log "waiting until the leaders report node ${NODE_OF[$victim]} ($victim) fully replicated"
+wait_cluster "$ALL_ENDPOINTS" "${NODE_OF[$victim]}"
+phase_done "restart until caught up (lag 0)"
+log "cluster status after recovery:"
+indent <<<"$LAST_STATUS"
+
+VICTIM_ENDPOINT="127.0.0.1:${PORT_OF[$victim]}"
+log "reading the keys written during the outage with $victim ($VICTIM_ENDPOINT) as the only seed"
+get_keys "$VICTIM_ENDPOINT" "$KEYS_BEFORE_KILL" "$KEYS_DURING_OUTAGE"
+total=$((KEYS_BEFORE_KILL + KEYS_DURING_OUTAGE))
+log "scanning the whole keyspace through $VICTIM_ENDPOINT: expecting exactly the $total keys"
+expected="$(for ((i = 0; i < total; i++)); do printf '%s\t%s\n' "$(key_for "$i")" "$(value_for "$i")"; done | LC_ALL=C sort)"
+scanned="$(cli "$VICTIM_ENDPOINT" kv scan --timeout-ms "$CLI_TIMEOUT_MS" --limit 10000 2>/dev/null | LC_ALL=C sort)" \
+  || fail "scan through $VICTIM_ENDPOINT failed"
+if [[ "$scanned" != "$expected" ]]; then
+  diff <(printf '%s\n' "$expected") <(printf '%s\n' "$scanned") | head -n 20 >&2 || true
+  fail "the scan does not match the $total keys written (diff above: < expected, > scanned)"
+fi
+log "  scan returned exactly the $total keys with their values"
+phase_done "reads and scan through the restarted node"
