@@ -185,6 +185,7 @@ impl ClusterView {
             "TERM",
             "APPLIED",
             "LAST LOG",
+            "QUIESCED",
             "LAG (node:entries)",
         ]);
         for shard in self.shards() {
@@ -210,6 +211,7 @@ impl ClusterView {
                 shard.term.to_string(),
                 shard.applied_index.to_string(),
                 shard.last_log_index.to_string(),
+                yes_no(shard.quiesced).into(),
                 format_lag(&shard),
             ]);
         }

@@ -24,7 +24,7 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Run a node until SIGTERM or Ctrl-C.
-    Start(StartArgs),
+    Start(Box<StartArgs>),
     /// Read and write keys.
     Kv(KvCommand),
     /// Inspect the cluster.
@@ -70,7 +70,7 @@ fn main() -> ExitCode {
     };
     let result = runtime.block_on(async move {
         match cli.command {
-            Command::Start(args) => meridian_server::run_start(args).await,
+            Command::Start(args) => meridian_server::run_start(*args).await,
             Command::Kv(command) => command.run().await,
             Command::Cluster(command) => command.run().await,
             Command::Demo(args) => meridian_cli::demo::run(args).await,

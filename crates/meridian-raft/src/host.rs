@@ -45,6 +45,8 @@ pub struct ShardReplica {
     pub shard: ShardId,
     pub raft: Raft,
     pub sm: ShardStateMachine,
+    /// Quiescence state (see `quiesce`).
+    pub quiet: crate::quiesce::Quiet,
 }
 
 pub struct MultiRaft {
@@ -132,7 +134,12 @@ impl MultiRaft {
         .await
         .map_err(|e| format!("starting raft for shard {shard}: {e}"))?;
         spawn_role_log(shard, &raft);
-        let replica = Arc::new(ShardReplica { shard, raft, sm });
+        let replica = Arc::new(ShardReplica {
+            shard,
+            raft,
+            sm,
+            quiet: Default::default(),
+        });
         self.shards
             .write()
             .expect("shard table lock poisoned")
@@ -184,9 +191,9 @@ fn spawn_role_log(shard: ShardId, raft: &Raft) {
         loop {
             let (vote, state, leader) = {
                 let m = server.borrow_watched();
-                (m.vote.clone(), m.state, m.current_leader)
+                (m.vote, m.state, m.current_leader)
             };
-            let key = (vote.clone(), state, leader);
+            let key = (vote, state, leader);
             if last.as_ref() != Some(&key) {
                 let (last_log, committed, applied) = {
                     let m = all.borrow_watched();
@@ -214,14 +221,14 @@ fn spawn_role_log(shard: ShardId, raft: &Raft) {
 /// The `RaftTransport` gRPC service.
 pub struct TransportService {
     host: Arc<MultiRaft>,
-    clock_log: RateLimitedLog,
+    clock_log: Arc<RateLimitedLog>,
 }
 
 impl TransportService {
     pub fn new(host: Arc<MultiRaft>) -> TransportService {
         TransportService {
             host,
-            clock_log: RateLimitedLog::new(Duration::from_secs(5)),
+            clock_log: Arc::new(RateLimitedLog::new(Duration::from_secs(5))),
         }
     }
 
@@ -234,6 +241,11 @@ impl TransportService {
     }
 
     fn admit(&self, shard_id: u64, hlc: u64, from: u64) -> Result<Arc<ShardReplica>, Status> {
+        admit(&self.host, &self.clock_log, shard_id, hlc, from)
+    }
+
+    /// Merges a node-level message's clock and notes the sender alive.
+    fn admit_node(&self, hlc: u64, from: u64) -> Result<(), Status> {
         if let Err(e) = self.host.clock.update(Timestamp(hlc)) {
             if self.clock_log.should_log() {
                 tracing::error!(from_node = from, error = %e, "rejecting peer message");
@@ -241,12 +253,7 @@ impl TransportService {
             return Err(clock_rejection(&e));
         }
         self.host.pool.mark_seen(from);
-        self.host.get(ShardId(shard_id)).ok_or_else(|| {
-            Status::not_found(format!(
-                "shard {shard_id} has no replica on node {}",
-                self.host.node_id
-            ))
-        })
+        Ok(())
     }
 
     fn refuse_votes_after_start(&self) -> Result<(), Status> {
@@ -271,16 +278,48 @@ impl TransportService {
     }
 }
 
+/// Admits one peer message for a shard: merges the sender's clock (rejecting it beyond
+/// `max_offset`), notes the sender alive, finds the replica, and wakes it if quiesced.
+fn admit(
+    host: &Arc<MultiRaft>,
+    clock_log: &RateLimitedLog,
+    shard_id: u64,
+    hlc: u64,
+    from: u64,
+) -> Result<Arc<ShardReplica>, Status> {
+    if let Err(e) = host.clock.update(Timestamp(hlc)) {
+        if clock_log.should_log() {
+            tracing::error!(from_node = from, error = %e, "rejecting peer message");
+        }
+        return Err(clock_rejection(&e));
+    }
+    host.pool.mark_seen(from);
+    let replica = host.get(ShardId(shard_id)).ok_or_else(|| {
+        Status::not_found(format!(
+            "shard {shard_id} has no replica on node {}",
+            host.node_id
+        ))
+    })?;
+    if let Some(leader) = replica.on_peer_message(from) {
+        host.send_wake(replica.shard, leader);
+    }
+    Ok(replica)
+}
+
 /// One request after the first on an append stream, or `None` to end the stream: a transport
 /// error, a switch of shard, a clock beyond `max_offset` or a malformed payload. Ending (not
 /// skipping) matters: a skipped request would leave a gap the next one's `prev_log_id`
 /// cannot match, and the leader learns of a failure sooner from a closed stream.
 fn admit_stream_request(
-    host: &MultiRaft,
+    host: &Arc<MultiRaft>,
+    replica: &ShardReplica,
     shard_id: u64,
     r: Result<RaftRequest, Status>,
 ) -> Option<AppendEntriesRequest> {
     let req = r.ok()?;
+    if let Some(leader) = replica.on_peer_message(req.from_node) {
+        host.send_wake(replica.shard, leader);
+    }
     if req.shard_id != shard_id {
         tracing::warn!(shard_id, got = req.shard_id, "append stream switched shards; closing");
         return None;
@@ -321,36 +360,51 @@ impl RaftTransport for TransportService {
     type AppendStreamStream =
         std::pin::Pin<Box<dyn futures::Stream<Item = Result<RaftReply, Status>> + Send + 'static>>;
 
+    /// Answers at once and admits the first request when it comes: a replication session
+    /// may stay idle (a quiesced leader sends nothing), and waiting for its first request
+    /// before answering made every idle session time out and reconnect (a warning storm and
+    /// CPU that grew with the shard count). A bad first request ends the reply stream with its
+    /// status.
     async fn append_stream(
         &self,
         request: Request<Streaming<RaftRequest>>,
     ) -> Result<Response<Self::AppendStreamStream>, Status> {
         use futures::StreamExt;
-        let mut inbound = request.into_inner();
-        let first = inbound
-            .message()
-            .await?
-            .ok_or_else(|| Status::invalid_argument("empty append stream"))?;
-        let replica = self.admit(first.shard_id, first.hlc, first.from_node)?;
-        let shard_id = first.shard_id;
+        let inbound = request.into_inner();
         let host = self.host.clone();
-        // Requests after the first are admitted one by one; a bad one ends the stream (the
-        // leader reconnects), it never reaches Raft.
-        let rest = inbound
-            .map(move |r| admit_stream_request(&host, shard_id, r))
-            .take_while(|r| futures::future::ready(r.is_some()))
-            .filter_map(futures::future::ready);
-        let first_req: AppendEntriesRequest = decode_payload(&first)?;
-        let requests = futures::stream::once(futures::future::ready(first_req)).chain(rest);
-        let clock = self.host.clock.clone();
-        let replies = replica.raft.stream_append(requests).map(move |item| {
-            let result: Result<StreamAppendResult, String> =
-                item.map_err(|fatal| fatal.to_string());
-            let payload = codec::encode(&result).map_err(|e| Status::internal(e.to_string()))?;
-            Ok(RaftReply {
-                hlc: clock.now().0,
-                payload: payload.into(),
-            })
+        let clock_log = self.clock_log.clone();
+        let session = async move {
+            let (first, inbound) = inbound.into_future().await;
+            let first = first.ok_or_else(|| Status::invalid_argument("empty append stream"))??;
+            let replica = admit(&host, &clock_log, first.shard_id, first.hlc, first.from_node)?;
+            let first_req: AppendEntriesRequest = decode_payload(&first)?;
+            let shard_id = first.shard_id;
+            // Requests after the first are admitted one by one; a bad one ends the stream (the
+            // leader reconnects), it never reaches Raft.
+            let streaming = replica.clone();
+            let admitting = host.clone();
+            let rest = inbound
+                .map(move |r| admit_stream_request(&admitting, &streaming, shard_id, r))
+                .take_while(|r| futures::future::ready(r.is_some()))
+                .filter_map(futures::future::ready);
+            let requests = futures::stream::once(futures::future::ready(first_req)).chain(rest);
+            let clock = host.clock.clone();
+            let replies = replica.raft.stream_append(requests).map(move |item| {
+                let result: Result<StreamAppendResult, String> =
+                    item.map_err(|fatal| fatal.to_string());
+                let payload =
+                    codec::encode(&result).map_err(|e| Status::internal(e.to_string()))?;
+                Ok(RaftReply {
+                    hlc: clock.now().0,
+                    payload: payload.into(),
+                })
+            });
+            // Boxed here: the opaque stream type names `replica`'s lifetime.
+            Ok::<Self::AppendStreamStream, Status>(Box::pin(replies))
+        };
+        let replies = futures::stream::once(session).flat_map(|opened| match opened {
+            Ok(replies) => replies.left_stream(),
+            Err(status) => futures::stream::once(futures::future::ready(Err(status))).right_stream(),
         });
         Ok(Response::new(Box::pin(replies)))
     }
@@ -396,6 +450,31 @@ impl RaftTransport for TransportService {
             Err(e) => Err(e.to_string()),
         };
         self.reply(result)
+    }
+
+    async fn quiesce(&self, request: Request<RaftRequest>) -> Result<Response<RaftReply>, Status> {
+        let req = request.into_inner();
+        self.admit_node(req.hlc, req.from_node)?;
+        let Some(replica) = self.host.get(ShardId(req.shard_id)) else {
+            return self.reply(Ok(false));
+        };
+        let rpc: crate::quiesce::QuiesceRequest = decode_payload(&req)?;
+        self.reply(Ok::<bool, String>(replica.park_on_request(req.from_node, &rpc)))
+    }
+
+    async fn wake(&self, request: Request<RaftRequest>) -> Result<Response<RaftReply>, Status> {
+        let req = request.into_inner();
+        self.admit_node(req.hlc, req.from_node)?;
+        if let Some(replica) = self.host.get(ShardId(req.shard_id)) {
+            replica.wake_requested();
+        }
+        self.reply(Ok::<(), String>(()))
+    }
+
+    async fn ping(&self, request: Request<RaftRequest>) -> Result<Response<RaftReply>, Status> {
+        let req = request.into_inner();
+        self.admit_node(req.hlc, req.from_node)?;
+        self.reply(Ok::<(), String>(()))
     }
 
     async fn install_snapshot(

@@ -9,6 +9,7 @@
 //! - [`dedup`]: the per-shard table of applied write request ids that makes retries safe.
 //! - [`network`]: the peer transport client (one channel per peer, deadlines, HLC on every RPC).
 //! - [`host`]: the per-node shard table and the transport service routing by shard id.
+//! - [`quiesce`]: idle shards stop ticking; node-level pings notice a dead leader instead.
 //!
 //! # Invariants
 //! - An entry is acknowledged to openraft as flushed only after an fsync that followed it.
@@ -26,6 +27,7 @@ pub mod host;
 pub mod log_store;
 pub mod log_writer;
 pub mod network;
+pub mod quiesce;
 pub mod state_machine;
 pub mod types;
 

@@ -86,6 +86,9 @@ impl RateLimitedLog {
 /// One lazily connected HTTP/2 channel per peer node, shared by every shard.
 pub struct PeerPool {
     channels: Mutex<HashMap<String, Channel>>,
+    /// Peer address (as the membership names it) → the address to dial instead (a WAN proxy
+    /// link); set once at startup.
+    dial: std::sync::OnceLock<HashMap<String, String>>,
     /// When each peer last answered us or sent us a message (liveness for status).
     last_seen: Mutex<HashMap<NodeId, Instant>>,
     pub self_id: NodeId,
@@ -98,6 +101,7 @@ impl PeerPool {
     pub fn new(self_id: NodeId, clock: Arc<Clock>, rpc_timeout: Duration) -> Arc<PeerPool> {
         Arc::new(PeerPool {
             channels: Mutex::new(HashMap::new()),
+            dial: std::sync::OnceLock::new(),
             last_seen: Mutex::new(HashMap::new()),
             self_id,
             clock,
@@ -106,12 +110,25 @@ impl PeerPool {
         })
     }
 
+    /// Dial `overrides` (peer address → address to dial) instead of the peers' own addresses.
+    /// Once, before any peer is dialled; a second call is an error.
+    pub fn set_dial_overrides(&self, overrides: HashMap<String, String>) -> Result<(), String> {
+        self.dial
+            .set(overrides)
+            .map_err(|_| "peer dial overrides are already set".to_string())
+    }
+
     pub fn client(&self, addr: &str) -> Result<RaftTransportClient<Channel>, String> {
         let mut channels = self.channels.lock().expect("peer pool lock poisoned");
         let channel = match channels.get(addr) {
             Some(c) => c.clone(),
             None => {
-                let c = Channel::from_shared(format!("http://{addr}"))
+                let target = self
+                    .dial
+                    .get()
+                    .and_then(|d| d.get(addr))
+                    .map_or(addr, String::as_str);
+                let c = Channel::from_shared(format!("http://{target}"))
                     .map_err(|e| format!("bad peer address {addr:?}: {e}"))?
                     .connect_timeout(self.rpc_timeout)
                     .tcp_nodelay(true)
@@ -153,6 +170,59 @@ impl PeerPool {
             }
             e.to_string()
         })
+    }
+}
+
+/// The quiescence RPCs (see `quiesce`): node-level, not tied to one shard's openraft.
+impl PeerPool {
+    /// One unary quiescence call with the RPC deadline; the reply's clock is merged.
+    async fn node_call<Resp: serde::de::DeserializeOwned>(
+        &self,
+        addr: &str,
+        kind: &'static str,
+        shard: u64,
+        payload: Vec<u8>,
+    ) -> Result<Resp, String> {
+        let mut client = self.client(addr)?;
+        let mut request = tonic::Request::new(crate::quiesce::envelope(
+            shard,
+            self.clock.now().0,
+            self.self_id,
+            payload,
+        ));
+        request.set_timeout(self.rpc_timeout);
+        let reply = match kind {
+            "ping" => client.ping(request).await,
+            "wake" => client.wake(request).await,
+            _ => client.quiesce(request).await,
+        }
+        .map_err(|s| s.message().to_string())?
+        .into_inner();
+        self.merge_reply_clock(reply.hlc)?;
+        let result: Result<Resp, String> =
+            codec::decode(&reply.payload).map_err(|e| e.to_string())?;
+        result
+    }
+
+    /// Node-level liveness: one empty round trip.
+    pub async fn ping(&self, addr: &str) -> Result<(), String> {
+        self.node_call(addr, "ping", 0, Vec::new()).await
+    }
+
+    /// Asks the follower at `addr` to park `shard`; whether it did.
+    pub async fn quiesce(
+        &self,
+        addr: &str,
+        shard: ShardId,
+        request: &crate::quiesce::QuiesceRequest,
+    ) -> Result<bool, String> {
+        let payload = codec::encode(request).map_err(|e| e.to_string())?;
+        self.node_call(addr, "quiesce", shard.0, payload).await
+    }
+
+    /// Asks the leader at `addr` to wake `shard`.
+    pub async fn wake(&self, addr: &str, shard: ShardId) -> Result<(), String> {
+        self.node_call(addr, "wake", shard.0, Vec::new()).await
     }
 }
 

@@ -50,6 +50,7 @@ impl Cluster for ClusterService {
                 info.term = m.current_term;
                 info.applied_index = m.last_applied.as_ref().map(|l| l.index).unwrap_or(0);
                 info.last_log_index = m.last_log_index.unwrap_or(0);
+                info.quiesced = replica.is_quiesced();
                 if let Some(repl) = &m.replication {
                     info.replica_status = repl
                         .iter()

@@ -24,6 +24,7 @@
 //! election_timeout_min_ms = 1500
 //! election_timeout_max_ms = 3000
 //! rpc_timeout_ms = 2000
+//! quiesce = true               # idle shards stop heartbeats and election timers
 //! ```
 
 use meridian_types::limits::MAX_INITIAL_SHARDS;
@@ -115,6 +116,8 @@ pub struct RaftSection {
     pub logs_to_keep_after_snapshot: u64,
     /// Take a snapshot after this many applied entries since the last one.
     pub snapshot_every_entries: u64,
+    /// Idle, caught-up shards stop heartbeats and election timers (meridian-raft `quiesce`).
+    pub quiesce: bool,
 }
 
 impl Default for RaftSection {
@@ -128,6 +131,7 @@ impl Default for RaftSection {
             rpc_timeout_ms: 2_000,
             logs_to_keep_after_snapshot: 5_000,
             snapshot_every_entries: 50_000,
+            quiesce: true,
         }
     }
 }
@@ -143,6 +147,8 @@ pub struct FileConfig {
     pub peer_addr: Option<String>,
     pub data_dir: Option<PathBuf>,
     pub initial_cluster: Option<Vec<String>>,
+    /// Dial overrides for peers, `id=host:port` (see `--peer-dial`).
+    pub peer_dial: Option<Vec<String>>,
     pub join: Option<String>,
     pub clock_offset_ms: Option<i64>,
     #[serde(default)]
@@ -201,6 +207,14 @@ pub struct StartArgs {
     /// Shift this node's physical clock (testing clock skew), in milliseconds.
     #[arg(long, allow_hyphen_values = true)]
     pub clock_offset_ms: Option<i64>,
+    /// Whether idle shards quiesce (stop heartbeats and election timers); default true.
+    #[arg(long)]
+    pub quiesce: Option<bool>,
+    /// Dial overrides for peers, comma-separated `id=host:port`: this node reaches peer `id` at
+    /// that address instead of its `initial_cluster` address (e.g. a `meridian-wan` link that
+    /// adds the WAN delay between two regions).
+    #[arg(long, value_delimiter = ',')]
+    pub peer_dial: Option<Vec<String>>,
 }
 
 /// A validated node configuration.
@@ -213,6 +227,8 @@ pub struct NodeConfig {
     pub peer_addr: SocketAddr,
     pub data_dir: PathBuf,
     pub initial_cluster: Vec<Member>,
+    /// Peers dialled at another address than their `initial_cluster` one (a WAN proxy).
+    pub peer_dial: std::collections::BTreeMap<NodeId, SocketAddr>,
     pub clock_offset_ms: i64,
     pub cluster: ClusterSection,
     pub raft: RaftSection,
@@ -261,6 +277,7 @@ impl NodeConfig {
         flag!(initial_cluster);
         flag!(join);
         flag!(clock_offset_ms);
+        flag!(peer_dial);
         if let Some(v) = args.initial_shards {
             file.cluster.initial_shards = v;
         }
@@ -276,6 +293,9 @@ impl NodeConfig {
         }
         if let Some(v) = args.election_timeout_max_ms {
             file.raft.election_timeout_max_ms = v;
+        }
+        if let Some(v) = args.quiesce {
+            file.raft.quiesce = v;
         }
         Self::validate(file)
     }
@@ -385,6 +405,25 @@ impl NodeConfig {
         if r.rpc_timeout_ms == 0 {
             return Err(err("raft.rpc_timeout_ms", "must be > 0"));
         }
+        let mut peer_dial = std::collections::BTreeMap::new();
+        for (i, entry) in file.peer_dial.unwrap_or_default().iter().enumerate() {
+            let field = format!("peer_dial[{i}]");
+            let (id, addr) = entry
+                .split_once('=')
+                .ok_or_else(|| err(&field, format!("{entry:?} is not of the form id=host:port")))?;
+            let id: NodeId = id
+                .trim()
+                .parse()
+                .map_err(|_| err(&field, format!("{id:?} is not a node id")))?;
+            if !initial_cluster.iter().any(|m| m.node_id == id) {
+                return Err(err(&field, format!("node {id} is not in initial_cluster")));
+            }
+            let addr: SocketAddr = addr
+                .trim()
+                .parse()
+                .map_err(|e| err(&field, format!("{addr:?} is not an ip:port address: {e}")))?;
+            peer_dial.insert(id, addr);
+        }
         Ok(NodeConfig {
             node_id,
             region,
@@ -394,6 +433,7 @@ impl NodeConfig {
             data_dir,
             initial_cluster,
             clock_offset_ms: file.clock_offset_ms.unwrap_or(0),
+            peer_dial,
             cluster: file.cluster,
             raft: file.raft,
         })
@@ -445,6 +485,25 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("cluster.initial_shards"));    }
+
+    #[test]
+    fn peer_dial_overrides_are_validated() {
+        let mut a = args();
+        a.peer_dial = Some(vec!["2=127.0.0.1:9002".into()]);
+        let c = NodeConfig::load(&a).unwrap();
+        assert_eq!(c.peer_dial[&2].to_string(), "127.0.0.1:9002");
+        for (bad, needle) in [
+            ("9=127.0.0.1:1", "not in initial_cluster"),
+            ("2", "id=host:port"),
+            ("x=127.0.0.1:1", "not a node id"),
+            ("2=nowhere", "ip:port"),
+        ] {
+            let mut a = args();
+            a.peer_dial = Some(vec![bad.into()]);
+            let e = NodeConfig::load(&a).unwrap_err().to_string();
+            assert!(e.contains("peer_dial[0]") && e.contains(needle), "{bad}: {e}");
+        }
+    }
 
     #[test]
     fn repeated_or_empty_split_points_are_refused() {

@@ -166,6 +166,18 @@ impl Node {
             config.data_dir.clone(),
         )
         .map_err(|e| anyhow::anyhow!(e))?;
+        let overrides = config
+            .initial_cluster
+            .iter()
+            .filter_map(|m| {
+                let via = config.peer_dial.get(&m.node_id)?;
+                tracing::info!(peer = m.node_id, addr = %m.peer_addr, %via, "dialling a peer through an override");
+                Some((m.peer_addr.to_string(), via.to_string()))
+            })
+            .collect();
+        host.pool
+            .set_dial_overrides(overrides)
+            .map_err(|e| anyhow::anyhow!(e))?;
         let node = Arc::new(Node {
             cluster_id: id,
             engine,
@@ -177,6 +189,13 @@ impl Node {
             ceiling_keeper,
         });
         node.open_and_bootstrap().await?;
+        let peers = node
+            .config
+            .initial_cluster
+            .iter()
+            .map(|m| (m.node_id, m.peer_addr.to_string()))
+            .collect();
+        node.host.spawn_quiescence(peers, node.config.raft.quiesce);
         let registering = node.clone();
         tokio::spawn(async move { registering.register_self().await });
         Ok(node)
@@ -291,6 +310,9 @@ impl Node {
         cmd: Command,
     ) -> std::result::Result<CommandResult, String> {
         if let Some(replica) = self.host.get(shard) {
+            if let Some(leader) = replica.touch() {
+                self.host.send_wake(shard, leader);
+            }
             if replica.raft.is_leader() {
                 return replica
                     .raft
@@ -346,13 +368,18 @@ impl Node {
     }
 
     /// This node's replica of `shard`, or `WRONG_SHARD`.
+    /// Every client request goes through here, so it also wakes a quiesced shard.
     pub fn replica(&self, shard: ShardId) -> Result<Arc<ShardReplica>> {
-        self.host.get(shard).ok_or_else(|| {
+        let replica = self.host.get(shard).ok_or_else(|| {
             ServerError::WrongShard(format!(
                 "shard {shard} has no replica on node {}",
                 self.config.node_id
             ))
-        })
+        })?;
+        if let Some(leader) = replica.touch() {
+            self.host.send_wake(shard, leader);
+        }
+        Ok(replica)
     }
 
     /// The data shard owning `key` and this node's replica of it.

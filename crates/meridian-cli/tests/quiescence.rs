@@ -1,0 +1,149 @@
+//! Cluster test: idle shards quiesce (no heartbeats, no election timers), a request wakes its
+//! shard, and when the node leading quiesced shards is SIGKILLed their followers notice through
+//! node-level pings alone — no client traffic — and elect new leaders.
+
+mod common;
+
+use bytes::Bytes;
+use common::*;
+use meridian_cli::demo::keys_across_shards;
+use meridian_client::fetch_status;
+use meridian_client::proto::StatusResponse;
+use nix::sys::signal::Signal;
+use std::time::{Duration, Instant};
+
+const SHARDS: u32 = 16;
+const STATUS_TIMEOUT: Duration = Duration::from_secs(2);
+/// Bound on every replica quiescing once the cluster is idle.
+const QUIESCE_TIMEOUT: Duration = Duration::from_secs(60);
+/// Bound on every shard having a live leader again after its leader's node died.
+const FAILOVER_TIMEOUT: Duration = Duration::from_secs(60);
+
+#[test]
+fn idle_shards_quiesce_and_elect_when_their_leader_dies() {
+    run_scenario(scenario());
+}
+
+async fn statuses(cluster: &meridian_cli::LocalCluster, nodes: &[u64]) -> Vec<StatusResponse> {
+    let mut out = Vec::new();
+    for id in nodes {
+        let addr = cluster.client_addr(*id).expect("node address");
+        if let Ok(s) = fetch_status(&addr, STATUS_TIMEOUT).await {
+            out.push(s);
+        }
+    }
+    out
+}
+
+/// (quiesced, total) replicas over the given nodes' own reports.
+fn quiesced(statuses: &[StatusResponse]) -> (usize, usize) {
+    let all: Vec<bool> = statuses
+        .iter()
+        .flat_map(|s| {
+            s.shards
+                .iter()
+                .filter(move |sh| sh.replicas.contains(&s.answering_node))
+                .map(|sh| sh.quiesced)
+        })
+        .collect();
+    (all.iter().filter(|q| **q).count(), all.len())
+}
+
+async fn wait_all_quiesced(cluster: &meridian_cli::LocalCluster, nodes: &[u64]) -> Duration {
+    let started = Instant::now();
+    loop {
+        let s = statuses(cluster, nodes).await;
+        let (quiet, total) = quiesced(&s);
+        if s.len() == nodes.len() && total > 0 && quiet == total {
+            return started.elapsed();
+        }
+        assert!(
+            started.elapsed() < QUIESCE_TIMEOUT,
+            "only {quiet} of {total} replicas quiesced after {QUIESCE_TIMEOUT:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+async fn scenario() {
+    let dir = tempfile::tempdir().unwrap();
+    let cluster = start_cluster(22_000, dir.path(), SHARDS, &[]);
+    cluster
+        .wait_ready(READY_TIMEOUT)
+        .await
+        .expect("cluster ready");
+    let nodes = cluster.node_ids();
+
+    // 1. Idle: every replica of every shard (metadata included) quiesces.
+    let took = wait_all_quiesced(&cluster, &nodes).await;
+    eprintln!("all replicas quiesced {took:?} after the cluster was ready");
+
+    // 2. A write wakes its shard (and succeeds); the shard quiesces again afterwards.
+    let client = connect_client(cluster.endpoints()).await;
+    let map = client.shard_map();
+    let keys = keys_across_shards(&map, SHARDS as usize);
+    let key = keys[0].clone();
+    client
+        .put(key.clone(), Bytes::from_static(b"v1"))
+        .await
+        .expect("write to a quiesced shard");
+    let shard = client.route(&key).expect("routable").shard_id;
+    let awake_after_write = statuses(&cluster, &nodes)
+        .await
+        .iter()
+        .flat_map(|s| s.shards.iter().filter(|sh| sh.shard_id == shard))
+        .any(|sh| !sh.quiesced);
+    assert!(awake_after_write, "the written shard {shard} should be awake");
+    let took = wait_all_quiesced(&cluster, &nodes).await;
+    eprintln!("shard {shard} quiesced again {took:?} after the write");
+
+    // 3. SIGKILL the node leading the most (quiesced) shards; with no client traffic, the
+    //    survivors must notice through pings and elect leaders for all of them.
+    let before = statuses(&cluster, &nodes).await;
+    let led_by = |id: u64| {
+        before[0]
+            .shards
+            .iter()
+            .filter(|s| s.leader_id == id)
+            .count()
+    };
+    let victim = *nodes.iter().max_by_key(|id| led_by(**id)).unwrap();
+    let orphaned = led_by(victim);
+    assert!(orphaned > 0, "some node leads shards");
+    cluster.kill(victim, Signal::SIGKILL).expect("SIGKILL");
+    let killed_at = Instant::now();
+    let survivors: Vec<u64> = nodes.iter().copied().filter(|n| *n != victim).collect();
+    loop {
+        let s = statuses(&cluster, &survivors).await;
+        let leaderless: Vec<u64> = s
+            .iter()
+            .flat_map(|st| st.shards.iter())
+            .filter(|sh| sh.leader_id == 0 || sh.leader_id == victim)
+            .map(|sh| sh.shard_id)
+            .collect();
+        if s.len() == survivors.len() && leaderless.is_empty() {
+            break;
+        }
+        assert!(
+            killed_at.elapsed() < FAILOVER_TIMEOUT,
+            "shards {leaderless:?} still without a live leader {FAILOVER_TIMEOUT:?} after node {victim} died"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    eprintln!(
+        "node {victim} led {orphaned} quiesced shards; all had live leaders {:?} after SIGKILL, with no client traffic",
+        killed_at.elapsed()
+    );
+
+    // 4. Every shard serves writes on the surviving majority.
+    for key in &keys {
+        client
+            .put(key.clone(), Bytes::from_static(b"v2"))
+            .await
+            .unwrap_or_else(|e| panic!("write after failover: {e}"));
+    }
+    for id in &survivors {
+        let log = cluster.log_contents(*id).unwrap();
+        assert!(!log.contains("panicked"), "node {id} panicked:\n{log}");
+    }
+}
