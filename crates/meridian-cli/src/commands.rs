@@ -24,6 +24,10 @@ pub struct ConnectArgs {
     /// Budget of each command including retries, in milliseconds.
     #[arg(long, default_value_t = 10_000, global = true)]
     pub timeout_ms: u64,
+    /// Dial overrides, comma-separated `ADVERTISED=DIAL` client addresses (e.g. through a
+    /// `meridian-wan` proxy link): a node the cluster advertises at ADVERTISED is reached at DIAL.
+    #[arg(long, env = "MERIDIAN_DIAL", value_delimiter = ',', global = true)]
+    pub dial: Vec<String>,
 }
 
 impl ConnectArgs {
@@ -31,6 +35,11 @@ impl ConnectArgs {
         let mut config = ClientConfig::new(self.endpoints.iter().map(|e| e.trim().to_string()));
         config.call_timeout = Duration::from_millis(self.timeout_ms.max(1));
         config.rpc_timeout = config.rpc_timeout.min(config.call_timeout);
+        for pair in &self.dial {
+            let (from, to) = pair.split_once('=').unwrap_or((pair.as_str(), ""));
+            // An entry without '=' maps to "", which validation rejects with its text.
+            config.dial.insert(from.trim().to_string(), to.trim().to_string());
+        }
         config
     }
 

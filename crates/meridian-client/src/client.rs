@@ -620,7 +620,8 @@ impl Client {
             channels.clear();
         }
         let config = &self.inner.config;
-        let endpoint = Endpoint::from_shared(endpoint_uri(address))
+        let target = config.dial.get(address).map_or(address, String::as_str);
+        let endpoint = Endpoint::from_shared(endpoint_uri(target))
             .map_err(|e| Error::Transport {
                 address: address.to_string(),
                 message: format!("invalid address: {e}"),

@@ -4,6 +4,7 @@
 //! offending field so a misconfiguration fails at [`crate::Client::connect`], not mid-call.
 
 use crate::error::{Error, Result, MAX_ADDRESS_BYTES};
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 /// Most shard requests one batch or status call runs at once.
@@ -63,6 +64,10 @@ pub struct ClientConfig {
     /// Seed of the backoff jitter RNG; `None` seeds from the OS. Set it in tests for
     /// reproducible delays.
     pub jitter_seed: Option<u64>,
+    /// Address overrides: a node's client address (as the cluster advertises it) → the
+    /// address to dial instead, e.g. a WAN-emulating proxy link (`meridian-wan`) or a NAT.
+    /// Addresses not listed are dialled as they are.
+    pub dial: BTreeMap<String, String>,
 }
 
 impl ClientConfig {
@@ -94,6 +99,13 @@ impl ClientConfig {
             if seed.is_empty() || seed.len() > MAX_ADDRESS_BYTES {
                 return Err(Error::invalid(format!(
                     "seeds[{index}]: {seed:?} is not a host:port address"
+                )));
+            }
+        }
+        for (from, to) in &self.dial {
+            if from.trim().is_empty() || to.trim().is_empty() || to.len() > MAX_ADDRESS_BYTES {
+                return Err(Error::invalid(format!(
+                    "dial: {from:?} -> {to:?} is not an address mapping"
                 )));
             }
         }
@@ -138,6 +150,7 @@ impl Default for ClientConfig {
             max_parallel_shard_requests: 16,
             read_consistency: ReadConsistency::Linearizable,
             jitter_seed: None,
+            dial: BTreeMap::new(),
         }
     }
 }
