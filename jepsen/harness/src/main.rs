@@ -82,6 +82,7 @@ mod nemesis;
 mod nft;
 mod output;
 mod plan;
+mod replicas;
 mod run;
 mod status;
 mod workload;

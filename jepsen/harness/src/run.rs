@@ -13,6 +13,7 @@ use crate::nemesis::{IntervalRecord, Nemesis, NemesisLog, NodeExit};
 use crate::nft::{NftLayout, NftTable};
 use crate::output;
 use crate::plan::{self, Step, MAX_OFFSET_MS};
+use crate::replicas;
 use crate::workload::{self, Recorder};
 use meridian_cli::LocalCluster;
 use meridian_jepsen::checker::Validity;
@@ -41,6 +42,8 @@ struct Collected {
     recovery_ms: Option<u64>,
     final_read_ok: bool,
     workload_ms: u64,
+    /// Set workload: the set's shard and which replicas converged (see `replicas`).
+    converged: Option<replicas::Converged>,
 }
 
 async fn shutdown_signal() -> &'static str {
@@ -151,10 +154,30 @@ pub async fn run(cfg: RunConfig, meridian: PathBuf) -> anyhow::Result<u8> {
     drop(cluster);
 
     let history = recorder.snapshot();
-    let verdict = match interrupted {
+    let mut verdict = match interrupted {
         Some(_) => None,
         None => Some(check::check(cfg.workload, &history)?),
     };
+    // Every replica of the set's shard must hold every acknowledged add, not only the one
+    // that served the final read (see `replicas`).
+    if let (Some(v), Some(converged)) = (verdict.as_mut(), collected.converged.clone()) {
+        let mut held = std::collections::BTreeMap::new();
+        for node in &converged.nodes {
+            let db = data_dir.join(format!("node{node}")).join("db");
+            match replicas::read_replica(&db, converged.shard) {
+                Ok(elements) => {
+                    held.insert(*node, elements);
+                }
+                Err(e) => collected
+                    .errors
+                    .push(format!("replica check: reading n{node}: {e:#}")),
+            }
+        }
+        let result =
+            replicas::check_replicas(&replicas::acknowledged(&history), &held, &converged.lagging);
+        v.results.push(result);
+        v.valid = meridian_jepsen::checker::overall(&v.results);
+    }
     let control = match (cfg.negative_control, &verdict) {
         (Some(control), Some(_)) => Some(check::run_control(
             cfg.workload,
@@ -370,6 +393,12 @@ async fn cluster_phase(
         }
         _ => workload::final_set_read(&client, recorder, process).await,
     };
+    if cfg.workload == Workload::Set {
+        match replicas::wait_converged(cluster).await {
+            Ok(converged) => out.converged = Some(converged),
+            Err(e) => out.errors.push(format!("replica check: {e:#}")),
+        }
+    }
     Ok(())
 }
 
