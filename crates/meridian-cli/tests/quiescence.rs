@@ -1,5 +1,5 @@
-//! Cluster test: idle shards quiesce (no heartbeats, no election timers), a request wakes its
-//! shard, and when the node leading quiesced shards is SIGKILLed their followers notice through
+//! Cluster test: idle shards quiesce (no heartbeats, no election timers), a write or a read
+//! wakes its shard, and when the node leading quiesced shards is SIGKILLed their followers notice through
 //! node-level pings alone — no client traffic — and elect new leaders.
 
 mod common;
@@ -96,6 +96,15 @@ async fn scenario() {
     assert!(awake_after_write, "the written shard {shard} should be awake");
     let took = wait_all_quiesced(&cluster, &nodes).await;
     eprintln!("shard {shard} quiesced again {took:?} after the write");
+
+    // A linearizable read of a quiesced shard wakes it too (its parked leader has no lease:
+    // the read confirms leadership with a heartbeat round) and sees the write.
+    let read_at = Instant::now();
+    let got = client.get(key.clone()).await.expect("read of a quiesced shard");
+    assert_eq!(got.as_deref(), Some(&b"v1"[..]), "the read sees the write");
+    eprintln!("a read of quiesced shard {shard} took {:?}", read_at.elapsed());
+    let took = wait_all_quiesced(&cluster, &nodes).await;
+    eprintln!("shard {shard} quiesced again {took:?} after the read");
 
     // 3. SIGKILL the node leading the most (quiesced) shards; with no client traffic, the
     //    survivors must notice through pings and elect leaders for all of them.
