@@ -38,7 +38,9 @@ impl ConnectArgs {
         for pair in &self.dial {
             let (from, to) = pair.split_once('=').unwrap_or((pair.as_str(), ""));
             // An entry without '=' maps to "", which validation rejects with its text.
-            config.dial.insert(from.trim().to_string(), to.trim().to_string());
+            config
+                .dial
+                .insert(from.trim().to_string(), to.trim().to_string());
         }
         config
     }

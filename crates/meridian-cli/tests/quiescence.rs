@@ -93,16 +93,25 @@ async fn scenario() {
         .iter()
         .flat_map(|s| s.shards.iter().filter(|sh| sh.shard_id == shard))
         .any(|sh| !sh.quiesced);
-    assert!(awake_after_write, "the written shard {shard} should be awake");
+    assert!(
+        awake_after_write,
+        "the written shard {shard} should be awake"
+    );
     let took = wait_all_quiesced(&cluster, &nodes).await;
     eprintln!("shard {shard} quiesced again {took:?} after the write");
 
     // A linearizable read of a quiesced shard wakes it too (its parked leader has no lease:
     // the read confirms leadership with a heartbeat round) and sees the write.
     let read_at = Instant::now();
-    let got = client.get(key.clone()).await.expect("read of a quiesced shard");
+    let got = client
+        .get(key.clone())
+        .await
+        .expect("read of a quiesced shard");
     assert_eq!(got.as_deref(), Some(&b"v1"[..]), "the read sees the write");
-    eprintln!("a read of quiesced shard {shard} took {:?}", read_at.elapsed());
+    eprintln!(
+        "a read of quiesced shard {shard} took {:?}",
+        read_at.elapsed()
+    );
     let took = wait_all_quiesced(&cluster, &nodes).await;
     eprintln!("shard {shard} quiesced again {took:?} after the read");
 

@@ -78,7 +78,10 @@ async fn scenario() {
         "the node took {asked_after:?} to answer; too close to the window's end to test it"
     );
     assert!(refused(&vote), "vote right after restart: {vote:?}");
-    assert!(refused(&pre_vote), "pre-vote right after restart: {pre_vote:?}");
+    assert!(
+        refused(&pre_vote),
+        "pre-vote right after restart: {pre_vote:?}"
+    );
 
     // After the window: the request reaches Raft (and fails on its bad payload instead).
     let after = Duration::from_millis(WINDOW_MS + 1_000);

@@ -11,12 +11,12 @@ use crate::log_writer::LogWriter;
 use crate::network::{clock_rejection, NetworkFactory, PeerPool, RateLimitedLog, SnapshotHeader};
 use crate::state_machine::{ShardStateMachine, SnapshotFile};
 use crate::types::*;
-use openraft::type_config::async_runtime::WatchReceiver;
 use meridian_proto::raft::raft_transport_server::RaftTransport;
 use meridian_proto::raft::{RaftReply, RaftRequest, SnapshotChunk};
 use meridian_storage::Engine;
 use meridian_types::limits::{MAX_MESSAGE_BYTES, SNAPSHOT_CHUNK_BYTES};
 use meridian_types::{Clock, ShardId, Timestamp};
+use openraft::type_config::async_runtime::WatchReceiver;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::{Arc, RwLock};
@@ -321,7 +321,11 @@ fn admit_stream_request(
         host.send_wake(replica.shard, leader);
     }
     if req.shard_id != shard_id {
-        tracing::warn!(shard_id, got = req.shard_id, "append stream switched shards; closing");
+        tracing::warn!(
+            shard_id,
+            got = req.shard_id,
+            "append stream switched shards; closing"
+        );
         return None;
     }
     if let Err(e) = host.clock.update(Timestamp(req.hlc)) {
@@ -376,7 +380,13 @@ impl RaftTransport for TransportService {
         let session = async move {
             let (first, inbound) = inbound.into_future().await;
             let first = first.ok_or_else(|| Status::invalid_argument("empty append stream"))??;
-            let replica = admit(&host, &clock_log, first.shard_id, first.hlc, first.from_node)?;
+            let replica = admit(
+                &host,
+                &clock_log,
+                first.shard_id,
+                first.hlc,
+                first.from_node,
+            )?;
             let first_req: AppendEntriesRequest = decode_payload(&first)?;
             let shard_id = first.shard_id;
             // Requests after the first are admitted one by one; a bad one ends the stream (the
@@ -404,7 +414,9 @@ impl RaftTransport for TransportService {
         };
         let replies = futures::stream::once(session).flat_map(|opened| match opened {
             Ok(replies) => replies.left_stream(),
-            Err(status) => futures::stream::once(futures::future::ready(Err(status))).right_stream(),
+            Err(status) => {
+                futures::stream::once(futures::future::ready(Err(status))).right_stream()
+            }
         });
         Ok(Response::new(Box::pin(replies)))
     }
@@ -459,7 +471,9 @@ impl RaftTransport for TransportService {
             return self.reply(Ok(false));
         };
         let rpc: crate::quiesce::QuiesceRequest = decode_payload(&req)?;
-        self.reply(Ok::<bool, String>(replica.park_on_request(req.from_node, &rpc)))
+        self.reply(Ok::<bool, String>(
+            replica.park_on_request(req.from_node, &rpc),
+        ))
     }
 
     async fn wake(&self, request: Request<RaftRequest>) -> Result<Response<RaftReply>, Status> {

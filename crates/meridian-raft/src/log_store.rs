@@ -184,7 +184,13 @@ impl RaftLogReader<TypeConfig> for LogStore {
     async fn limited_get_log_entries(&mut self, start: u64, end: u64) -> io::Result<Vec<Entry>> {
         let (shard, engine) = (self.shard, self.engine.clone());
         blocking(move || {
-            read_range(&*engine, shard, start, Some(end), Some(MAX_ENTRIES_PER_READ))
+            read_range(
+                &*engine,
+                shard,
+                start,
+                Some(end),
+                Some(MAX_ENTRIES_PER_READ),
+            )
         })
         .await
     }

@@ -506,19 +506,28 @@ mod tests {
     #[test]
     fn a_follower_parks_only_for_its_leader_at_the_same_log() {
         assert!(follower_view().follower_can_park(1, &request()));
-        assert!(!follower_view().follower_can_park(3, &request()), "not its leader");
+        assert!(
+            !follower_view().follower_can_park(3, &request()),
+            "not its leader"
+        );
         let mut r = request();
         r.vote = committed_vote(3, 1);
         assert!(!follower_view().follower_can_park(1, &r), "another term");
         let mut r = request();
         r.vote = Vote::new(2, 1);
-        assert!(!follower_view().follower_can_park(1, &r), "uncommitted vote");
+        assert!(
+            !follower_view().follower_can_park(1, &r),
+            "uncommitted vote"
+        );
         let mut r = request();
         r.last_log_id = Some(log_id(2, 1, 11));
         assert!(!follower_view().follower_can_park(1, &r), "leader is ahead");
         let mut v = follower_view();
         v.committed = Some(log_id(2, 1, 9));
-        assert!(!v.follower_can_park(1, &request()), "not committed here yet");
+        assert!(
+            !v.follower_can_park(1, &request()),
+            "not committed here yet"
+        );
         let mut v = follower_view();
         v.state = ServerState::Candidate;
         assert!(!v.follower_can_park(1, &request()));

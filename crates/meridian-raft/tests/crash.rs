@@ -27,7 +27,10 @@ fn entry(index: u64) -> Entry {
         log_id: openraft::testing::log_id::<TypeConfig>(1, 1, index),
         payload: EntryPayload::Normal(Command::Write {
             ts: 100 + index,
-            puts: vec![(Bytes::from(format!("k{index}")), Bytes::from(format!("v{index}")))],
+            puts: vec![(
+                Bytes::from(format!("k{index}")),
+                Bytes::from(format!("v{index}")),
+            )],
             deletes: Vec::new(),
             request: None,
         }),
@@ -75,7 +78,11 @@ async fn the_flush_check_fails_on_an_engine_that_ignores_sync() {
     let engine = Arc::new(ForgetfulEngine::new());
     let crashing = engine.clone();
     let got = append_flush_crash(engine, move || crashing.crash(), 100).await;
-    assert!(got.len() < 100, "a forgetful engine kept {} entries", got.len());
+    assert!(
+        got.len() < 100,
+        "a forgetful engine kept {} entries",
+        got.len()
+    );
 }
 
 /// Apply writes data and the applied index in one unsynced batch: after a power loss at any
@@ -93,7 +100,7 @@ async fn applied_index_and_data_agree_after_a_power_loss_at_any_point() {
         let mut sm =
             ShardStateMachine::open(SHARD, dyn_engine.clone(), clock(), dir.path().into()).unwrap();
         engine.crash(); // whatever open wrote is the durable starting point
-        // One apply call per entry: one batch each.
+                        // One apply call per entry: one batch each.
         for index in 1..=ENTRIES {
             let stream = futures::stream::iter(vec![Ok((entry(index), None))]);
             sm.apply(stream).await.expect("apply");

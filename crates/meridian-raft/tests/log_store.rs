@@ -64,7 +64,11 @@ async fn try_get_log_entries_returns_every_entry_of_a_long_range() {
         "every entry of 1..={count}"
     );
     let got = store.try_get_log_entries(5..).await.expect("read");
-    assert_eq!(got.len() as u64, count - 4, "an open-ended range reads to the end");
+    assert_eq!(
+        got.len() as u64,
+        count - 4,
+        "an open-ended range reads to the end"
+    );
 }
 
 #[tokio::test]
@@ -104,5 +108,8 @@ async fn a_hole_inside_the_range_is_an_error_not_a_short_read() {
         .expect_err("a hole at 20 must fail the read");
     assert!(err.to_string().contains("20"), "{err}");
     // Absence at the start (purged) or the end (not appended yet) is not a hole.
-    assert_eq!(indexes(&store.try_get_log_entries(21..=60).await.unwrap()), (21..=50).collect::<Vec<_>>());
+    assert_eq!(
+        indexes(&store.try_get_log_entries(21..=60).await.unwrap()),
+        (21..=50).collect::<Vec<_>>()
+    );
 }

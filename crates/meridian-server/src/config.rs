@@ -484,7 +484,8 @@ mod tests {
         assert!(NodeConfig::load(&a)
             .unwrap_err()
             .to_string()
-            .contains("cluster.initial_shards"));    }
+            .contains("cluster.initial_shards"));
+    }
 
     #[test]
     fn peer_dial_overrides_are_validated() {
@@ -501,7 +502,10 @@ mod tests {
             let mut a = args();
             a.peer_dial = Some(vec![bad.into()]);
             let e = NodeConfig::load(&a).unwrap_err().to_string();
-            assert!(e.contains("peer_dial[0]") && e.contains(needle), "{bad}: {e}");
+            assert!(
+                e.contains("peer_dial[0]") && e.contains(needle),
+                "{bad}: {e}"
+            );
         }
     }
 
@@ -517,9 +521,15 @@ mod tests {
         };
         assert!(load(r#"["g", "p"]"#).is_ok());
         let e = load(r#"["g", "p", "g"]"#).unwrap_err().to_string();
-        assert!(e.contains("cluster.split_points[2]") && e.contains("twice"), "{e}");
+        assert!(
+            e.contains("cluster.split_points[2]") && e.contains("twice"),
+            "{e}"
+        );
         let e = load(r#"["g", ""]"#).unwrap_err().to_string();
-        assert!(e.contains("cluster.split_points[1]") && e.contains("empty"), "{e}");
+        assert!(
+            e.contains("cluster.split_points[1]") && e.contains("empty"),
+            "{e}"
+        );
     }
 
     #[test]

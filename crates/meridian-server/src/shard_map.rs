@@ -197,7 +197,10 @@ mod tests {
         for n in [1u32, 2, 7, 64, 256, 1000, 1024] {
             let s = default_split_points(n);
             assert_eq!(s.len() as u32, n - 1, "split points for {n}");
-            assert!(s.windows(2).all(|w| w[0] < w[1]), "{n}: not strictly sorted");
+            assert!(
+                s.windows(2).all(|w| w[0] < w[1]),
+                "{n}: not strictly sorted"
+            );
             let map = ShardMap::founding(&members, 1, &[], n);
             assert_eq!(map.data.len() as u32, n, "{n} shards asked for");
         }
