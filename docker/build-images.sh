@@ -4,7 +4,10 @@
 # No base image is pulled: the image holds exactly
 #   /usr/local/bin/meridian                the release binary (node and CLI in one), debug
 #                                          info stripped (symbols kept)
-#   every shared library `ldd` lists       at the path `ldd` printed, symlinks resolved
+#   /usr/local/bin/meridian-wan            the WAN emulator (delaying TCP proxy) that
+#                                          compose.yaml runs between the regions, likewise
+#   every shared library `ldd` lists       for either binary, at the path `ldd` printed,
+#                                          symlinks resolved
 #   the dynamic loader                     at the binary's interpreter path (PT_INTERP)
 #   /etc/nsswitch.conf                     "hosts: files dns", so host names resolve
 #   /data (uid 10001), /tmp (1777)         the node's data directory and a scratch dir
@@ -12,14 +15,15 @@
 # health checks and debugging go through the `meridian` binary itself.
 #
 # Usage: docker/build-images.sh [--no-cargo]
-#   --no-cargo   use the binary already in $CARGO_TARGET_DIR/release (CI that built it before)
+#   --no-cargo   use the binaries already in $CARGO_TARGET_DIR/release (CI that built them
+#                before)
 # Environment:
 #   MERIDIAN_IMAGE        image tag to build (default meridian:local)
-#   MERIDIAN_IMAGE_STRIP  0 keeps the binary's debug info in the image (~460 MB instead of ~25)
+#   MERIDIAN_IMAGE_STRIP  0 keeps the binaries' debug info in the image (~500 MB instead of ~30)
 #   CARGO_TARGET_DIR      cargo's target directory (default /var/tmp/meridian-target, see
 #                         scripts/common.sh; shared so RocksDB is not rebuilt)
 #
-# Idempotent: an unchanged binary gives the same image id (the legacy builder caches COPY by
+# Idempotent: unchanged binaries give the same image id (the legacy builder caches COPY by
 # content), and a replaced `meridian:local` is removed once nothing uses it.
 set -euo pipefail
 
@@ -59,18 +63,21 @@ for tool in ldd cp stat sha256sum; do
   command -v "$tool" >/dev/null 2>&1 || die "\`$tool\` is required to assemble the image"
 done
 
-# ---- 1. the release binary -------------------------------------------------------------------
+# ---- 1. the release binaries -----------------------------------------------------------------
 BINARY="$CARGO_TARGET_DIR/release/meridian"
+WAN_BINARY="$CARGO_TARGET_DIR/release/meridian-wan"
 if ((run_cargo)); then
   ensure_build_deps
-  say "building the release binary: cargo build --release --locked -p meridian-cli (target dir $CARGO_TARGET_DIR)"
+  say "building the release binaries: cargo build --release --locked -p meridian-cli -p meridian-wan (target dir $CARGO_TARGET_DIR)"
   say "a cold build compiles RocksDB (~20 min on 2 cores); if another build holds the target dir, cargo prints 'Blocking waiting for file lock' and waits for it"
   started=$SECONDS
-  (cd "$REPO_ROOT" && cargo build --release --locked -p meridian-cli) \
+  (cd "$REPO_ROOT" && cargo build --release --locked -p meridian-cli -p meridian-wan) \
     || die "cargo build failed (see the compiler output above)"
-  say "binary ready after $((SECONDS - started)) s: $BINARY"
+  say "binaries ready after $((SECONDS - started)) s: $BINARY, $WAN_BINARY"
 fi
-[[ -x "$BINARY" ]] || die "no executable at $BINARY (run without --no-cargo to build it)"
+for binary in "$BINARY" "$WAN_BINARY"; do
+  [[ -x "$binary" ]] || die "no executable at $binary (run without --no-cargo to build it)"
+done
 
 # ---- 2. the build context: a root file system ------------------------------------------------
 CONTEXT="$(mktemp -d "${TMPDIR:-/tmp}/meridian-image.XXXXXX")"
@@ -81,17 +88,24 @@ chmod 1777 "$ROOTFS/tmp"
 chmod 0755 "$CONTEXT/data"
 say "assembling the image root in $CONTEXT"
 # The release profile keeps line tables, and RocksDB's C++ is compiled with full DWARF: the
-# binary is ~460 MB, ~25 MB of it code. The image gets it without debug info but with its
-# symbol table, so a panic's backtrace (RUST_BACKTRACE=1) still names functions; the host's
-# $BINARY keeps everything for line numbers. MERIDIAN_IMAGE_STRIP=0 copies it unchanged.
-if [[ "${MERIDIAN_IMAGE_STRIP:-1}" != 0 ]] && command -v strip >/dev/null 2>&1; then
-  strip --strip-debug -o "$ROOTFS/usr/local/bin/meridian" "$BINARY" \
-    || die "strip --strip-debug $BINARY failed"
-  say "copied the binary without debug info ($(($(stat -c %s "$BINARY") / 1048576)) MiB -> $(($(stat -c %s "$ROOTFS/usr/local/bin/meridian") / 1048576)) MiB)"
-else
-  cp "$BINARY" "$ROOTFS/usr/local/bin/meridian"
-  say "copied the binary unstripped ($(($(stat -c %s "$BINARY") / 1048576)) MiB)"
-fi
+# binary is ~460 MB, ~25 MB of it code (meridian-wan: ~25 MB, ~3 MB of it code). The image
+# gets both without debug info but with their symbol tables, so a panic's backtrace
+# (RUST_BACKTRACE=1) still names functions; the host's copies keep everything for line
+# numbers. MERIDIAN_IMAGE_STRIP=0 copies them unchanged.
+# install_binary SOURCE: copies SOURCE to /usr/local/bin/<its name> in the root.
+install_binary() {
+  local source="$1" dest
+  dest="$ROOTFS/usr/local/bin/$(basename "$source")"
+  if [[ "${MERIDIAN_IMAGE_STRIP:-1}" != 0 ]] && command -v strip >/dev/null 2>&1; then
+    strip --strip-debug -o "$dest" "$source" || die "strip --strip-debug $source failed"
+    say "copied $(basename "$source") without debug info ($(($(stat -c %s "$source") / 1048576)) MiB -> $(($(stat -c %s "$dest") / 1048576)) MiB)"
+  else
+    cp "$source" "$dest"
+    say "copied $(basename "$source") unstripped ($(($(stat -c %s "$source") / 1048576)) MiB)"
+  fi
+}
+install_binary "$BINARY"
+install_binary "$WAN_BINARY"
 printf 'hosts: files dns\n' >"$ROOTFS/etc/nsswitch.conf"
 
 # copy_into_rootfs PATH: copies PATH (symlinks followed) to the same path under the root.
@@ -103,16 +117,20 @@ copy_into_rootfs() {
   printf '    %s\n' "$path" >&2
 }
 
-ldd_output="$(ldd "$BINARY" 2>&1)" || true
-if grep -qE 'not a dynamic executable|statically linked' <<<"$ldd_output"; then
-  say "the binary is static: no libraries to copy"
-else
-  if grep -q 'not found' <<<"$ldd_output"; then
-    die "ldd cannot resolve every library of $BINARY:"$'\n'"$ldd_output"
+# copy_libraries BINARY: the shared libraries and the loader BINARY needs (a library both
+# binaries use is simply copied twice, to the same place).
+copy_libraries() {
+  local binary="$1" ldd_output first second third rest copied=0 interpreter
+  ldd_output="$(ldd "$binary" 2>&1)" || true
+  if grep -qE 'not a dynamic executable|statically linked' <<<"$ldd_output"; then
+    say "$(basename "$binary") is static: no libraries to copy"
+    return
   fi
-  say "copying the shared libraries and the loader ldd lists:"
-  copied=0
-  while read -r first second third _; do
+  if grep -q 'not found' <<<"$ldd_output"; then
+    die "ldd cannot resolve every library of $binary:"$'\n'"$ldd_output"
+  fi
+  say "copying the shared libraries and the loader ldd lists for $(basename "$binary"):"
+  while read -r first second third rest; do
     # Three shapes: `libX.so.N => /path (0x…)`, `/lib64/ld-linux… (0x…)` (the loader), and
     # `linux-vdso.so.1 (0x…)` (in the kernel, nothing to copy).
     if [[ "$second" == "=>" && "$third" == /* ]]; then
@@ -128,12 +146,14 @@ else
   # The loader must sit at the interpreter path written into the binary; ldd prints it, but
   # check rather than find out from an `exec format error` / `no such file` at run time.
   if command -v readelf >/dev/null 2>&1; then
-    interpreter="$(readelf -l "$BINARY" | sed -n 's/.*Requesting program interpreter: \(.*\)]/\1/p')"
+    interpreter="$(readelf -l "$binary" | sed -n 's/.*Requesting program interpreter: \(.*\)]/\1/p')"
     if [[ -n "$interpreter" && ! -e "$ROOTFS$interpreter" ]]; then
       copy_into_rootfs "$interpreter"
     fi
   fi
-fi
+}
+copy_libraries "$BINARY"
+copy_libraries "$WAN_BINARY"
 
 # Provenance labels: the commit the binary was built from (marked when the tree was dirty)
 # and the binary's digest, so `docker image inspect` tells which build an image holds.
@@ -142,7 +162,8 @@ if [[ "$revision" != unknown && -n "$(git -C "$REPO_ROOT" status --porcelain --u
   revision="$revision-dirty"
 fi
 binary_sha256="$(sha256sum "$BINARY" | cut -d' ' -f1)"
-# With --no-cargo the binary may come from another checkout than the one labelled.
+wan_binary_sha256="$(sha256sum "$WAN_BINARY" | cut -d' ' -f1)"
+# With --no-cargo the binaries may come from another checkout than the one labelled.
 built_here=$([[ $run_cargo == 1 ]] && echo yes || echo "no (--no-cargo)")
 
 cat >"$CONTEXT/Dockerfile" <<EOF
@@ -151,14 +172,16 @@ FROM scratch
 COPY rootfs/ /
 COPY --chown=$NODE_UID:$NODE_GID data/ /data/
 LABEL org.opencontainers.image.title="meridian" \\
-      org.opencontainers.image.description="Meridian node and CLI (FROM scratch: binary, its ldd libraries, the loader)" \\
+      org.opencontainers.image.description="Meridian node and CLI, and the meridian-wan WAN emulator (FROM scratch: binaries, their ldd libraries, the loader)" \\
       org.opencontainers.image.revision="$revision" \\
       io.meridian.binary.sha256="$binary_sha256" \\
+      io.meridian.wan-binary.sha256="$wan_binary_sha256" \\
       io.meridian.binary.built-from-this-checkout="$built_here"
 USER $NODE_UID:$NODE_GID
 WORKDIR /data
 VOLUME ["/data"]
-# Client API (Kv, Cluster) and Raft peer transport, as in the README's examples.
+# Client API (Kv, Cluster) and Raft peer transport, as in the README's examples. (The
+# meridian-wan container's ports come from its topology file, see docker/wan.toml.)
 EXPOSE 7001 7101
 ENTRYPOINT ["/usr/local/bin/meridian"]
 CMD ["--help"]
@@ -179,8 +202,10 @@ if [[ -n "$previous_id" && "$previous_id" != "$image_id" ]]; then
   fi
 fi
 
-# A smoke test that needs no cluster: the loader, the libraries and the binary all work.
+# A smoke test that needs no cluster: the loader, the libraries and both binaries work.
 version="$(docker run --rm --network none "$IMAGE" --version 2>&1 | head -n1)" \
   || die "the image does not run (\`docker run --rm $IMAGE --version\`):"$'\n'"$version"
+wan_version="$(docker run --rm --network none --entrypoint /usr/local/bin/meridian-wan "$IMAGE" --version 2>&1 | head -n1)" \
+  || die "meridian-wan does not run in the image (\`docker run --rm --entrypoint /usr/local/bin/meridian-wan $IMAGE --version\`):"$'\n'"$wan_version"
 size_bytes="$(docker image inspect -f '{{.Size}}' "$IMAGE")"
-say "built $IMAGE: ${image_id#sha256:} ($((size_bytes / 1024 / 1024)) MiB, $version, revision $revision)"
+say "built $IMAGE: ${image_id#sha256:} ($((size_bytes / 1024 / 1024)) MiB, $version, $wan_version, revision $revision)"

@@ -2,15 +2,22 @@
 # End-to-end check of the container cluster (docker/compose.yaml), as CI runs it:
 #
 #   1. build meridian:local (docker/build-images.sh; the host's `meridian` binary is the CLI)
-#   2. `docker-compose -p meridian-ci up -d`, wait until all three nodes are healthy and every
-#      shard has a leader
-#   3. write 100 keys spread over every shard and read them back
-#   4. `docker kill` (SIGKILL) the node that leads the most shards; write 50 more keys, which
+#   2. write the wan topology for the test's subnet and check that the nodes' --peer-dial flags
+#      in compose.yaml are exactly the dial map `meridian-wan --print-dial-map` plans from it
+#   3. `docker-compose -p meridian-ci up -d`, wait until the wan answers on its control port,
+#      all three nodes are healthy and every shard has a leader
+#   4. write 100 keys spread over every shard and read them back; no write may commit faster
+#      than the smallest quorum round trip through the wan (80 ms): the WAN is in the path
+#   5. as a client in us-east (through the wan's client links): rewrite and read one key per
+#      shard, each no faster than its emulated floor (client→leader RTT, + the leader's
+#      quorum RTT for a put)
+#   6. `docker kill` (SIGKILL) the node that leads the most shards; write 50 more keys, which
 #      the remaining two nodes (a quorum) must accept, and read them back
-#   5. `docker start` it; wait until it is healthy, answers status, and the shard leaders
+#   7. `docker start` it; wait until it is healthy, answers status, and the shard leaders
 #      report it fully replicated (lag 0 on every shard); read the new keys with it as the
 #      only seed, and check a full scan returns exactly the 150 keys
-#   6. `docker-compose down -v` — always, from an EXIT trap, also after a failure (which first
+#   8. read the wan's `status`: every peer link must have forwarded bytes
+#   9. `docker-compose down -v` — always, from an EXIT trap, also after a failure (which first
 #      prints the containers' state, health-check output and logs)
 #
 # Exits 0 without running anything, saying SKIP, only when no Docker engine is reachable.
@@ -19,7 +26,8 @@
 # Environment (defaults chosen not to collide with the other tests' loopback ports
 # 21000-23999, nor with a demo cluster from compose.yaml's defaults on 7001-7003/10.77.0.0/24):
 #   MERIDIAN_CI_PROJECT        compose project name (meridian-ci)
-#   MERIDIAN_CI_PORT_BASE      published client ports are BASE+1..BASE+3 (27000)
+#   MERIDIAN_CI_PORT_BASE      published client ports are BASE+1..BASE+3, the wan's control
+#                              port BASE+299 and its us-east client links BASE+301..303 (27000)
 #   MERIDIAN_CI_SUBNET_PREFIX  the nodes' /24 (10.77.201)
 #   MERIDIAN_CI_KILL           service to kill (default: the node leading the most shards)
 #   MERIDIAN_CI_WAIT_S         bound of every wait for health/leaders/catch-up (120)
@@ -60,7 +68,16 @@ export MERIDIAN_SUBNET_PREFIX="${MERIDIAN_CI_SUBNET_PREFIX:-10.77.201}"
 export MERIDIAN_PORT_US_EAST=$((PORT_BASE + 1))
 export MERIDIAN_PORT_EU_WEST=$((PORT_BASE + 2))
 export MERIDIAN_PORT_AP_SOUTH=$((PORT_BASE + 3))
+export MERIDIAN_PORT_WAN_CONTROL=$((PORT_BASE + 299))
+export MERIDIAN_PORT_WAN_US_EAST_TO_1=$((PORT_BASE + 301))
+export MERIDIAN_PORT_WAN_US_EAST_TO_2=$((PORT_BASE + 302))
+export MERIDIAN_PORT_WAN_US_EAST_TO_3=$((PORT_BASE + 303))
 MERIDIAN="$CARGO_TARGET_DIR/release/meridian"
+MERIDIAN_WAN="$CARGO_TARGET_DIR/release/meridian-wan"
+# docker/wan.toml names the default subnet's addresses literally; the test's copy, with its own
+# prefix, lives in WORK_DIR (made once the EXIT trap is set, removed by it) and compose mounts
+# it (MERIDIAN_WAN_CONFIG).
+WORK_DIR=""
 KEYS_BEFORE_KILL=100
 KEYS_DURING_OUTAGE=50
 # Every CLI call's own budget, retries included: long enough to ride out an election
@@ -76,6 +93,14 @@ declare -A PORT_OF=([us-east-1]=$MERIDIAN_PORT_US_EAST [eu-west-1]=$MERIDIAN_POR
 declare -A ADDR_OF=([us-east-1]="$MERIDIAN_SUBNET_PREFIX.11:7001"
                     [eu-west-1]="$MERIDIAN_SUBNET_PREFIX.21:7001"
                     [ap-south-1]="$MERIDIAN_SUBNET_PREFIX.31:7001")
+# The wan container (no health check: there is no probe in the image; see wait_wan).
+WAN_SERVICE=wan
+# A client in us-east reaches node N through the wan's published link client-us-east-to-N:
+# seeds and leader addresses are the nodes' advertised client addresses, mapped by --dial.
+US_EAST_ENDPOINTS="${ADDR_OF[us-east-1]}"
+US_EAST_DIAL="${ADDR_OF[us-east-1]}=127.0.0.1:$MERIDIAN_PORT_WAN_US_EAST_TO_1"
+US_EAST_DIAL+=",${ADDR_OF[eu-west-1]}=127.0.0.1:$MERIDIAN_PORT_WAN_US_EAST_TO_2"
+US_EAST_DIAL+=",${ADDR_OF[ap-south-1]}=127.0.0.1:$MERIDIAN_PORT_WAN_US_EAST_TO_3"
 if [[ -n "${MERIDIAN_CI_KILL:-}" && -z "${NODE_OF[$MERIDIAN_CI_KILL]:-}" ]]; then
   echo "error: MERIDIAN_CI_KILL=$MERIDIAN_CI_KILL is not one of: ${SERVICES[*]}" >&2
   exit 2
@@ -120,7 +145,7 @@ dump_diagnostics() {
   echo "================ diagnostics: ${COMPOSE[*]} ================" >&2
   "${COMPOSE[@]}" ps >&2 || true
   local service id
-  for service in "${SERVICES[@]}"; do
+  for service in "$WAN_SERVICE" "${SERVICES[@]}"; do
     id="$(container_of "$service")"
     [[ -n "$id" ]] || continue
     echo "---- $service: state and the last health-check results" >&2
@@ -150,6 +175,9 @@ cleanup() {
     echo "timings:"
     printf '  %s\n' "${TIMINGS[@]}"
   fi
+  if [[ -n "$WORK_DIR" ]]; then
+    rm -rf "$WORK_DIR"
+  fi
   if ((status == 0)); then
     log "PASS docker/test.sh"
   else
@@ -160,13 +188,67 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
+WORK_DIR="$(mktemp -d "${TMPDIR:-/tmp}/meridian-docker-test.XXXXXX")"
+chmod 0755 "$WORK_DIR"
+export MERIDIAN_WAN_CONFIG="$WORK_DIR/wan.toml"
 
 # ---- helpers -----------------------------------------------------------------------------------
-# cli ENDPOINTS ARGS...: the host's meridian CLI against ENDPOINTS (comma-separated seeds).
+# cli ENDPOINTS ARGS...: the host's meridian CLI against ENDPOINTS (comma-separated seeds),
+# dialling nodes directly (the published ports and bridge addresses: no WAN on the way in).
 cli() {
   local endpoints="$1"
   shift
-  MERIDIAN_ENDPOINTS="$endpoints" "$MERIDIAN" "$@"
+  # (An empty MERIDIAN_DIAL is an error for the CLI, so unset a caller's rather than blank it.)
+  env -u MERIDIAN_DIAL MERIDIAN_ENDPOINTS="$endpoints" "$MERIDIAN" "$@"
+}
+
+# cli_us_east ARGS...: the host's CLI as a client in us-east: every node is dialled through
+# the wan's client-us-east-to-N link (0, 40 and 100 ms each way to nodes 1, 2 and 3).
+cli_us_east() {
+  MERIDIAN_ENDPOINTS="$US_EAST_ENDPOINTS" MERIDIAN_DIAL="$US_EAST_DIAL" "$MERIDIAN" "$@"
+}
+
+# wan_control COMMAND: one command on the wan's control port; prints the answer line.
+wan_control() {
+  # shellcheck disable=SC2016 # the inner script expands its own $1 and $2
+  timeout 5 bash -c '
+    exec 3<>"/dev/tcp/127.0.0.1/$1" || exit 1
+    printf "%s\n" "$2" >&3
+    IFS= read -r line <&3 || exit 1
+    printf "%s\n" "$line"' _ "$MERIDIAN_PORT_WAN_CONTROL" "$1"
+}
+
+# wan_links: the wan's `status`, one link per line as `name forwarded_bytes one_way_ms
+# accepted connect_failures`.
+wan_links() {
+  local answer
+  answer="$(wan_control status)" || return 1
+  [[ "$answer" == "ok "* ]] || return 1
+  tr ';' '\n' <<<"${answer#ok }" | awk '
+    {
+      delete f
+      for (i = 1; i <= NF; i++) { split($i, kv, "="); f[kv[1]] = kv[2] }
+      if (f["name"] != "")
+        print f["name"], f["forwarded_bytes"], f["one_way_ms"], f["accepted"], f["connect_failures"]
+    }'
+}
+
+# wait_wan: until the wan container runs and its control port lists every link (bounded).
+wait_wan() {
+  local deadline=$((SECONDS + WAIT_S)) state links
+  while true; do
+    state="$(container_state "$WAN_SERVICE")"
+    case "$state" in
+      running/*) ;;
+      exited/* | dead/* | missing) fail "the wan container is $state (its log: ${COMPOSE[*]} logs wan)" ;;
+    esac
+    if links="$(wan_links 2>/dev/null)" && (($(wc -l <<<"$links") == WAN_LINK_COUNT)); then
+      log "  wan: running, $WAN_LINK_COUNT links on its control port 127.0.0.1:$MERIDIAN_PORT_WAN_CONTROL"
+      return 0
+    fi
+    ((SECONDS < deadline)) || fail "the wan did not list its $WAN_LINK_COUNT links on 127.0.0.1:$MERIDIAN_PORT_WAN_CONTROL within ${WAIT_S} s (state $state)"
+    sleep 1
+  done
 }
 
 # key_for I: key I of this run, YCSB-shaped: "user" + a decimal spread uniformly over
@@ -274,6 +356,38 @@ status_verdict() {
     }'
 }
 
+# shard_leaders: reads `meridian cluster status` output on stdin and prints one line per data
+# shard, "SHARD_ID LEADER LOW HIGH" (LOW "-inf", HIGH "+inf" at the ends; keys unquoted), from
+# the RANGE column (`["user202792", "user305584")`). The metadata shard is left out.
+shard_leaders() {
+  awk '
+    function cells(line, out) {
+      sub(/^ +/, "", line)
+      return split(line, out, /  +/)
+    }
+    /^SHARDS/ { in_shards = 1; next }
+    in_shards && NF > 0 && $1 == "ID" {
+      n = cells($0, header)
+      for (i = 1; i <= n; i++) {
+        if (header[i] == "ID") id_col = i
+        if (header[i] == "LEADER") leader_col = i
+        if (header[i] == "RANGE") range_col = i
+      }
+      next
+    }
+    in_shards && NF > 0 && leader_col && range_col {
+      cells($0, row)
+      range = row[range_col]
+      if (range !~ /^\[.*\)$/) next
+      range = substr(range, 2, length(range) - 2)
+      split(range, bounds, ", ")
+      gsub(/"/, "", bounds[1])
+      gsub(/"/, "", bounds[2])
+      print row[id_col], row[leader_col], bounds[1], bounds[2]
+    }
+  '
+}
+
 # wait_cluster ENDPOINTS [NODE_ID]: until status_verdict holds (bounded).
 wait_cluster() {
   local endpoints="$1" want="${2:-}" deadline=$((SECONDS + WAIT_S)) output verdict previous=""
@@ -301,10 +415,13 @@ wait_cluster() {
 
 now_ms() { local us="${EPOCHREALTIME/[.,]/}"; echo $((us / 1000)); }
 
-# put_keys ENDPOINTS FIRST COUNT: writes keys FIRST..FIRST+COUNT-1; prints progress and the
-# slowest write (one CLI process each, so that includes connecting and any retries).
+# put_keys ENDPOINTS FIRST COUNT: writes keys FIRST..FIRST+COUNT-1; prints progress, the
+# fastest, median and slowest write (one CLI process each, so that includes connecting and any
+# retries) and fails if any write committed faster than MIN_COMMIT_MS: a commit needs a
+# follower in another region, so no write can beat the smallest quorum round trip of the wan.
 put_keys() {
   local endpoints="$1" first="$2" count="$3" i key out status started took slowest=0 slowest_key=""
+  local fastest=999999 fastest_key="" took_all=()
   for ((i = first; i < first + count; i++)); do
     key="$(key_for "$i")"
     status=0
@@ -319,11 +436,19 @@ put_keys() {
     if ((took > slowest)); then
       slowest=$took slowest_key=$key
     fi
+    if ((took < fastest)); then
+      fastest=$took fastest_key=$key
+    fi
+    took_all+=("$took")
     if (((i - first + 1) % 25 == 0)); then
       log "  wrote $((i - first + 1))/$count keys"
     fi
   done
-  log "  slowest write: $slowest ms ($slowest_key)"
+  local median
+  median="$(printf '%s\n' "${took_all[@]}" | sort -n | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }')"
+  log "  writes: fastest $fastest ms ($fastest_key), median $median ms, slowest $slowest ms ($slowest_key)"
+  ((fastest >= MIN_COMMIT_MS)) \
+    || fail "put $fastest_key committed in $fastest ms, faster than the smallest quorum round trip through the wan ($MIN_COMMIT_MS ms): the WAN is not in the write path"
 }
 
 # get_keys ENDPOINTS FIRST COUNT: reads keys FIRST..FIRST+COUNT-1 and checks every value.
@@ -348,15 +473,64 @@ log "building the image (docker/build-images.sh ${build_args[*]:-})"
 phase_done "build image (incl. cargo build)"
 RUN_ID="$(date +%s)-$$"
 
-# ---- 2. cluster up -----------------------------------------------------------------------------
-log "project $PROJECT: subnet $MERIDIAN_SUBNET_PREFIX.0/24, client ports $ALL_ENDPOINTS"
+[[ -x "$MERIDIAN_WAN" ]] || fail "no host meridian-wan at $MERIDIAN_WAN after the build"
+
+# ---- 2. the wan's topology, and the nodes' dial flags against it -------------------------------
+# docker/wan.toml with the test's subnet prefix (its addresses are literal, see that file).
+sed "s/10\.77\.0\./$MERIDIAN_SUBNET_PREFIX./g" "$DOCKER_DIR/wan.toml" >"$MERIDIAN_WAN_CONFIG"
+chmod 0644 "$MERIDIAN_WAN_CONFIG"
+planned="$("$MERIDIAN_WAN" --config "$MERIDIAN_WAN_CONFIG" --print-dial-map)" \
+  || fail "meridian-wan rejects the topology $MERIDIAN_WAN_CONFIG (made from docker/wan.toml)"
+planned_nodes="$(grep '^node ' <<<"$planned" | sort)"
+# What compose.yaml gives each node: "node ID PEER_DIAL" from the resolved configuration.
+configured_nodes="$("${COMPOSE[@]}" config | awk '
+  /^ *- --node-id=/ { sub(/^ *- --node-id=/, ""); id = $0 }
+  /^ *- --peer-dial=/ { sub(/^ *- --peer-dial=/, ""); dial = $0 }
+  /^  [A-Za-z0-9_.-]+:$/ { if (id != "") print "node", id, dial; id = ""; dial = "" }
+  END { if (id != "") print "node", id, dial }
+' | sort)"
+if [[ "$planned_nodes" != "$configured_nodes" ]]; then
+  printf 'planned by meridian-wan --print-dial-map:\n%s\ncompose.yaml --peer-dial:\n%s\n' \
+    "$planned_nodes" "$configured_nodes" >&2
+  fail "the nodes' --peer-dial flags in compose.yaml do not match the links planned from docker/wan.toml"
+fi
+log "the nodes' --peer-dial flags match meridian-wan's plan:"
+indent <<<"$planned"
+# Links (peer + client) the wan must list: one per entry of the dial maps.
+WAN_LINK_COUNT="$(tr ',' '\n' <<<"$(awk '{ print $3 }' <<<"$planned")" | grep -c =)"
+phase_done "wan topology and dial-map check"
+
+# ---- 3. cluster up -----------------------------------------------------------------------------
+log "project $PROJECT: subnet $MERIDIAN_SUBNET_PREFIX.0/24, client ports $ALL_ENDPOINTS, wan control 127.0.0.1:$MERIDIAN_PORT_WAN_CONTROL"
 cluster_created=1
 # Leftovers of an earlier run that was killed before its trap ran.
 "${COMPOSE[@]}" down -v --remove-orphans --timeout 10 >/dev/null 2>&1 || true
 log "starting: ${COMPOSE[*]} up -d"
 "${COMPOSE[@]}" up -d
+wait_wan
+# One-way delays as the running wan reports them (not as this script assumes).
+declare -A ONE_WAY_MS=()
+while read -r name bytes one_way accepted failures; do
+  ONE_WAY_MS[$name]="$one_way"
+done < <(wan_links)
+rtt_of() { awk -v ms="${ONE_WAY_MS[$1]:-}" 'BEGIN { if (ms == "") exit 1; printf "%d", 2 * ms }'; }
+# quorum_rtt LEADER_ID: round trip from the leader to its nearest follower. A leader commits
+# once that follower acknowledges; the reply comes back over the same link.
+quorum_rtt() {
+  local leader="$1" peer best=""
+  for peer in 1 2 3; do
+    [[ "$peer" == "$leader" ]] && continue
+    local rtt
+    rtt="$(rtt_of "peer-$leader-to-$peer")" || fail "the wan has no link peer-$leader-to-$peer"
+    if [[ -z "$best" ]] || ((rtt < best)); then best=$rtt; fi
+  done
+  echo "$best"
+}
+MIN_COMMIT_MS="$(for id in 1 2 3; do quorum_rtt "$id"; done | sort -n | head -n1)"
+log "  smallest quorum round trip through the wan: $MIN_COMMIT_MS ms (no write may commit faster)"
+((MIN_COMMIT_MS > 0)) || fail "the wan's peer links add no delay; this test expects the real matrix"
 wait_healthy "${SERVICES[@]}"
-phase_done "up -d until 3 nodes healthy"
+phase_done "up -d until wan up, 3 nodes healthy"
 
 # The CLI talks to shard leaders at the client addresses they registered (the bridge IPs),
 # not through the published ports; say so clearly if the host cannot reach them.
@@ -369,7 +543,7 @@ log "waiting for every shard to elect a leader"
 wait_cluster "$ALL_ENDPOINTS"
 phase_done "every shard has a leader"
 
-# ---- 3. 100 keys -------------------------------------------------------------------------------
+# ---- 4. 100 keys -------------------------------------------------------------------------------
 log "writing $KEYS_BEFORE_KILL keys through $ALL_ENDPOINTS"
 put_keys "$ALL_ENDPOINTS" 0 "$KEYS_BEFORE_KILL"
 phase_done "write $KEYS_BEFORE_KILL keys (one CLI process each)"
@@ -377,7 +551,53 @@ log "reading them back"
 get_keys "$ALL_ENDPOINTS" 0 "$KEYS_BEFORE_KILL"
 phase_done "read $KEYS_BEFORE_KILL keys (one CLI process each)"
 
-# ---- 4. kill a node, write with the other two --------------------------------------------------
+# ---- 5. a client in us-east, through the wan ----------------------------------------------------
+# One key per data shard (the first of the 100 in its range): rewrite it with the same value
+# (the scan below still expects exactly the values written) and read it, dialling every node
+# through the wan's client-us-east-to-N links. Floors: a get pays the client→leader round
+# trip; a put pays that plus the leader's quorum round trip.
+LAST_STATUS="$(cli "$ALL_ENDPOINTS" cluster status --timeout-ms 5000)" || fail "cluster status failed"
+log "as a client in us-east (--dial ${US_EAST_DIAL}): one key per shard"
+printf -v line '  %-5s %-6s %-22s %8s %9s %8s %9s' SHARD LEADER KEY "PUT ms" "floor" "GET ms" "floor"
+log "$line"
+checked=0
+# "SHARD LEADER INDEX": the first of the keys 0..KEYS_BEFORE_KILL-1 inside each shard's range
+# (byte-wise comparison, as the shard boundaries are).
+picks="$(LC_ALL=C awk '
+  NR == FNR { n++; id[n] = $1; leader[n] = $2; low[n] = $3; high[n] = $4; next }
+  {
+    for (j = 1; j <= n; j++)
+      if (!(j in chosen) && (low[j] == "-inf" || $2 >= low[j]) && (high[j] == "+inf" || $2 < high[j]))
+        chosen[j] = $1
+  }
+  END { for (j = 1; j <= n; j++) if (j in chosen) print id[j], leader[j], chosen[j] }
+' <(shard_leaders <<<"$LAST_STATUS") \
+  <(for ((i = 0; i < KEYS_BEFORE_KILL; i++)); do printf '%d %s\n' "$i" "$(key_for "$i")"; done))"
+while read -r shard leader index; do
+  [[ "$leader" =~ ^[0-9]+$ ]] || fail "shard $shard has no leader"
+  key="$(key_for "$index")"
+  client_rtt="$(rtt_of "client-us-east-to-$leader")" || fail "the wan has no link client-us-east-to-$leader"
+  put_floor=$((client_rtt + $(quorum_rtt "$leader")))
+  get_floor=$client_rtt
+  started="$(now_ms)"
+  out="$(cli_us_east kv put --timeout-ms "$CLI_TIMEOUT_MS" "$key" "$(value_for "$index")" 2>&1 </dev/null)" \
+    || fail "put $key through the wan failed: $out"
+  put_ms=$(($(now_ms) - started))
+  started="$(now_ms)"
+  got="$(cli_us_east kv get --timeout-ms "$CLI_TIMEOUT_MS" "$key" 2>&1 </dev/null)" || fail "get $key through the wan failed: $got"
+  get_ms=$(($(now_ms) - started))
+  [[ "$got" == "$(value_for "$index")" ]] || fail "get $key through the wan returned \"$got\""
+  printf -v line '  %-5s %-6s %-22s %8d %9s %8d %9s' "$shard" "$leader" "$key" "$put_ms" ">= $put_floor" "$get_ms" ">= $get_floor"
+  log "$line"
+  ((put_ms >= put_floor)) || fail "put $key (shard $shard, leader $leader) took $put_ms ms, below its floor of $put_floor ms through the wan"
+  ((get_ms >= get_floor)) || fail "get $key (shard $shard, leader $leader) took $get_ms ms, below its floor of $get_floor ms through the wan"
+  checked=$((checked + 1))
+done <<<"$picks"
+((checked > 0)) || fail "no data shard holds any of the $KEYS_BEFORE_KILL keys (status parsing?)"
+log "  $checked shards: every put and get through the wan at or above its floor"
+phase_done "us-east client through the wan ($checked shards)"
+
+# ---- 6. kill a node, write with the other two --------------------------------------------------
 victim="${MERIDIAN_CI_KILL:-}"
 if [[ -z "$victim" ]]; then
   # The node leading the most shards, so the writes below need new leaders to be elected.
@@ -418,7 +638,7 @@ done
 log "  the other two nodes stayed healthy (their latest health checks passed)"
 phase_done "read them back from the survivors"
 
-# ---- 5. restart it, wait until it has caught up ------------------------------------------------
+# ---- 7. restart it, wait until it has caught up ------------------------------------------------
 log "docker start $victim"
 docker start "$victim_id" >/dev/null
 wait_healthy "$victim"
@@ -443,3 +663,20 @@ if [[ "$scanned" != "$expected" ]]; then
 fi
 log "  scan returned exactly the $total keys with their values"
 phase_done "reads and scan through the restarted node"
+
+# ---- 8. the wan carried the peer traffic -------------------------------------------------------
+log "the wan's links (control \`status\`):"
+links="$(wan_links)" || fail "the wan's control port did not answer status"
+printf -v line '  %-22s %8s %10s %9s %9s' LINK "ONE-WAY" "BYTES" ACCEPTED "CONN-FAIL"
+log "$line"
+idle=()
+while read -r name bytes one_way accepted failures; do
+  printf -v line '  %-22s %5s ms %10s %9s %9s' "$name" "$one_way" "$bytes" "$accepted" "$failures"
+  log "$line"
+  if [[ "$name" == peer-* || "$name" == client-* ]] && ! ((${bytes:-0} > 0)); then
+    idle+=("$name")
+  fi
+done <<<"$links"
+((${#idle[@]} == 0)) || fail "no bytes crossed these wan links: ${idle[*]} (are the nodes dialling their peers through the wan?)"
+log "  every peer and client link forwarded bytes"
+phase_done "wan status: bytes on every link"

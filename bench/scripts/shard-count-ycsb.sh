@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# Does a node pay for holding many shards under load? YCSB A and C against fresh 3-node
+# loopback clusters with different shard counts, side by side in one run (issue #9's target:
+# 256 shards reach >= 90% of the 8-shard throughput).
+#
+#   bench/scripts/shard-count-ycsb.sh [--shards "8 256"] [--records 20000] [--operations 30000]
+#                                     [--threads 32] [--base-port 26700]
+#                                     [--node-args "--quiesce false"]
+#
+# Per shard count: start 3 `meridian start` processes (--initial-shards N, loopback Raft
+# timings), wait until every shard has a leader, `meridian-ycsb load` the records, run workload
+# A then C, stop the cluster. Prints throughput per workload and the ratio to the first count.
+set -euo pipefail
+source "$(dirname "$0")/../../scripts/common.sh"
+
+SHARDS="8 256"
+RECORDS=20000
+OPERATIONS=30000
+THREADS=32
+BASE_PORT=26700
+NODE_ARGS=""
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --shards) SHARDS="$2"; shift 2 ;;
+    --records) RECORDS="$2"; shift 2 ;;
+    --operations) OPERATIONS="$2"; shift 2 ;;
+    --threads) THREADS="$2"; shift 2 ;;
+    --base-port) BASE_PORT="$2"; shift 2 ;;
+    --node-args) NODE_ARGS="$2"; shift 2 ;;
+    *) echo "unknown argument: $1" >&2; exit 2 ;;
+  esac
+done
+
+ensure_build_deps
+cd "$ROOT"
+say "building meridian and meridian-ycsb (release)"
+cargo build --release --locked -p meridian-cli -p meridian-bench
+WORK="$(mktemp -d /var/tmp/meridian-shard-ycsb.XXXXXX)"
+cp "$CARGO_TARGET_DIR/release/meridian" "$CARGO_TARGET_DIR/release/meridian-ycsb" "$WORK/"
+PIDS=()
+stop_cluster() {
+  for pid in "${PIDS[@]:-}"; do [[ -n "$pid" ]] && kill "$pid" 2>/dev/null || true; done
+  for pid in "${PIDS[@]:-}"; do [[ -n "$pid" ]] && wait "$pid" 2>/dev/null || true; done
+  PIDS=()
+}
+trap 'stop_cluster; rm -rf "$WORK"' EXIT INT TERM
+
+declare -A OPS=()
+for n in $SHARDS; do
+  cluster="" endpoints=""
+  for id in 1 2 3; do
+    cluster+="${cluster:+,}$id=127.0.0.1:$((BASE_PORT + 100 + id))@region$id/a"
+    endpoints+="${endpoints:+,}127.0.0.1:$((BASE_PORT + id))"
+  done
+  for id in 1 2 3; do
+    "$WORK/meridian" start --node-id "$id" --client-addr "127.0.0.1:$((BASE_PORT + id))" \
+      --peer-addr "127.0.0.1:$((BASE_PORT + 100 + id))" --data-dir "$WORK/n$n/node$id" \
+      --initial-cluster "$cluster" --initial-shards "$n" \
+      --heartbeat-interval-ms 100 --election-timeout-min-ms 600 $NODE_ARGS \
+      >"$WORK/n$n-node$id.log" 2>&1 &
+    PIDS+=($!)
+  done
+  say "$n shards: waiting for every shard to elect a leader"
+  ready=0
+  for _ in $(seq 1 300); do
+    if status="$("$WORK/meridian" cluster status --endpoints "$endpoints" --timeout-ms 3000 2>/dev/null)" \
+      && ! grep -qE '^\s*[0-9]+\s.*\snone\s' <<<"$status"; then
+      ready=1
+      break
+    fi
+    sleep 1
+  done
+  [[ $ready == 1 ]] || { echo "cluster with $n shards did not get ready" >&2; exit 1; }
+  say "$n shards: loading $RECORDS records"
+  "$WORK/meridian-ycsb" load -P bench/workloads/workloada --db meridian --endpoints "$endpoints" \
+    --threads "$THREADS" -p recordcount="$RECORDS" >"$WORK/n$n-load.txt" 2>"$WORK/n$n-load.err"
+  for w in a c; do
+    say "$n shards: workload $w, $OPERATIONS operations, $THREADS threads"
+    "$WORK/meridian-ycsb" run -P "bench/workloads/workload$w" --db meridian --endpoints "$endpoints" \
+      --threads "$THREADS" -p recordcount="$RECORDS" -p operationcount="$OPERATIONS" \
+      >"$WORK/n$n-$w.txt" 2>"$WORK/n$n-$w.err"
+    OPS[$n-$w]=$(awk -F', ' '/\[OVERALL\], Throughput/ {print $3}' "$WORK/n$n-$w.txt")
+  done
+  stop_cluster
+done
+
+first="${SHARDS%% *}"
+echo "| shards | YCSB A ops/s | vs $first shards | YCSB C ops/s | vs $first shards |"
+echo "|---:|---:|---:|---:|---:|"
+for n in $SHARDS; do
+  ra=$(awk -v a="${OPS[$n-a]}" -v b="${OPS[$first-a]}" 'BEGIN {printf "%.2f", a / b}')
+  rc=$(awk -v a="${OPS[$n-c]}" -v b="${OPS[$first-c]}" 'BEGIN {printf "%.2f", a / b}')
+  printf '| %s | %.0f | %s | %.0f | %s |\n' "$n" "${OPS[$n-a]}" "$ra" "${OPS[$n-c]}" "$rc"
+done
