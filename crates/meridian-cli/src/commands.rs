@@ -35,7 +35,8 @@ impl ConnectArgs {
         let mut config = ClientConfig::new(self.endpoints.iter().map(|e| e.trim().to_string()));
         config.call_timeout = Duration::from_millis(self.timeout_ms.max(1));
         config.rpc_timeout = config.rpc_timeout.min(config.call_timeout);
-        for pair in &self.dial {
+        // An empty entry (e.g. MERIDIAN_DIAL="") means no override.
+        for pair in self.dial.iter().filter(|p| !p.trim().is_empty()) {
             let (from, to) = pair.split_once('=').unwrap_or((pair.as_str(), ""));
             // An entry without '=' maps to "", which validation rejects with its text.
             config
@@ -186,4 +187,29 @@ pub async fn gather_cluster_view(client: &Client) -> anyhow::Result<ClusterView>
         }
     }
     Ok(view)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(dial: &[&str]) -> ConnectArgs {
+        ConnectArgs {
+            endpoints: vec!["127.0.0.1:7001".into()],
+            timeout_ms: 1_000,
+            dial: dial.iter().map(|s| s.to_string()).collect(),
+        }
+    }
+
+    #[test]
+    fn dial_overrides_parse_and_an_empty_one_means_none() {
+        let c = args(&["127.0.0.1:7001=127.0.0.1:7301", " "]).client_config();
+        assert_eq!(c.dial.len(), 1);
+        assert_eq!(c.dial["127.0.0.1:7001"], "127.0.0.1:7301");
+        assert!(c.validate().is_ok());
+        let c = args(&[""]).client_config();
+        assert!(c.dial.is_empty() && c.validate().is_ok(), "MERIDIAN_DIAL=\"\"");
+        let e = args(&["127.0.0.1:7001"]).client_config().validate().unwrap_err();
+        assert!(e.to_string().contains("dial"), "{e}");
+    }
 }
