@@ -208,8 +208,14 @@ mod tests {
         assert_eq!(c.dial["127.0.0.1:7001"], "127.0.0.1:7301");
         assert!(c.validate().is_ok());
         let c = args(&[""]).client_config();
-        assert!(c.dial.is_empty() && c.validate().is_ok(), "MERIDIAN_DIAL=\"\"");
-        let e = args(&["127.0.0.1:7001"]).client_config().validate().unwrap_err();
+        assert!(
+            c.dial.is_empty() && c.validate().is_ok(),
+            "MERIDIAN_DIAL=\"\""
+        );
+        let e = args(&["127.0.0.1:7001"])
+            .client_config()
+            .validate()
+            .unwrap_err();
         assert!(e.to_string().contains("dial"), "{e}");
     }
 }

@@ -19,6 +19,9 @@
 //!        on, one heartbeat at once; a follower wakes on any message from its leader; woken by
 //!        anyone else (a candidate's vote request) it first asks its leader to `Wake` and keeps
 //!        its election timer off until the leader is heard (or `election_timeout_max` passes)
+//!  flapping: a leader woken within 10× its idle threshold of parking doubles the threshold
+//!        (up to 64× `election_timeout_max`); one that stayed parked longer goes back to the
+//!        base, so a cold but touched shard stops paying a quiesce round and a wake per request
 //!  dead leader: every node pings every other node once per heartbeat_interval (one message
 //!        per node pair, not per shard); a parked follower whose leader's node has not been
 //!        heard from for `election_timeout_max` wakes with its lease long expired and elects.
@@ -83,6 +86,31 @@ pub struct Quiet {
     waking_since_ms: AtomicU64,
     /// A quiesce round is running for this (leader) replica.
     attempting: AtomicBool,
+    /// Leader: when it last parked, and the idle time it now needs before parking again
+    /// (0 = the base, `election_timeout_max`; see [`next_idle_threshold`]).
+    parked_at_ms: AtomicU64,
+    idle_threshold_ms: AtomicU64,
+}
+
+/// Longest idle time a shard may be made to wait for before it quiesces, in multiples of the
+/// base threshold.
+pub const MAX_IDLE_THRESHOLD_FACTOR: u64 = 64;
+
+/// The idle time a leader needs before it quiesces again, after a wake that came `parked_for_ms`
+/// after it parked. A shard woken soon after parking (within 10× its threshold) doubles its
+/// threshold, up to [`MAX_IDLE_THRESHOLD_FACTOR`]× the base; one that stayed parked longer goes
+/// back to the base. So a shard touched every few seconds — a cold key of a zipfian workload —
+/// stops paying a quiesce round and a wake (a ReadIndex round instead of a lease read) for each
+/// request, while a really idle shard still quiesces after `base`.
+pub fn next_idle_threshold(current_ms: u64, base_ms: u64, parked_for_ms: u64) -> u64 {
+    let current = current_ms.max(base_ms);
+    if parked_for_ms < current.saturating_mul(10) {
+        current
+            .saturating_mul(2)
+            .min(base_ms.saturating_mul(MAX_IDLE_THRESHOLD_FACTOR))
+    } else {
+        base_ms
+    }
 }
 
 /// The part of a replica's Raft metrics quiescence decides on.
@@ -189,6 +217,12 @@ impl ShardReplica {
         self.raft.runtime_config().heartbeat(true);
         tracing::debug!(shard = %self.shard, why, "shard awake");
         if self.raft.is_leader() {
+            let base = self.raft.config().election_timeout_max;
+            let parked_for = now_ms().saturating_sub(self.quiet.parked_at_ms.load(SeqCst));
+            let current = self.quiet.idle_threshold_ms.load(SeqCst);
+            self.quiet
+                .idle_threshold_ms
+                .store(next_idle_threshold(current, base, parked_for), SeqCst);
             self.raft.runtime_config().tick(true);
             let raft = self.raft.clone();
             tokio::spawn(async move {
@@ -294,7 +328,7 @@ impl MultiRaft {
     }
 
     fn quiescence_round(self: &Arc<Self>) {
-        let idle_ms = self.raft_config.election_timeout_max;
+        let base_ms = self.raft_config.election_timeout_max;
         let now = now_ms();
         for replica in self.replicas() {
             match replica.quiet.state.load(SeqCst) {
@@ -303,7 +337,7 @@ impl MultiRaft {
                     if leader != self.node_id
                         && !self
                             .pool
-                            .seen_within(leader, Duration::from_millis(idle_ms))
+                            .seen_within(leader, Duration::from_millis(base_ms))
                     {
                         tracing::info!(shard = %replica.shard, leader, "waking a quiesced shard: its leader's node is silent");
                         replica.resume("leader node silent");
@@ -311,13 +345,14 @@ impl MultiRaft {
                 }
                 WAKING => {
                     let since = replica.quiet.waking_since_ms.load(SeqCst);
-                    if now.saturating_sub(since) >= idle_ms {
+                    if now.saturating_sub(since) >= base_ms {
                         replica.resume("leader did not answer a wake");
                     }
                 }
                 _ => {
                     let last = replica.quiet.last_activity_ms.load(SeqCst);
-                    if now.saturating_sub(last) >= idle_ms
+                    let needed = replica.quiet.idle_threshold_ms.load(SeqCst).max(base_ms);
+                    if now.saturating_sub(last) >= needed
                         && !replica.quiet.attempting.load(SeqCst)
                         && replica.view().leader_can_quiesce(self.node_id)
                     {
@@ -382,6 +417,7 @@ impl MultiRaft {
             return;
         }
         replica.quiet.leader.store(self.node_id, SeqCst);
+        replica.quiet.parked_at_ms.store(now_ms(), SeqCst);
         replica.quiet.state.store(PARKED, SeqCst);
         runtime.tick(false);
         // A request that arrived between the check and the park saw AWAKE and did not wake.
@@ -458,6 +494,22 @@ mod tests {
             voters: vec![1, 2, 3],
             matched: vec![(1, Some(last)), (2, Some(last)), (3, Some(last))],
         }
+    }
+
+    #[test]
+    fn a_shard_woken_soon_after_parking_waits_longer_before_the_next_quiesce() {
+        let base = 1_000;
+        // Woken 2 s after parking (< 10 × 1 s): the threshold doubles, and keeps doubling...
+        assert_eq!(next_idle_threshold(0, base, 2_000), 2_000);
+        assert_eq!(next_idle_threshold(2_000, base, 5_000), 4_000);
+        // ... up to 64 × the base.
+        assert_eq!(
+            next_idle_threshold(64_000, base, 1_000),
+            base * MAX_IDLE_THRESHOLD_FACTOR
+        );
+        // Parked long enough (≥ 10 × its threshold): back to the base.
+        assert_eq!(next_idle_threshold(4_000, base, 40_000), base);
+        assert_eq!(next_idle_threshold(0, base, 10_000), base);
     }
 
     #[test]
