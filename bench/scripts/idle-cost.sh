@@ -12,6 +12,7 @@
 # Prints one markdown table row per run (and appends them to --out, if given).
 set -euo pipefail
 source "$(dirname "$0")/../../scripts/common.sh"
+source "$(dirname "$0")/lib/loopback-cluster.sh"
 
 SHARDS="8 64 256 1024"
 MODES="true false"
@@ -68,30 +69,13 @@ echo "|---:|---|---:|---:|---:|---:|"
 for n in $SHARDS; do
   for mode in $MODES; do
     WORK="$(mktemp -d /var/tmp/meridian-idle.XXXXXX)"
-    cluster=""
-    endpoints=""
+    loopback_cluster "$BASE_PORT"
+    endpoints=$ENDPOINTS
     for id in 1 2 3; do
-      cluster+="${cluster:+,}$id=127.0.0.1:$((BASE_PORT + 100 + id))@region$id/a"
-      endpoints+="${endpoints:+,}127.0.0.1:$((BASE_PORT + id))"
+      start_loopback_node "$BIN" "$id" "$BASE_PORT" "$WORK" --initial-shards "$n" --quiesce "$mode"
+      PIDS+=("$NODE_PID")
     done
-    for id in 1 2 3; do
-      "$BIN" start --node-id "$id" --client-addr "127.0.0.1:$((BASE_PORT + id))" \
-        --peer-addr "127.0.0.1:$((BASE_PORT + 100 + id))" --data-dir "$WORK/node$id" \
-        --initial-cluster "$cluster" --initial-shards "$n" --quiesce "$mode" \
-        >"$WORK/node$id.log" 2>&1 &
-      PIDS+=($!)
-    done
-    # Ready: status answers and no shard reports "none" as leader (bounded).
-    ready=0
-    for _ in $(seq 1 300); do
-      if status="$("$BIN" cluster status --endpoints "$endpoints" --timeout-ms 3000 2>/dev/null)" \
-        && ! grep -qE '^\s*[0-9]+\s.*\snone\s' <<<"$status"; then
-        ready=1
-        break
-      fi
-      sleep 1
-    done
-    if [[ $ready != 1 ]]; then
+    if ! wait_every_shard_led "$BIN" "$endpoints" 300; then
       echo "cluster with $n shards (quiesce=$mode) did not get ready; logs in $WORK" >&2
       tail -20 "$WORK"/node1.log >&2
       exit 1

@@ -14,6 +14,7 @@
 # Prints one line per measurement. Status polls every 100 ms; every wait is bounded.
 set -euo pipefail
 source "$(dirname "$0")/../../scripts/common.sh"
+source "$(dirname "$0")/lib/loopback-cluster.sh"
 
 SHARDS=1024
 QUIESCE=true
@@ -38,17 +39,10 @@ BIN="$WORK/meridian"
 cp "$CARGO_TARGET_DIR/release/meridian" "$BIN"
 
 declare -A PIDS=()
-cluster=""
-for id in 1 2 3; do
-  cluster+="${cluster:+,}$id=127.0.0.1:$((BASE_PORT + 100 + id))@region$id/a"
-done
+loopback_cluster "$BASE_PORT"
 start_node() {
-  local id=$1
-  "$BIN" start --node-id "$id" --client-addr "127.0.0.1:$((BASE_PORT + id))" \
-    --peer-addr "127.0.0.1:$((BASE_PORT + 100 + id))" --data-dir "$WORK/node$id" \
-    --initial-cluster "$cluster" --initial-shards "$SHARDS" --quiesce "$QUIESCE" \
-    >>"$WORK/node$id.log" 2>&1 &
-  PIDS[$id]=$!
+  start_loopback_node "$BIN" "$1" "$BASE_PORT" "$WORK" --initial-shards "$SHARDS" --quiesce "$QUIESCE"
+  PIDS[$1]=$NODE_PID
 }
 cleanup() {
   for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done

@@ -12,6 +12,7 @@
 # A then C, stop the cluster. Prints throughput per workload and the ratio to the first count.
 set -euo pipefail
 source "$(dirname "$0")/../../scripts/common.sh"
+source "$(dirname "$0")/lib/loopback-cluster.sh"
 
 SHARDS="8 256"
 RECORDS=20000
@@ -47,30 +48,18 @@ trap 'stop_cluster; rm -rf "$WORK"' EXIT INT TERM
 
 declare -A OPS=()
 for n in $SHARDS; do
-  cluster="" endpoints=""
+  loopback_cluster "$BASE_PORT"
+  endpoints=$ENDPOINTS
+  mkdir -p "$WORK/n$n"
   for id in 1 2 3; do
-    cluster+="${cluster:+,}$id=127.0.0.1:$((BASE_PORT + 100 + id))@region$id/a"
-    endpoints+="${endpoints:+,}127.0.0.1:$((BASE_PORT + id))"
-  done
-  for id in 1 2 3; do
-    "$WORK/meridian" start --node-id "$id" --client-addr "127.0.0.1:$((BASE_PORT + id))" \
-      --peer-addr "127.0.0.1:$((BASE_PORT + 100 + id))" --data-dir "$WORK/n$n/node$id" \
-      --initial-cluster "$cluster" --initial-shards "$n" \
-      --heartbeat-interval-ms 100 --election-timeout-min-ms 600 $NODE_ARGS \
-      >"$WORK/n$n-node$id.log" 2>&1 &
-    PIDS+=($!)
+    # shellcheck disable=SC2086 # NODE_ARGS is a list of flags
+    start_loopback_node "$WORK/meridian" "$id" "$BASE_PORT" "$WORK/n$n" --initial-shards "$n" \
+      --heartbeat-interval-ms 100 --election-timeout-min-ms 600 $NODE_ARGS
+    PIDS+=("$NODE_PID")
   done
   say "$n shards: waiting for every shard to elect a leader"
-  ready=0
-  for _ in $(seq 1 300); do
-    if status="$("$WORK/meridian" cluster status --endpoints "$endpoints" --timeout-ms 3000 2>/dev/null)" \
-      && ! grep -qE '^\s*[0-9]+\s.*\snone\s' <<<"$status"; then
-      ready=1
-      break
-    fi
-    sleep 1
-  done
-  [[ $ready == 1 ]] || { echo "cluster with $n shards did not get ready" >&2; exit 1; }
+  wait_every_shard_led "$WORK/meridian" "$endpoints" 300 \
+    || { echo "cluster with $n shards did not get ready" >&2; exit 1; }
   say "$n shards: loading $RECORDS records"
   "$WORK/meridian-ycsb" load -P bench/workloads/workloada --db meridian --endpoints "$endpoints" \
     --threads "$THREADS" -p recordcount="$RECORDS" >"$WORK/n$n-load.txt" 2>"$WORK/n$n-load.err"

@@ -138,7 +138,7 @@ impl MultiRaft {
             shard,
             raft,
             sm,
-            quiet: Default::default(),
+            quiet: crate::quiesce::Quiet::new(self.node_id),
         });
         self.shards
             .write()

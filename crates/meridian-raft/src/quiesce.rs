@@ -77,6 +77,8 @@ fn now_ms() -> u64 {
 /// A replica's quiescence state (lock-free: touched on every request).
 #[derive(Default)]
 pub struct Quiet {
+    /// This node's id (the replica's own Raft id), fixed at open.
+    me: NodeId,
     /// Shared with a woken follower's delayed ticker restart, which must not fire if the
     /// replica parked again meanwhile.
     state: Arc<AtomicU8>,
@@ -90,6 +92,16 @@ pub struct Quiet {
     /// (0 = the base, `election_timeout_max`; see [`next_idle_threshold`]).
     parked_at_ms: AtomicU64,
     idle_threshold_ms: AtomicU64,
+}
+
+impl Quiet {
+    /// The state of a new (awake) replica on node `me`.
+    pub fn new(me: NodeId) -> Quiet {
+        Quiet {
+            me,
+            ..Quiet::default()
+        }
+    }
 }
 
 /// Longest idle time a shard may be made to wait for before it quiesces, in multiples of the
@@ -202,7 +214,7 @@ impl ShardReplica {
             // A quiesce round turned heartbeats off; it will see the activity and give up.
             self.raft.runtime_config().heartbeat(true);
         }
-        self.on_peer_message(self.raft_id())
+        self.on_peer_message(self.quiet.me)
     }
 
     /// Heartbeats on and the ticker back; a leader also sends one heartbeat round at once.
@@ -248,7 +260,7 @@ impl ShardReplica {
             AWAKE => None,
             _ => {
                 let leader = self.quiet.leader.load(SeqCst);
-                if from == leader || leader == self.raft_id() {
+                if from == leader || leader == self.quiet.me {
                     self.resume("peer message");
                     None
                 } else if self
@@ -264,10 +276,6 @@ impl ShardReplica {
                 }
             }
         }
-    }
-
-    fn raft_id(&self) -> NodeId {
-        self.raft.metrics().borrow_watched().id
     }
 
     /// The follower side of `Quiesce`: parks if `from` may; returns whether it did.
@@ -354,6 +362,8 @@ impl MultiRaft {
                     let needed = replica.quiet.idle_threshold_ms.load(SeqCst).max(base_ms);
                     if now.saturating_sub(last) >= needed
                         && !replica.quiet.attempting.load(SeqCst)
+                        // is_leader first: a view allocates, and most replicas are followers.
+                        && replica.raft.is_leader()
                         && replica.view().leader_can_quiesce(self.node_id)
                     {
                         replica.quiet.attempting.store(true, SeqCst);

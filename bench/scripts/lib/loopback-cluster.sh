@@ -1,0 +1,39 @@
+# shellcheck shell=bash disable=SC2034  # sets CLUSTER, ENDPOINTS and NODE_PID for the caller
+# Shared by the bench/scripts/*.sh cluster benchmarks (sourced, not run): a 3-node loopback
+# cluster of real `meridian start` processes. Node i (1..3) serves clients on BASE+i and peers
+# on BASE+100+i, in region "region<i>", data under DIR/node<i>, log in DIR/node<i>.log.
+
+# Sets CLUSTER (the --initial-cluster list) and ENDPOINTS (client addresses) for base port $1.
+loopback_cluster() {
+  local base=$1 id
+  CLUSTER="" ENDPOINTS=""
+  for id in 1 2 3; do
+    CLUSTER+="${CLUSTER:+,}$id=127.0.0.1:$((base + 100 + id))@region$id/a"
+    ENDPOINTS+="${ENDPOINTS:+,}127.0.0.1:$((base + id))"
+  done
+}
+
+# start_loopback_node BIN ID BASE DIR [extra start args...]: starts node ID in the background
+# (appending to its log) and sets NODE_PID. Needs CLUSTER from loopback_cluster.
+start_loopback_node() {
+  local bin=$1 id=$2 base=$3 dir=$4
+  shift 4
+  "$bin" start --node-id "$id" --client-addr "127.0.0.1:$((base + id))" \
+    --peer-addr "127.0.0.1:$((base + 100 + id))" --data-dir "$dir/node$id" \
+    --initial-cluster "$CLUSTER" "$@" >>"$dir/node$id.log" 2>&1 &
+  NODE_PID=$!
+}
+
+# wait_every_shard_led BIN ENDPOINTS BOUND_S: until `cluster status` answers and no shard row
+# shows "none" as its leader; fails after BOUND_S seconds.
+wait_every_shard_led() {
+  local bin=$1 endpoints=$2 bound=$3 status
+  for _ in $(seq 1 "$bound"); do
+    if status="$("$bin" cluster status --endpoints "$endpoints" --timeout-ms 3000 2>/dev/null)" \
+      && ! grep -qE '^\s*[0-9]+\s.*\snone\s' <<<"$status"; then
+      return 0
+    fi
+    sleep 1
+  done
+  return 1
+}
