@@ -6,7 +6,7 @@
 use crate::display::{format_bytes, parse_hex, ClusterView};
 use anyhow::Context;
 use bytes::Bytes;
-use meridian_client::{Client, ClientConfig};
+use meridian_client::{CasOutcome, Client, ClientConfig, Expect, Timestamp};
 use std::time::Duration;
 
 /// How to reach the cluster.
@@ -53,6 +53,24 @@ impl ConnectArgs {
     }
 }
 
+/// A `kv cas` whose condition did not hold: nothing was written (`main` exits with status 4).
+#[derive(Debug)]
+pub struct CasMismatch {
+    /// The key's current value and version, `None` if it has none.
+    pub current: Option<String>,
+}
+
+impl std::fmt::Display for CasMismatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.current {
+            Some(current) => write!(f, "condition not met, nothing written; current value: {current}"),
+            None => write!(f, "condition not met, nothing written; the key has no value"),
+        }
+    }
+}
+
+impl std::error::Error for CasMismatch {}
+
 /// `meridian kv`: read and write keys.
 #[derive(Clone, Debug, clap::Args)]
 pub struct KvCommand {
@@ -73,6 +91,27 @@ pub enum KvOp {
     Put { key: String, value: String },
     /// Delete a key; prints the commit timestamp.
     Del { key: String },
+    /// Compare-and-swap: write VALUE (or delete, with --delete) only if the key's newest
+    /// version matches exactly one --expect-* condition, atomically. Prints the commit
+    /// timestamp; on a mismatch prints the key's current state and exits with status 4.
+    Cas {
+        key: String,
+        /// The value to write when the condition holds.
+        #[arg(required_unless_present = "delete", conflicts_with = "delete")]
+        value: Option<String>,
+        /// Delete the key when the condition holds.
+        #[arg(long)]
+        delete: bool,
+        /// Condition: the key's current value equals this.
+        #[arg(long, group = "expect")]
+        expect_value: Option<String>,
+        /// Condition: the key's newest version has this commit timestamp (from `kv put`/`cas`).
+        #[arg(long, group = "expect")]
+        expect_version: Option<u64>,
+        /// Condition: the key has no value (never written, or deleted).
+        #[arg(long, group = "expect")]
+        expect_absent: bool,
+    },
     /// Print `key<TAB>value` lines of a key range.
     Scan {
         /// Inclusive start (default: beginning of the keyspace).
@@ -121,6 +160,37 @@ impl KvCommand {
                 let client = self.connect.connect().await?;
                 let commit_ts = client.delete(key).await?;
                 println!("OK commit_ts={commit_ts}");
+            }
+            KvOp::Cas {
+                key,
+                value,
+                delete: _,
+                expect_value,
+                expect_version,
+                expect_absent,
+            } => {
+                let key = self.bytes(key)?;
+                let new = value.as_deref().map(|v| self.bytes(v)).transpose()?;
+                let expect = match (expect_value, expect_version, expect_absent) {
+                    (Some(v), None, false) => Expect::Value(self.bytes(v)?),
+                    (None, Some(ts), false) => Expect::Version(Timestamp(*ts)),
+                    (None, None, true) => Expect::Absent,
+                    _ => anyhow::bail!(
+                        "kv cas needs exactly one of --expect-value, --expect-version, --expect-absent"
+                    ),
+                };
+                let client = self.connect.connect().await?;
+                match client.compare_and_swap(key, expect, new).await? {
+                    CasOutcome::Swapped { commit_ts } => println!("OK commit_ts={commit_ts}"),
+                    CasOutcome::Mismatch { current } => {
+                        return Err(CasMismatch {
+                            current: current.map(|v| {
+                                format!("{} (version {})", format_bytes(&v.value), v.version_ts)
+                            }),
+                        }
+                        .into())
+                    }
+                }
             }
             KvOp::Scan {
                 start,

@@ -1,7 +1,7 @@
 //! The `meridian` binary: argument parsing and wiring only (see the `meridian_cli` library).
 
 use clap::{Parser, Subcommand};
-use meridian_cli::commands::{ClusterCommand, KvCommand};
+use meridian_cli::commands::{CasMismatch, ClusterCommand, KvCommand};
 use meridian_cli::demo::DemoArgs;
 use meridian_server::StartArgs;
 use std::io::IsTerminal;
@@ -49,6 +49,8 @@ fn init_tracing(default_level: &str) {
 
 /// Exit status of a `kv` write whose outcome is unknown (see `meridian_client::Error::Ambiguous`).
 const EXIT_OUTCOME_UNKNOWN: u8 = 3;
+/// Exit status of a `kv cas` whose condition did not hold (nothing was written).
+const EXIT_CAS_MISMATCH: u8 = 4;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -78,6 +80,10 @@ fn main() -> ExitCode {
     });
     match result {
         Ok(()) => ExitCode::SUCCESS,
+        Err(error) if error.downcast_ref::<CasMismatch>().is_some() => {
+            eprintln!("{error}");
+            ExitCode::from(EXIT_CAS_MISMATCH)
+        }
         Err(error) => {
             eprintln!("error: {error:#}");
             let ambiguous = error.chain().any(|cause| {

@@ -111,7 +111,7 @@ struct Inner {
 
 /// Where a shard request goes.
 #[derive(Clone, Copy, Debug)]
-enum Route<'a> {
+pub(crate) enum Route<'a> {
     /// The shard owning this key.
     Key(&'a [u8]),
     /// The shard owning the greatest key below this exclusive bound (empty = +inf).
@@ -122,7 +122,7 @@ enum Route<'a> {
 
 /// One public call's time budget.
 #[derive(Clone, Copy, Debug)]
-struct Deadline {
+pub(crate) struct Deadline {
     started: Instant,
     at: Instant,
 }
@@ -156,7 +156,7 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
         .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
-fn kv_client(channel: Channel) -> KvClient<Channel> {
+pub(crate) fn kv_client(channel: Channel) -> KvClient<Channel> {
     KvClient::new(channel)
         .max_decoding_message_size(MAX_MESSAGE_BYTES)
         .max_encoding_message_size(MAX_MESSAGE_BYTES)
@@ -168,7 +168,7 @@ fn cluster_client(channel: Channel) -> ClusterClient<Channel> {
         .max_encoding_message_size(MAX_MESSAGE_BYTES)
 }
 
-fn request<T>(message: T, timeout: Duration) -> tonic::Request<T> {
+pub(crate) fn request<T>(message: T, timeout: Duration) -> tonic::Request<T> {
     let mut request = tonic::Request::new(message);
     request.set_timeout(timeout);
     request
@@ -586,7 +586,12 @@ impl Client {
 
     // ---- internals ------------------------------------------------------------------------
 
-    fn deadline(&self) -> Deadline {
+    /// A fresh write id, sent unchanged on every attempt of one write call.
+    pub(crate) fn next_write_id(&self) -> proto::WriteId {
+        self.inner.write_ids.next()
+    }
+
+    pub(crate) fn deadline(&self) -> Deadline {
         Deadline::after(self.inner.config.call_timeout)
     }
 
@@ -731,7 +736,7 @@ impl Client {
 
     /// Runs one write request (whose message carries its write id) like [`Client::call`], and
     /// reports a failure after a possible commit as [`Error::Ambiguous`].
-    async fn write_call<T, F, Fut>(
+    pub(crate) async fn write_call<T, F, Fut>(
         &self,
         route: Route<'_>,
         deadline: &Deadline,

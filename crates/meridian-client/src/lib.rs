@@ -20,7 +20,15 @@
 //! let values = client.batch_get(["user/1", "user/3", "user/2"]).await?;
 //! assert!(values[1].is_none());
 //!
-//! // Scans page across shards at one read timestamp.
+//! // Optimistic read-modify-write: swap only if the version read is still the newest.
+//! use meridian_client::{CasOutcome, Expect};
+//! let seen = client.get_versioned("user/1").await?.expect("written above");
+//! match client.compare_and_swap("user/1", Expect::Version(seen.version_ts), Some("ann2".into())).await? {
+//!     CasOutcome::Swapped { commit_ts } => println!("swapped at {commit_ts}"),
+//!     CasOutcome::Mismatch { current } => println!("lost the race; now {current:?}"),
+//! }
+//!
+//! // Scans page across shards; each page is read at its own timestamp (not a snapshot).
 //! for row in client.scan("user/", Some("user0".into()), 100, false).await? {
 //!     println!("{:?} = {:?} @ {}", row.key, row.value, row.version_ts);
 //! }
@@ -32,6 +40,7 @@
 //!
 //! # Layout
 //! - [`client`]: [`Client`], the retry loop, batch grouping, scan paging.
+//! - [`cas`]: [`Client::compare_and_swap`], a conditional write evaluated by the shard.
 //! - [`routing`]: the shard map and leader cache (pure, unit-tested).
 //! - [`error`]: [`Error`] and the gRPC status → error mapping.
 //! - [`config`]: [`ClientConfig`] and its defaults.
@@ -40,14 +49,18 @@
 //! # Guarantees
 //! - Single-key operations are linearizable (reads use [`ReadConsistency::Linearizable`]
 //!   unless configured otherwise).
+//! - `compare_and_swap` is linearizable: the shard checks the condition and writes in one step.
+//! - Writes carry a write id on every attempt, so a retry never applies a write twice; a call
+//!   that ends without knowing the outcome returns [`Error::Ambiguous`].
 //! - `batch_put` is atomic per shard only; `batch_get` reads each shard at its own timestamp;
-//!   `scan` reads every page at the first page's timestamp.
+//!   `scan` reads each page at its own timestamp, so a multi-page scan is not a snapshot.
 //! - Inputs over `meridian_types::limits` fail fast with [`Error::InvalidArgument`].
 //!
 //! # Not done yet
-//! - Transactions, follower reads, retry deduplication of writes whose outcome was unknown.
+//! - Transactions, follower reads, snapshot scans.
 
 mod backoff;
+pub mod cas;
 pub mod client;
 pub mod config;
 pub mod error;
@@ -55,6 +68,7 @@ pub mod routing;
 mod validate;
 mod write_retry;
 
+pub use cas::{CasOutcome, Expect};
 pub use client::{fetch_status, Client, KeyValue, Versioned};
 pub use config::{ClientConfig, ReadConsistency};
 pub use error::{Error, LeaderHint, Result};

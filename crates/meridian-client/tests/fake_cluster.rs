@@ -139,6 +139,44 @@ impl Kv for FakeNode {
         }))
     }
 
+    async fn cas(&self, request: Request<CasRequest>) -> Result<Response<CasResponse>, Status> {
+        use meridian_client::proto::cas_request::{Action, Expect};
+        let request = request.into_inner();
+        let shard = self.lead("cas", &request.key, false)?;
+        let mut store = self.world.store.lock().unwrap();
+        let current = store.get(&request.key).cloned();
+        let holds = match (request.expect, &current) {
+            (Some(Expect::ExpectAbsent(true)), None) => true,
+            (Some(Expect::ExpectVersionTs(ts)), Some((_, v))) => ts == *v,
+            (Some(Expect::ExpectValue(want)), Some((v, _))) => want == *v,
+            _ => false,
+        };
+        if !holds {
+            return Ok(Response::new(CasResponse {
+                found: current.is_some(),
+                current_value: current.clone().map(|c| c.0).unwrap_or_default(),
+                current_version_ts: current.map_or(0, |c| c.1),
+                shard_id: shard.shard_id,
+                ..Default::default()
+            }));
+        }
+        let ts = self.tick();
+        match request.action {
+            Some(Action::PutValue(v)) => {
+                store.insert(request.key, (v, ts));
+            }
+            _ => {
+                store.remove(&request.key);
+            }
+        }
+        Ok(Response::new(CasResponse {
+            succeeded: true,
+            commit_ts: ts,
+            shard_id: shard.shard_id,
+            ..Default::default()
+        }))
+    }
+
     async fn scan(&self, request: Request<ScanRequest>) -> Result<Response<ScanResponse>, Status> {
         let r = request.into_inner();
         let shard = if r.reverse {
@@ -420,6 +458,35 @@ async fn routes_to_leader_and_follows_hints() {
     let versioned = client.get_versioned("k").await.unwrap().unwrap();
     assert!(versioned.version_ts.as_u64() > 0);
     client.delete("k").await.unwrap();
+    assert_eq!(client.get("k").await.unwrap(), None);
+}
+
+/// A compare-and-swap goes to the key's leader (following a hint like any write) and maps the
+/// answer to an outcome.
+#[tokio::test]
+async fn compare_and_swap_routes_and_reports_outcomes() {
+    use meridian_client::{CasOutcome, Expect};
+    let fake = Fake::start(&["m"]).await;
+    let client = fake
+        .client(vec![fake.address(1)], Duration::from_secs(5))
+        .await;
+    let swap = |expect, new: &'static str| client.compare_and_swap("k", expect, Some(new.into()));
+    let first = swap(Expect::Absent, "a").await.unwrap();
+    let CasOutcome::Swapped { commit_ts } = first else {
+        panic!("absent key: {first:?}")
+    };
+    let again = swap(Expect::Absent, "b").await.unwrap();
+    let CasOutcome::Mismatch { current: Some(current) } = again else {
+        panic!("present key: {again:?}")
+    };
+    assert_eq!((&current.value[..], current.version_ts), (&b"a"[..], commit_ts));
+    fake.set_leader(1, 2);
+    fake.served();
+    assert!(swap(Expect::Version(commit_ts), "c").await.unwrap().swapped());
+    assert_eq!(fake.served(), vec![(1, "cas"), (2, "cas")], "followed the hint");
+    assert!(swap(Expect::Value("c".into()), "d").await.unwrap().swapped());
+    let delete = client.compare_and_swap("k", Expect::Value("d".into()), None);
+    assert!(delete.await.unwrap().swapped());
     assert_eq!(client.get("k").await.unwrap(), None);
 }
 

@@ -22,6 +22,7 @@
 //! - Leader placement preferences and leader transfer on request.
 //! - Membership changes (adding / removing replicas); the founding membership is static.
 
+mod apply;
 pub mod dedup;
 pub mod host;
 pub mod log_store;
@@ -32,4 +33,4 @@ pub mod state_machine;
 pub mod types;
 
 pub use host::{MultiRaft, ShardReplica, TransportService};
-pub use types::{Command, CommandResult, NodeId, Raft, RequestId, TypeConfig};
+pub use types::{Command, CommandResult, Expect, NodeId, Raft, RequestId, TypeConfig};

@@ -24,7 +24,8 @@
 //! deterministic rejection (nothing written, the applied index advances, the proposer gets the
 //! reason), so no entry from a peer can make apply panic on every replay. A write carrying a
 //! request id already in the shard's dedup table (see `dedup`) writes nothing and answers with
-//! the first application's commit timestamp. The table's changes ride in the same batch.
+//! the first application's commit timestamp. The table's changes ride in the same batch. What
+//! each command writes, compare-and-swap included, is `apply`'s concern.
 //!
 //! # Snapshots are files
 //! A snapshot is the shard's MVCC key range written into one SST file (RocksDB `SstFileWriter`)
@@ -51,13 +52,12 @@
 //!   (point-in-time iterator) would let apply continue while the file is written.
 //! - Old MVCC versions are never garbage-collected.
 
+use crate::apply::ApplyBatch;
 use crate::dedup::{DedupChanges, DedupEntry, DedupOp, DedupTable};
-use crate::types::{
-    Command, CommandResult, LogId, SnapshotMeta, StoredMembership, TypeConfig, MAX_COMMAND_TS,
-};
+use crate::types::{CommandResult, LogId, SnapshotMeta, StoredMembership, TypeConfig};
 use futures::{Stream, TryStreamExt};
 use meridian_storage::keys::{self, MetaKind};
-use meridian_storage::{mvcc, Cf, Engine, WriteBatch};
+use meridian_storage::{Cf, Engine, WriteBatch};
 use meridian_types::{Clock, ShardId, Timestamp};
 use openraft::storage::{EntryResponder, RaftStateMachine};
 use openraft::{EntryPayload, OptionalSend, RaftSnapshotBuilder};
@@ -329,65 +329,6 @@ fn finish_install(inner: &mut Inner, record: SnapshotRecord) -> io::Result<Optio
     Ok(previous.filter(|old| Some(old) != new_path.as_ref()))
 }
 
-/// Applies one command to `batch`; never panics on any command a peer can send.
-fn apply_command(
-    inner: &mut Inner,
-    batch: &mut WriteBatch,
-    changes: &mut DedupChanges,
-    cmd: Command,
-) -> CommandResult {
-    if let Err(reason) = cmd.validate() {
-        tracing::warn!(shard = %inner.shard, %reason, "rejected a committed command at apply");
-        return CommandResult {
-            rejected: Some(reason),
-            ..Default::default()
-        };
-    }
-    let shard = inner.shard;
-    match cmd {
-        Command::Write {
-            ts,
-            puts,
-            deletes,
-            request,
-        } => {
-            if let Some(id) = request {
-                if let Some(commit_ts) = inner.dedup.get(&id) {
-                    return CommandResult {
-                        commit_ts,
-                        duplicate: true,
-                        rejected: None,
-                    };
-                }
-            }
-            let ts = ts.max(inner.version_floor.saturating_add(1));
-            if ts > MAX_COMMAND_TS {
-                return CommandResult {
-                    rejected: Some(format!(
-                        "shard version floor {} leaves no timestamp below MAX_COMMAND_TS",
-                        inner.version_floor
-                    )),
-                    ..Default::default()
-                };
-            }
-            inner.version_floor = ts;
-            for (k, v) in &puts {
-                mvcc::put(batch, shard, k, Timestamp(ts), v);
-            }
-            for k in &deletes {
-                mvcc::delete(batch, shard, k, Timestamp(ts));
-            }
-            if let Some(id) = request {
-                inner.dedup.insert(id, ts, changes);
-            }
-            CommandResult {
-                commit_ts: ts,
-                ..Default::default()
-            }
-        }
-    }
-}
-
 fn put_state(batch: &mut WriteBatch, inner: &Inner) -> io::Result<()> {
     let shard = inner.shard;
     batch.put(
@@ -486,11 +427,13 @@ impl RaftStateMachine<TypeConfig> for ShardStateMachine {
     where
         Strm: Stream<Item = io::Result<EntryResponder<TypeConfig>>> + Unpin + OptionalSend,
     {
-        let mut inner = self.inner.lock().await;
+        let mut guard = self.inner.lock().await;
+        let inner = &mut *guard;
         let shard = inner.shard;
-        let mut batch = WriteBatch::new();
+        let engine = inner.engine.clone();
+        let mut work =
+            ApplyBatch::new(shard, &*engine, &mut inner.version_floor, &mut inner.dedup);
         let mut replies = Vec::new();
-        let mut changes = DedupChanges::default();
         while let Some((entry, responder)) = entries.try_next().await? {
             // openraft marks the whole requested range applied, whatever the stream yielded: a
             // gap here means committed entries were skipped (as a short log read once did).
@@ -509,9 +452,7 @@ impl RaftStateMachine<TypeConfig> for ShardStateMachine {
             let mut result = CommandResult::default();
             match entry.payload {
                 EntryPayload::Blank => {}
-                EntryPayload::Normal(cmd) => {
-                    result = apply_command(&mut inner, &mut batch, &mut changes, cmd);
-                }
+                EntryPayload::Normal(cmd) => result = work.apply(cmd)?,
                 EntryPayload::Membership(m) => {
                     inner.membership = StoredMembership::new(Some(entry.log_id), m);
                 }
@@ -521,13 +462,13 @@ impl RaftStateMachine<TypeConfig> for ShardStateMachine {
                 replies.push((r, result));
             }
         }
+        let (mut batch, changes) = (work.batch, work.changes);
         put_dedup_changes(&mut batch, shard, changes);
-        put_state(&mut batch, &inner)?;
-        let engine = inner.engine.clone();
+        put_state(&mut batch, inner)?;
         blocking(move || engine.write(batch, false).map_err(io_err)).await?;
-        merge_floor(&inner);
+        merge_floor(inner);
         self.floor.store(inner.version_floor, Ordering::Release);
-        drop(inner);
+        drop(guard);
         for (r, result) in replies {
             r.send(result);
         }

@@ -42,6 +42,41 @@ pub enum Command {
         /// Set by clients that deduplicate retries; `None` for writes that are never retried.
         request: Option<RequestId>,
     },
+    /// Compare-and-swap on one key: `value` (`None` = delete) is written at `ts` only if the
+    /// key's newest version matches `expect` at this command's place in the log. Apply reads
+    /// the key (and the writes applied before it in the same batch), so the check and the
+    /// write are one atomic step on every replica. Only a swap that happened is remembered in
+    /// the dedup table: a mismatch writes nothing, so a retry is simply evaluated again.
+    Cas {
+        ts: u64,
+        key: Bytes,
+        expect: Expect,
+        value: Option<Bytes>,
+        request: Option<RequestId>,
+    },
+}
+
+/// The condition of a [`Command::Cas`], on the key's newest version.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Expect {
+    /// No live value: never written, or the newest version is a tombstone.
+    Absent,
+    /// A live value whose version timestamp is exactly this.
+    Version(u64),
+    /// A live value equal to these bytes.
+    Value(Bytes),
+}
+
+impl Expect {
+    /// Whether the key's newest version, `current` (`None` = absent or deleted), matches.
+    pub fn holds(&self, current: Option<(u64, &[u8])>) -> bool {
+        match (self, current) {
+            (Expect::Absent, None) => true,
+            (Expect::Version(want), Some((ts, _))) => *want == ts,
+            (Expect::Value(want), Some((_, value))) => want.as_ref() == value,
+            _ => false,
+        }
+    }
 }
 
 impl Command {
@@ -90,6 +125,36 @@ impl Command {
                 }
                 Ok(())
             }
+            Command::Cas {
+                ts,
+                key,
+                expect,
+                value,
+                ..
+            } => {
+                if *ts > MAX_COMMAND_TS {
+                    return Err(format!("timestamp {ts} is above MAX_COMMAND_TS"));
+                }
+                if key.is_empty() || key.len() > MAX_KEY_BYTES {
+                    return Err(format!(
+                        "key of {} bytes is outside 1..=MAX_KEY_BYTES ({MAX_KEY_BYTES})",
+                        key.len()
+                    ));
+                }
+                let expected = match expect {
+                    Expect::Value(v) => Some(v),
+                    Expect::Absent | Expect::Version(_) => None,
+                };
+                for v in value.iter().chain(expected) {
+                    if v.len() > MAX_VALUE_BYTES {
+                        return Err(format!(
+                            "value of {} bytes, over MAX_VALUE_BYTES ({MAX_VALUE_BYTES})",
+                            v.len()
+                        ));
+                    }
+                }
+                Ok(())
+            }
         }
     }
 }
@@ -110,6 +175,18 @@ impl std::fmt::Display for Command {
                     deletes.len()
                 )
             }
+            Command::Cas {
+                ts,
+                key,
+                value,
+                request,
+                ..
+            } => write!(
+                f,
+                "Cas(ts={ts}, key={} bytes, {}, request={request:?})",
+                key.len(),
+                if value.is_some() { "put" } else { "delete" }
+            ),
         }
     }
 }
@@ -124,6 +201,10 @@ pub struct CommandResult {
     pub duplicate: bool,
     /// The command failed [`Command::validate`] at apply: nothing was written.
     pub rejected: Option<String>,
+    /// A [`Command::Cas`] whose condition did not hold: nothing was written, and this is the
+    /// key's newest version it was checked against (`None` = absent or deleted), as
+    /// `(version_ts, value)`.
+    pub mismatch: Option<Option<(u64, Bytes)>>,
 }
 
 openraft::declare_raft_types!(

@@ -40,7 +40,8 @@ use crate::node::Node;
 use bytes::Bytes;
 use meridian_proto::kv::kv_server::Kv;
 use meridian_proto::kv::*;
-use meridian_raft::{Command, RequestId, ShardReplica};
+use crate::kv_check::{cas_command, check_key, check_scan, check_value};
+use meridian_raft::{Command, CommandResult, RequestId, ShardReplica};
 use meridian_storage::mvcc;
 use meridian_types::limits::*;
 use meridian_types::{ShardId, Timestamp};
@@ -57,7 +58,7 @@ const LEASE_DRIFT_MARGIN: f64 = 0.1;
 const MAX_TOKEN_WAITS: u32 = 8;
 
 /// The request id of a write, if the client sent one (client_id 0 = none).
-fn request_id(write_id: Option<WriteId>) -> Option<RequestId> {
+pub(crate) fn request_id(write_id: Option<WriteId>) -> Option<RequestId> {
     write_id.filter(|w| w.client_id != 0).map(|w| RequestId {
         client_id: w.client_id,
         seq: w.seq,
@@ -101,7 +102,18 @@ impl KvService {
         Ok(permit)
     }
 
+    /// Proposes `cmd` and returns its commit timestamp.
     async fn propose(&self, shard: ShardId, replica: &ShardReplica, cmd: Command) -> Result<u64> {
+        Ok(self.propose_for_result(shard, replica, cmd).await?.commit_ts)
+    }
+
+    /// Proposes `cmd` and returns what apply produced (a CAS may report a mismatch).
+    async fn propose_for_result(
+        &self,
+        shard: ShardId,
+        replica: &ShardReplica,
+        cmd: Command,
+    ) -> Result<CommandResult> {
         use openraft::errors::{ClientWriteError, RaftError};
         match replica.raft.client_write(cmd).await {
             Ok(resp) => match resp.data.rejected {
@@ -109,7 +121,7 @@ impl KvService {
                 Some(reason) => Err(ServerError::Internal(format!(
                     "shard {shard}: command rejected at apply: {reason}"
                 ))),
-                None => Ok(resp.data.commit_ts),
+                None => Ok(resp.data),
             },
             // Rejected before its entry was appended: safe to send elsewhere.
             Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f))) => {
@@ -246,51 +258,6 @@ fn get_response(
             ..Default::default()
         },
     }
-}
-
-pub fn check_key(key: &[u8], what: &str) -> Result<()> {
-    if key.is_empty() {
-        return Err(invalid(format!("{what} is empty")));
-    }
-    if key.len() > MAX_KEY_BYTES {
-        return Err(invalid(format!(
-            "{what} is {} bytes, over MAX_KEY_BYTES ({MAX_KEY_BYTES})",
-            key.len()
-        )));
-    }
-    Ok(())
-}
-
-pub fn check_value(value: &[u8]) -> Result<()> {
-    if value.len() > MAX_VALUE_BYTES {
-        return Err(invalid(format!(
-            "value is {} bytes, over MAX_VALUE_BYTES ({MAX_VALUE_BYTES})",
-            value.len()
-        )));
-    }
-    Ok(())
-}
-
-fn check_scan(req: &ScanRequest) -> Result<()> {
-    if req.limit == 0 || req.limit > MAX_SCAN_LIMIT {
-        return Err(invalid(format!(
-            "scan limit {} is outside 1..={MAX_SCAN_LIMIT}",
-            req.limit
-        )));
-    }
-    if req.start.len() > MAX_KEY_BYTES || req.end.len() > MAX_KEY_BYTES {
-        return Err(invalid(format!(
-            "scan bound over MAX_KEY_BYTES ({MAX_KEY_BYTES})"
-        )));
-    }
-    if !req.end.is_empty() && req.start >= req.end {
-        return Err(invalid(format!(
-            "scan range is inverted or empty: start {:?} >= end {:?}",
-            String::from_utf8_lossy(&req.start),
-            String::from_utf8_lossy(&req.end)
-        )));
-    }
-    Ok(())
 }
 
 /// All keys must belong to one shard; returns it.
@@ -534,5 +501,30 @@ impl Kv for KvService {
             commit_ts,
             shard_id: shard.0,
         }))
+    }
+
+    async fn cas(
+        &self,
+        request: Request<CasRequest>,
+    ) -> std::result::Result<Response<CasResponse>, Status> {
+        let _permit = self.admit(&request).await?;
+        let req = request.into_inner();
+        let key = req.key.clone();
+        let cmd = cas_command(req, self.node.clock.now().0)?;
+        let (desc, replica) = self.node.route(&key)?;
+        let shard = desc.id;
+        let result = self.propose_for_result(shard, &replica, cmd).await?;
+        let mut response = CasResponse {
+            succeeded: result.mismatch.is_none(),
+            commit_ts: result.commit_ts,
+            shard_id: shard.0,
+            ..Default::default()
+        };
+        if let Some(Some((version_ts, value))) = result.mismatch {
+            response.found = true;
+            response.current_value = value;
+            response.current_version_ts = version_ts;
+        }
+        Ok(Response::new(response))
     }
 }

@@ -20,6 +20,7 @@ pub mod config;
 pub mod error;
 pub mod hlc_ceiling;
 pub mod kv;
+pub mod kv_check;
 pub mod node;
 pub mod shard_map;
 
