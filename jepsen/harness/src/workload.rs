@@ -13,12 +13,15 @@
 //!   (may or may not have been applied); any other error → `Fail` (the client guarantees
 //!   nothing was proposed). A call still running at the harness's own bound → `Info`.
 //! - register read (`get`): `Ok` with the value (null = absent); any error → `Fail`.
+//! - register cas (`compare_and_swap` from the value this client last saw to a fresh unique
+//!   value, recorded as `cas [expected, new]`): `Ok` if it swapped; a mismatch → `Fail`
+//!   (nothing written); otherwise as a write.
 //! - set add (`put set/<x:010> = x`, recorded as `add x` on set `"set"`): as a write.
 //! - set final read: a paged scan of `set/`..`set0` after healing, recorded as `read_all`;
 //!   retried (bounded) until one succeeds.
 
 use bytes::Bytes;
-use meridian_client::{Client, ClientConfig, Error as ClientError, ShardMap};
+use meridian_client::{CasOutcome, Client, ClientConfig, Error as ClientError, Expect, ShardMap};
 use meridian_jepsen::history::{History, Op, OpFn, OpKind};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -184,7 +187,27 @@ fn write_outcome<T>(
     }
 }
 
-/// One register client until `until`.
+/// The completion of a compare-and-swap: `Ok` if it swapped, `Fail` if the condition did not
+/// hold (nothing written) or the call failed before reaching Raft, `Info` if unknown.
+fn cas_outcome(
+    result: Result<Result<CasOutcome, ClientError>, tokio::time::error::Elapsed>,
+) -> (OpKind, Option<String>) {
+    match result {
+        Ok(Ok(CasOutcome::Mismatch { current })) => (
+            OpKind::Fail,
+            Some(format!(
+                "condition did not hold; current {:?}",
+                current.map(|v| text(&v.value))
+            )),
+        ),
+        other => write_outcome(other),
+    }
+}
+
+/// One register client until `until`: half reads; of the rest, a compare-and-swap from the
+/// value this client last saw for the key (when it saw one) half the time, else a blind write.
+/// Every written value is unique (`"<process>-<counter>"`), as the checker's pruning and the
+/// stale-read control need.
 pub async fn register_client(
     client: Client,
     recorder: Arc<Recorder>,
@@ -195,6 +218,7 @@ pub async fn register_client(
 ) {
     let mut rng = StdRng::seed_from_u64(seed.wrapping_add(process));
     let mut counter = 0u64;
+    let mut last_seen: std::collections::HashMap<String, String> = Default::default();
     while Instant::now() < until {
         let key = keys[rng.gen_range(0..keys.len())].as_str();
         if rng.gen_bool(0.5) {
@@ -213,25 +237,39 @@ pub async fn register_client(
                 Ok(Err(e)) => (OpKind::Fail, Value::Null, Some(e.to_string())),
                 Err(_) => (OpKind::Fail, Value::Null, Some("harness bound".into())),
             };
+            if let Value::String(seen) = &value {
+                last_seen.insert(key.to_string(), seen.clone());
+            }
             let node = leader_of(&client, key);
             recorder.record(process, kind, OpFn::Read, key, value, error, node);
         } else {
             counter += 1;
             let value = format!("{process}-{counter}");
-            recorder.record(
-                process,
-                OpKind::Invoke,
-                OpFn::Write,
-                key,
-                json!(value),
-                None,
-                None,
-            );
-            let result =
-                tokio::time::timeout(OP_BOUND, client.put(key.to_string(), value.clone())).await;
-            let (kind, error) = write_outcome(result);
+            let expected = last_seen.get(key).cloned().filter(|_| rng.gen_bool(0.5));
+            let (f, logged) = match &expected {
+                Some(e) => (OpFn::Cas, json!([e, value])),
+                None => (OpFn::Write, json!(value)),
+            };
+            recorder.record(process, OpKind::Invoke, f, key, logged.clone(), None, None);
+            let (kind, error) = match expected {
+                Some(e) => {
+                    let call = client.compare_and_swap(
+                        key.to_string(),
+                        Expect::Value(Bytes::from(e)),
+                        Some(Bytes::from(value.clone())),
+                    );
+                    cas_outcome(tokio::time::timeout(OP_BOUND, call).await)
+                }
+                None => {
+                    let call = client.put(key.to_string(), value.clone());
+                    write_outcome(tokio::time::timeout(OP_BOUND, call).await)
+                }
+            };
+            if kind == OpKind::Ok {
+                last_seen.insert(key.to_string(), value);
+            }
             let node = leader_of(&client, key);
-            recorder.record(process, kind, OpFn::Write, key, json!(value), error, node);
+            recorder.record(process, kind, f, key, logged, error, node);
         }
         tokio::time::sleep(Duration::from_millis(rng.gen_range(0..=MAX_THINK_MS))).await;
     }
