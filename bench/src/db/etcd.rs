@@ -25,11 +25,11 @@ use etcd_client::{
     TxnOp,
 };
 
-use super::{storage_key, table_end_key, Db, DbError, DbThread, DriverOptions};
+use super::{
+    storage_key, table_end_key, Db, DbError, DbThread, DriverOptions, MAX_UPDATE_ATTEMPTS,
+};
 use crate::record::{self, Record};
 
-/// Compare-and-swap attempts an update makes before it gives up.
-pub const MAX_UPDATE_ATTEMPTS: u32 = 16;
 /// Largest number of records one scan may ask for (YCSB scans ask for at most `maxscanlength`).
 pub const MAX_SCAN_RECORDS: usize = 10_000;
 

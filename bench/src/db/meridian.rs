@@ -5,10 +5,12 @@
 //!   cluster's default pre-split points are laid out for; any other table is namespaced as
 //!   `table/key` ([`super::storage_key`]). The value is the shared [`crate::record`] encoding.
 //! - Reads are linearizable (the client's default): leader lease, or a ReadIndex round.
-//! - Updates: Meridian has no single-key compare-and-set yet, so an update is get → merge →
-//!   put under one of [`UPDATE_LOCK_STRIPES`] per-key async locks shared by every thread of
-//!   this process. A YCSB run is one process, so concurrent updates of one record never lose
-//!   fields; two benchmark processes updating the same keys could (not a case the harness runs).
+//! - Updates: optimistic read-modify-write, as the etcd driver does it: get the record with
+//!   its version, merge the fields, and `compare_and_swap` on that version; if another update
+//!   got there first the update starts over, at most [`MAX_UPDATE_ATTEMPTS`] times, then fails
+//!   as `ERROR` ([`DbError::Contended`]). The shard checks the version when it applies the
+//!   swap, so concurrent updates never lose fields, from any number of processes, and no lock
+//!   in the benchmark process queues hot keys.
 //! - Scans: `client.scan` from the start key, paging across shards, at one read timestamp.
 //! - Every call has the client's per-call deadline (`--timeout-ms`), retries included.
 
@@ -16,31 +18,16 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use meridian_client::{Client, ClientConfig};
+use meridian_client::{CasOutcome, Client, ClientConfig, Expect};
 
-use super::{storage_key, Db, DbError, DbThread, DriverOptions};
+use super::{storage_key, Db, DbError, DbThread, DriverOptions, MAX_UPDATE_ATTEMPTS};
 use crate::record::{self, Record};
 
-/// Number of update lock stripes (a power of two).
-pub const UPDATE_LOCK_STRIPES: usize = 1024;
 /// YCSB's default table, stored without a prefix.
 pub const DEFAULT_TABLE: &str = "usertable";
 
 struct Shared {
     client: Client,
-    update_locks: Vec<tokio::sync::Mutex<()>>,
-}
-
-impl Shared {
-    fn lock_for(&self, key: &[u8]) -> &tokio::sync::Mutex<()> {
-        // FNV-1a: cheap and stable; the stripe only needs to spread keys.
-        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-        for b in key {
-            h ^= u64::from(*b);
-            h = h.wrapping_mul(0x100_0000_01b3);
-        }
-        &self.update_locks[(h as usize) & (UPDATE_LOCK_STRIPES - 1)]
-    }
 }
 
 pub struct MeridianDb {
@@ -81,12 +68,7 @@ pub async fn open(options: &DriverOptions) -> Result<Arc<dyn Db>, DbError> {
     config.rpc_timeout = options.timeout.min(config.rpc_timeout);
     let client = Client::connect(config).await.map_err(backend)?;
     Ok(Arc::new(MeridianDb {
-        shared: Arc::new(Shared {
-            client,
-            update_locks: (0..UPDATE_LOCK_STRIPES)
-                .map(|_| tokio::sync::Mutex::new(()))
-                .collect(),
-        }),
+        shared: Arc::new(Shared { client }),
     }))
 }
 
@@ -147,21 +129,36 @@ impl DbThread for MeridianThread {
     }
 
     async fn update(&mut self, table: &str, key: &str, values: &Record) -> Result<(), DbError> {
-        let key = meridian_key(table, key);
-        let _guard = self.shared.lock_for(&key).lock().await;
-        let current = self.shared.client.get(key.clone()).await.map_err(backend)?;
-        let Some(current) = current else {
-            return Err(DbError::NotFound);
-        };
-        let merged = record::merge_encoded(&current, values)?;
-        self.shared.client.put(key, merged).await.map_err(backend)?;
-        Ok(())
+        let storage = meridian_key(table, key);
+        let client = &self.shared.client;
+        let mut current = client
+            .get_versioned(storage.clone())
+            .await
+            .map_err(backend)?
+            .ok_or(DbError::NotFound)?;
+        for _ in 0..MAX_UPDATE_ATTEMPTS {
+            let merged = Bytes::from(record::merge_encoded(&current.value, values)?);
+            let expect = Expect::Version(current.version_ts);
+            match client
+                .compare_and_swap(storage.clone(), expect, Some(merged))
+                .await
+                .map_err(backend)?
+            {
+                CasOutcome::Swapped { .. } => return Ok(()),
+                // Another update won: merge into what it wrote (the mismatch carries it).
+                CasOutcome::Mismatch { current: Some(now) } => current = now,
+                CasOutcome::Mismatch { current: None } => return Err(DbError::NotFound),
+            }
+        }
+        Err(DbError::Contended {
+            key: key.to_string(),
+            attempts: MAX_UPDATE_ATTEMPTS,
+        })
     }
 
     async fn insert(&mut self, table: &str, key: &str, values: &Record) -> Result<(), DbError> {
         let key = meridian_key(table, key);
         let encoded = record::encode(values)?;
-        let _guard = self.shared.lock_for(&key).lock().await;
         self.shared
             .client
             .put(key, encoded)
@@ -172,7 +169,6 @@ impl DbThread for MeridianThread {
 
     async fn delete(&mut self, table: &str, key: &str) -> Result<(), DbError> {
         let key = meridian_key(table, key);
-        let _guard = self.shared.lock_for(&key).lock().await;
         self.shared.client.delete(key).await.map_err(backend)?;
         Ok(())
     }

@@ -30,6 +30,9 @@ use crate::record::{Record, RecordError};
 /// Separator between the table name and the record key in a storage key.
 pub const TABLE_SEPARATOR: u8 = b'/';
 
+/// Compare-and-swap attempts an update makes before it gives up (etcd and Meridian drivers).
+pub const MAX_UPDATE_ATTEMPTS: u32 = 16;
+
 /// Errors a driver returns.
 #[derive(Debug, thiserror::Error)]
 pub enum DbError {
