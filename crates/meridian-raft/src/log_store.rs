@@ -4,22 +4,40 @@
 //! serves every shard and a shard's log is a contiguous key range. The vote, the committed log
 //! id and the last purged log id live in `raft_meta` under `shard ‖ kind`.
 //!
-//! Durability: `append` writes without syncing (so the entries are readable at once) and hands
-//! its callback to the node's [`LogWriter`], which group-commits one fsync for all shards.
-//! `save_vote` syncs before returning, as Raft requires. Truncation and purge are written
-//! unsynced: RocksDB's single WAL keeps writes in order, so a later synced append makes them
-//! durable, and losing them in a crash only resurrects entries this node never acknowledged
-//! (truncate) or entries already covered by a snapshot (purge).
+//! # Writes never block Raft's core task
+//! `append`, `truncate_after`, `purge` and `save_committed` queue their RocksDB batch on the
+//! node's [`LogWriter`] and return at once; the writer thread merges every shard's queued
+//! batches into one write and one fsync, and reports appends flushed after the fsync.
+//! openraft requires appended entries to be readable as soon as `append` returns, so they also
+//! go into this store's in-memory *tail* until the writer has written them.
 //!
-//! All RocksDB calls run on tokio's blocking pool, never on the reactor.
+//! # Reads see the tail, then RocksDB
+//! A read takes the tail's entries of its range first, then reads RocksDB, and prefers the
+//! tail's copy of an index. The writer removes an entry from the tail only after its batch is
+//! in RocksDB, so every appended entry is in one or the other at any moment of the read. Two
+//! things could make the two halves disagree, and are handled:
+//! - a truncation queued but not written: RocksDB still holds the truncated entries, so
+//!   entries at or above a pending truncation's start are ignored in RocksDB;
+//! - a truncation *during* the read (tail from before, RocksDB from after, a log that never
+//!   existed): every truncation bumps a generation, and a read that saw it change retries.
+//!
+//! Durability: `save_vote` syncs before returning, as Raft requires (directly, not through the
+//! queue). Truncation, purge and the committed mark are written unsynced: RocksDB's single WAL
+//! keeps writes in order, so a later synced append makes them durable, and losing them in a
+//! crash only resurrects entries this node never acknowledged (truncate), entries already
+//! covered by a snapshot (purge), or an older committed mark (recovery then waits for the
+//! cluster's commit).
+//!
+//! Reads and the vote run on tokio's blocking pool, never on the reactor.
 
-use crate::log_writer::LogWriter;
+use crate::log_writer::{LogWork, LogWriter};
 use crate::types::{codec, Entry, IOFlushed, LogId, LogState, TypeConfig, Vote};
 use meridian_storage::keys::{self, MetaKind};
 use meridian_storage::{Cf, Engine, WriteBatch};
 use meridian_types::ShardId;
 use openraft::storage::RaftLogStorage;
 use openraft::{OptionalSend, RaftLogReader};
+use std::collections::BTreeMap;
 use std::fmt::Debug;
 use std::io;
 use std::ops::{Bound, RangeBounds};
@@ -29,11 +47,39 @@ use std::sync::Arc;
 /// [`LogStore::entries_stream`]); `try_get_log_entries` is never cut short by it.
 pub const MAX_ENTRIES_PER_READ: usize = 4_096;
 
+/// Most times a read restarts because a truncation ran during it.
+const MAX_READ_RETRIES: usize = 1_000;
+
 #[derive(Clone)]
 pub struct LogStore {
     shard: ShardId,
     engine: Arc<dyn Engine>,
     writer: Arc<LogWriter>,
+    tail: Arc<std::sync::Mutex<Tail>>,
+}
+
+/// What this store has queued on the writer and RocksDB does not show yet.
+#[derive(Default)]
+struct Tail {
+    /// Appended entries not yet written to RocksDB, by index.
+    entries: BTreeMap<u64, Entry>,
+    /// First indexes of truncations queued but not yet written: RocksDB entries at or above
+    /// the lowest are stale.
+    truncations_pending: Vec<u64>,
+    /// Bumped by every truncation (see the module docs).
+    generation: u64,
+    /// The last purged log id, once this process has purged (RocksDB's copy may lag).
+    last_purged: Option<LogId>,
+}
+
+impl Tail {
+    fn stale_from(&self) -> Option<u64> {
+        self.truncations_pending.iter().copied().min()
+    }
+}
+
+fn lock(tail: &std::sync::Mutex<Tail>) -> std::sync::MutexGuard<'_, Tail> {
+    tail.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 fn io_err(e: impl std::fmt::Display) -> io::Error {
@@ -52,7 +98,18 @@ impl LogStore {
             shard,
             engine,
             writer,
+            tail: Arc::default(),
         }
+    }
+
+    /// Queues `batch` on the node's writer (no hook, no flush).
+    async fn queue(&self, batch: WriteBatch) -> io::Result<()> {
+        self.writer
+            .submit(LogWork {
+                batch,
+                ..Default::default()
+            })
+            .await
     }
 
     async fn read_meta<T: serde::de::DeserializeOwned + Send + 'static>(
@@ -89,37 +146,124 @@ impl LogStore {
         Ok(())
     }
 
+    /// The log's last entry: the tail's, else RocksDB's newest that no pending truncation
+    /// covers.
     async fn last_entry(&self) -> io::Result<Option<Entry>> {
-        let engine = self.engine.clone();
-        let (start, end) = keys::raft_log_range(self.shard);
+        let (shard, engine, tail) = (self.shard, self.engine.clone(), self.tail.clone());
         blocking(move || {
-            let mut it = engine.scan(Cf::RaftLog, &start, Some(&end), true);
-            match it.next() {
-                Some(Ok((_, v))) => Ok(Some(codec::decode::<Entry>(&v)?)),
-                Some(Err(e)) => Err(io_err(e)),
-                None => Ok(None),
-            }
+            let last_unwritten = lock(&tail).entries.keys().next_back().copied();
+            consistent_read(&tail, last_unwritten.unwrap_or(u64::MAX), None, |unwritten, stale_from| {
+                if let Some((_, last)) = unwritten.last_key_value() {
+                    return Ok(Some(last.clone()));
+                }
+                let (start, mut end) = keys::raft_log_range(shard);
+                if let Some(from) = stale_from {
+                    end = keys::raft_log_key(shard, from);
+                }
+                let mut it = engine.scan(Cf::RaftLog, &start, Some(&end), true);
+                match it.next() {
+                    Some(Ok((_, v))) => Ok(Some(codec::decode::<Entry>(&v)?)),
+                    Some(Err(e)) => Err(io_err(e)),
+                    None => Ok(None),
+                }
+            })
         })
         .await
     }
 }
 
+/// Runs `read` with a copy of the tail's entries in `[first, end)` and its stale-from index,
+/// and retries it if a truncation ran meanwhile (see the module docs).
+fn consistent_read<T>(
+    tail: &std::sync::Mutex<Tail>,
+    first: u64,
+    end: Option<u64>,
+    mut read: impl FnMut(&BTreeMap<u64, Entry>, Option<u64>) -> io::Result<T>,
+) -> io::Result<T> {
+    let end = end.map_or(Bound::Unbounded, Bound::Excluded);
+    for _ in 0..MAX_READ_RETRIES {
+        let (unwritten, stale_from, generation) = {
+            let t = lock(tail);
+            let copy: BTreeMap<u64, Entry> = t
+                .entries
+                .range((Bound::Included(first), end))
+                .map(|(i, e)| (*i, e.clone()))
+                .collect();
+            (copy, t.stale_from(), t.generation)
+        };
+        let result = read(&unwritten, stale_from)?;
+        if lock(tail).generation == generation {
+            return Ok(result);
+        }
+    }
+    Err(io::Error::other(format!(
+        "the raft log was truncated during {MAX_READ_RETRIES} reads in a row"
+    )))
+}
+
 /// Reads the entries of `[first, end)` (`end` = `None`: to the end of the log), at most
-/// `limit` of them. Absence is tolerated only before the first entry found (purged) and after
-/// the last (not appended yet); a gap between two entries is an error, never a short read.
+/// `limit` of them, from the tail and RocksDB (see the module docs). Absence is tolerated only
+/// before the first entry found (purged) and after the last (not appended yet); a gap between
+/// two entries is an error, never a short read.
 fn read_range(
     engine: &dyn Engine,
+    tail: &std::sync::Mutex<Tail>,
     shard: ShardId,
     first: u64,
     end: Option<u64>,
     limit: Option<usize>,
 ) -> io::Result<Vec<Entry>> {
+    consistent_read(tail, first, end, |unwritten, stale_from| {
+        // RocksDB below the first pending truncation (the rest there is stale).
+        let rocks_end = match (end, stale_from) {
+            (Some(e), Some(s)) => Some(e.min(s)),
+            (e, s) => e.or(s),
+        };
+        let mut merged = read_written(engine, shard, first, rocks_end, limit)?;
+        for (index, entry) in unwritten {
+            merged.insert(*index, entry.clone());
+        }
+        let mut out: Vec<Entry> = Vec::with_capacity(merged.len());
+        for (index, entry) in merged {
+            if limit.is_some_and(|l| out.len() >= l) {
+                break;
+            }
+            if let Some(prev) = out.last() {
+                if index != prev.log_id.index + 1 {
+                    return Err(hole(shard, prev.log_id.index, index));
+                }
+            }
+            out.push(entry);
+        }
+        Ok(out)
+    })
+}
+
+fn hole(shard: ShardId, prev: u64, next: u64) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::InvalidData,
+        format!(
+            "shard {shard}: the raft log has a hole: entry {} is missing (entry {prev} is followed by {next})",
+            prev + 1
+        ),
+    )
+}
+
+/// The entries RocksDB holds in `[first, end)`, at most `limit`, checked for holes.
+fn read_written(
+    engine: &dyn Engine,
+    shard: ShardId,
+    first: u64,
+    end: Option<u64>,
+    limit: Option<usize>,
+) -> io::Result<BTreeMap<u64, Entry>> {
     let start_key = keys::raft_log_key(shard, first);
     let end_key = match end {
         Some(e) => keys::raft_log_key(shard, e),
         None => keys::raft_log_range(shard).1,
     };
-    let mut out: Vec<Entry> = Vec::new();
+    let mut out = BTreeMap::new();
+    let mut prev: Option<u64> = None;
     for item in engine.scan(Cf::RaftLog, &start_key, Some(&end_key), false) {
         let (k, v) = item.map_err(io_err)?;
         let (_, index) = keys::decode_raft_log_key(&k).map_err(io_err)?;
@@ -133,19 +277,13 @@ fn read_range(
                 ),
             ));
         }
-        if let Some(prev) = out.last() {
-            if index != prev.log_id.index + 1 {
-                return Err(io::Error::new(
-                    io::ErrorKind::InvalidData,
-                    format!(
-                        "shard {shard}: the raft log has a hole: entry {} is missing (entry {} is followed by {index})",
-                        prev.log_id.index + 1,
-                        prev.log_id.index
-                    ),
-                ));
+        if let Some(p) = prev {
+            if index != p + 1 {
+                return Err(hole(shard, p, index));
             }
         }
-        out.push(entry);
+        prev = Some(index);
+        out.insert(index, entry);
         if limit.is_some_and(|l| out.len() >= l) {
             break;
         }
@@ -175,17 +313,18 @@ impl RaftLogReader<TypeConfig> for LogStore {
         range: RB,
     ) -> io::Result<Vec<Entry>> {
         let (first, end) = bounds(&range);
-        let (shard, engine) = (self.shard, self.engine.clone());
-        blocking(move || read_range(&*engine, shard, first, end, None)).await
+        let (shard, engine, tail) = (self.shard, self.engine.clone(), self.tail.clone());
+        blocking(move || read_range(&*engine, &tail, shard, first, end, None)).await
     }
 
     /// Replication reads: at most [`MAX_ENTRIES_PER_READ`] entries, never none when the range
     /// holds some (openraft sends the rest in later requests).
     async fn limited_get_log_entries(&mut self, start: u64, end: u64) -> io::Result<Vec<Entry>> {
-        let (shard, engine) = (self.shard, self.engine.clone());
+        let (shard, engine, tail) = (self.shard, self.engine.clone(), self.tail.clone());
         blocking(move || {
             read_range(
                 &*engine,
+                &tail,
                 shard,
                 start,
                 Some(end),
@@ -207,19 +346,19 @@ impl RaftLogReader<TypeConfig> for LogStore {
     {
         use futures::StreamExt;
         let (first, end) = bounds(&range);
-        let (shard, engine) = (self.shard, self.engine.clone());
+        let (shard, engine, tail) = (self.shard, self.engine.clone(), self.tail.clone());
         // State: the next index to read and whether it continues an earlier piece (then it
         // must be there: absence is tolerated only at the start of the whole range), or None
         // once done (or after an error).
         futures::stream::unfold(Some((first, false)), move |next| {
-            let engine = engine.clone();
+            let (engine, tail) = (engine.clone(), tail.clone());
             async move {
                 let (from, continued) = next?;
                 if end.is_some_and(|e| from >= e) {
                     return None;
                 }
                 let read = blocking(move || {
-                    read_range(&*engine, shard, from, end, Some(MAX_ENTRIES_PER_READ))
+                    read_range(&*engine, &tail, shard, from, end, Some(MAX_ENTRIES_PER_READ))
                 })
                 .await;
                 let read = read.and_then(|chunk| match chunk.first() {
@@ -254,10 +393,15 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     type LogReader = Self;
 
     async fn get_log_state(&mut self) -> io::Result<LogState> {
-        let last_purged: Option<LogId> = self.read_meta(MetaKind::LastPurged).await?;
+        let purged_here = lock(&self.tail).last_purged;
+        let last_purged: Option<LogId> = match purged_here {
+            Some(p) => Some(p),
+            None => self.read_meta(MetaKind::LastPurged).await?,
+        };
         let last = self.last_entry().await?.map(|e| e.log_id);
+        // A purge may be queued but not written: RocksDB can still show purged entries.
         Ok(LogState {
-            last_log_id: last.or(last_purged),
+            last_log_id: last.max(last_purged),
             last_purged_log_id: last_purged,
         })
     }
@@ -275,7 +419,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     async fn save_committed(&mut self, committed: Option<LogId>) -> io::Result<()> {
         let mut batch = WriteBatch::new();
         self.meta_put(&mut batch, MetaKind::Committed, &committed)?;
-        self.write(batch, false).await
+        self.queue(batch).await
     }
 
     async fn read_committed(&mut self) -> io::Result<Option<LogId>> {
@@ -291,15 +435,40 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         I::IntoIter: OptionalSend,
     {
         let mut batch = WriteBatch::new();
+        let mut appended = Vec::new();
         for entry in entries {
             batch.put(
                 Cf::RaftLog,
                 keys::raft_log_key(self.shard, entry.log_id.index),
                 codec::encode(&entry)?,
             );
+            appended.push(entry);
         }
-        self.write(batch, false).await?;
-        self.writer.flush(callback).await
+        let ids: Vec<LogId> = appended.iter().map(|e| e.log_id).collect();
+        {
+            let mut tail = lock(&self.tail);
+            for entry in appended {
+                tail.entries.insert(entry.log_id.index, entry);
+            }
+        }
+        // Once written, an entry leaves the tail, unless a truncation and a new append have
+        // put another entry at its index since (that one has its own write queued).
+        let tail = self.tail.clone();
+        let written = Box::new(move || {
+            let mut tail = lock(&tail);
+            for id in ids {
+                if tail.entries.get(&id.index).is_some_and(|e| e.log_id == id) {
+                    tail.entries.remove(&id.index);
+                }
+            }
+        });
+        self.writer
+            .submit(LogWork {
+                batch,
+                written: Some(written),
+                flushed: Some(callback),
+            })
+            .await
     }
 
     async fn truncate_after(&mut self, last_log_id: Option<LogId>) -> io::Result<()> {
@@ -313,7 +482,26 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             keys::raft_log_key(self.shard, from),
             keys::raft_log_range(self.shard).1,
         );
-        self.write(batch, false).await
+        {
+            let mut tail = lock(&self.tail);
+            tail.entries.split_off(&from);
+            tail.truncations_pending.push(from);
+            tail.generation += 1;
+        }
+        let tail = self.tail.clone();
+        let written = Box::new(move || {
+            let mut tail = lock(&tail);
+            if let Some(i) = tail.truncations_pending.iter().position(|f| *f == from) {
+                tail.truncations_pending.swap_remove(i);
+            }
+        });
+        self.writer
+            .submit(LogWork {
+                batch,
+                written: Some(written),
+                flushed: None,
+            })
+            .await
     }
 
     async fn purge(&mut self, log_id: LogId) -> io::Result<()> {
@@ -324,6 +512,11 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             keys::raft_log_range(self.shard).0,
             keys::raft_log_key(self.shard, log_id.index + 1),
         );
-        self.write(batch, false).await
+        {
+            let mut tail = lock(&self.tail);
+            tail.entries = tail.entries.split_off(&(log_id.index + 1));
+            tail.last_purged = Some(log_id);
+        }
+        self.queue(batch).await
     }
 }

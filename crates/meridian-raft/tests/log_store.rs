@@ -16,6 +16,7 @@ use meridian_storage::keys;
 use meridian_storage::{Cf, Engine, MemoryEngine, WriteBatch};
 use meridian_types::ShardId;
 use openraft::storage::RaftLogStorage;
+use openraft::type_config::TypeConfigExt;
 use openraft::{EntryPayload, RaftLogReader};
 use std::sync::Arc;
 
@@ -33,18 +34,24 @@ fn entry(index: u64) -> Entry {
     }
 }
 
-/// A store holding entries `1..=count`, and its engine.
+/// A store holding entries `1..=count` (written to the engine and synced), and its engine.
 async fn store_with(count: u64) -> (LogStore, Arc<dyn Engine>) {
     let engine: Arc<dyn Engine> = Arc::new(MemoryEngine::new());
     let writer = Arc::new(LogWriter::start(engine.clone()));
     let mut store = LogStore::new(SHARD, engine.clone(), writer);
     // Appended in runs, as a follower receives them.
+    let mut flushed = Vec::new();
     for start in (1..=count).step_by(1_000) {
         let end = (start + 999).min(count);
+        let (tx, rx) = TypeConfig::oneshot();
         store
-            .append((start..=end).map(entry), IOFlushed::noop())
+            .append((start..=end).map(entry), IOFlushed::signal(tx))
             .await
             .expect("append");
+        flushed.push(rx);
+    }
+    for rx in flushed {
+        rx.await.expect("flush reported").expect("flushed");
     }
     (store, engine)
 }

@@ -19,8 +19,11 @@ pub const SNAPSHOT_CHUNK_BYTES: usize = 1024 * 1024;
 pub const MAX_INITIAL_SHARDS: u32 = 1_024;
 /// Most proposals a shard leader keeps in flight before pushing back with `Unavailable`.
 pub const MAX_INFLIGHT_PROPOSALS_PER_SHARD: usize = 4_096;
-/// Most Raft log entries group-committed in one fsync'ed write batch.
+/// Most Raft log items (appends, truncations, purges) the node's log writer merges into one
+/// RocksDB write and one fsync.
 pub const MAX_LOG_BATCH_ENTRIES: usize = 4_096;
+/// Bytes of log writes after which the log writer stops merging more items into one write.
+pub const MAX_LOG_WRITE_BYTES: usize = 32 * 1024 * 1024;
 /// Most write request ids a shard remembers for deduplicating retries (the oldest are evicted
 /// first; see `meridian-raft`'s dedup table).
 pub const MAX_DEDUP_ENTRIES_PER_SHARD: usize = 100_000;
