@@ -216,6 +216,36 @@ impl ClusterView {
             ]);
         }
         out.push_str(&shards.render());
+        let _ = writeln!(out, "\nLOG WRITERS (since each node started)");
+        let mut writers = Table::new([
+            "NODE",
+            "WRITES",
+            "ITEMS/WRITE",
+            "AVG WRITE µs",
+            "SYNCS",
+            "APPENDS/SYNC",
+            "AVG SYNC µs",
+        ]);
+        for (node_id, answer) in &self.answers {
+            let Some(w) = &answer.log_writer else { continue };
+            let per = |a: u64, b: u64| {
+                if b == 0 {
+                    "-".to_string()
+                } else {
+                    format!("{:.1}", a as f64 / b as f64)
+                }
+            };
+            writers.row([
+                node_id.to_string(),
+                w.writes.to_string(),
+                per(w.items, w.writes),
+                per(w.write_micros, w.writes),
+                w.syncs.to_string(),
+                per(w.flushes, w.syncs),
+                per(w.sync_micros, w.syncs),
+            ]);
+        }
+        out.push_str(&writers.render());
         out
     }
 }
@@ -255,7 +285,7 @@ pub fn format_lag(shard: &ShardInfo) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use meridian_client::proto::ReplicaStatus;
+    use meridian_client::proto::{LogWriterStats, ReplicaStatus};
 
     /// Printable text stays text; anything else becomes hex; hex parses back.
     #[test]
@@ -336,6 +366,21 @@ mod tests {
             },
         );
         assert_eq!(view.shards()[0].applied_index, 9);
+        view.answers.get_mut(&2).unwrap().log_writer = Some(LogWriterStats {
+            writes: 4,
+            items: 10,
+            syncs: 2,
+            flushes: 8,
+            write_micros: 100,
+            sync_micros: 3_000,
+        });
+        let rendered = view.render();
+        let line = rendered
+            .lines()
+            .find(|l| l.trim_start().starts_with("2  "))
+            .unwrap_or_else(|| panic!("a log writer row for node 2:\n{rendered}"));
+        let cells: Vec<&str> = line.split_whitespace().collect();
+        assert_eq!(cells, ["2", "4", "2.5", "25.0", "2", "4.0", "1500.0"], "{line}");
         let table = Table::new(["A", "BB"]).render();
         assert_eq!(table, "  A  BB\n");
     }

@@ -316,6 +316,7 @@ impl Cluster for FakeNode {
                 .collect(),
             shards: self.world.shards.lock().unwrap().clone(),
             hlc_now: self.tick(),
+            log_writer: None,
         }))
     }
 }

@@ -76,12 +76,22 @@ impl Cluster for ClusterService {
                 zone: r.zone,
             })
             .collect();
+        let w = node.host.writer.stats();
+        let load = |v: &std::sync::atomic::AtomicU64| v.load(std::sync::atomic::Ordering::Relaxed);
         Ok(Response::new(StatusResponse {
             cluster_id: node.cluster_id.clone(),
             answering_node: me,
             nodes,
             shards,
             hlc_now: node.clock.now().0,
+            log_writer: Some(LogWriterStats {
+                writes: load(&w.writes),
+                items: load(&w.items),
+                syncs: load(&w.syncs),
+                flushes: load(&w.flushes),
+                write_micros: load(&w.write_micros),
+                sync_micros: load(&w.sync_micros),
+            }),
         }))
     }
 }
