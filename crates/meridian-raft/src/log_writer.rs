@@ -217,68 +217,19 @@ fn run(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use meridian_storage::{Cf, KvIter, MemoryEngine, WriteBatch};
-    use std::path::Path;
+    use meridian_storage::faulty::FaultyEngine;
     use std::sync::Mutex;
-
-    /// An engine whose WAL sync always fails (a dying disk).
-    struct FailingSync(MemoryEngine);
-
-    impl Engine for FailingSync {
-        fn get(&self, cf: Cf, key: &[u8]) -> meridian_storage::Result<Option<Vec<u8>>> {
-            self.0.get(cf, key)
-        }
-        fn multi_get(
-            &self,
-            cf: Cf,
-            keys: &[&[u8]],
-        ) -> meridian_storage::Result<Vec<Option<Vec<u8>>>> {
-            self.0.multi_get(cf, keys)
-        }
-        fn scan<'a>(
-            &'a self,
-            cf: Cf,
-            start: &[u8],
-            end: Option<&[u8]>,
-            reverse: bool,
-        ) -> KvIter<'a> {
-            self.0.scan(cf, start, end, reverse)
-        }
-        fn write(&self, batch: WriteBatch, sync: bool) -> meridian_storage::Result<()> {
-            self.0.write(batch, sync)
-        }
-        fn flush(&self) -> meridian_storage::Result<()> {
-            self.0.flush()
-        }
-        fn sync_wal(&self) -> meridian_storage::Result<()> {
-            Err(meridian_storage::Error::Io(std::io::Error::other("EIO")))
-        }
-        fn export_range_sst(
-            &self,
-            cf: Cf,
-            start: &[u8],
-            end: &[u8],
-            path: &Path,
-        ) -> meridian_storage::Result<u64> {
-            self.0.export_range_sst(cf, start, end, path)
-        }
-        fn ingest_range_sst(
-            &self,
-            cf: Cf,
-            start: &[u8],
-            end: &[u8],
-            path: Option<&Path>,
-        ) -> meridian_storage::Result<()> {
-            self.0.ingest_range_sst(cf, start, end, path)
-        }
-    }
 
     #[test]
     fn a_failed_sync_calls_the_fail_stop_hook_once_and_stops_the_writer() {
         let reasons: Arc<Mutex<Vec<String>>> = Arc::default();
         let seen = reasons.clone();
         let writer = LogWriter::start_with(
-            Arc::new(FailingSync(MemoryEngine::new())),
+            {
+                let engine = FaultyEngine::new();
+                engine.fail_syncs();
+                Arc::new(engine)
+            },
             Arc::new(move |reason: &str| seen.lock().unwrap().push(reason.to_string())),
         );
         let runtime = tokio::runtime::Builder::new_current_thread()

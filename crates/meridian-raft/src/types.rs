@@ -101,21 +101,11 @@ impl Command {
                 }
                 let mut bytes = 0usize;
                 for key in puts.iter().map(|(k, _)| k).chain(deletes.iter()) {
-                    if key.is_empty() || key.len() > MAX_KEY_BYTES {
-                        return Err(format!(
-                            "key of {} bytes is outside 1..=MAX_KEY_BYTES ({MAX_KEY_BYTES})",
-                            key.len()
-                        ));
-                    }
+                    check_key(key)?;
                     bytes += key.len();
                 }
                 for (_, value) in puts {
-                    if value.len() > MAX_VALUE_BYTES {
-                        return Err(format!(
-                            "value of {} bytes, over MAX_VALUE_BYTES ({MAX_VALUE_BYTES})",
-                            value.len()
-                        ));
-                    }
+                    check_value(value)?;
                     bytes += value.len();
                 }
                 if bytes > MAX_BATCH_BYTES {
@@ -135,28 +125,35 @@ impl Command {
                 if *ts > MAX_COMMAND_TS {
                     return Err(format!("timestamp {ts} is above MAX_COMMAND_TS"));
                 }
-                if key.is_empty() || key.len() > MAX_KEY_BYTES {
-                    return Err(format!(
-                        "key of {} bytes is outside 1..=MAX_KEY_BYTES ({MAX_KEY_BYTES})",
-                        key.len()
-                    ));
-                }
+                check_key(key)?;
                 let expected = match expect {
                     Expect::Value(v) => Some(v),
                     Expect::Absent | Expect::Version(_) => None,
                 };
-                for v in value.iter().chain(expected) {
-                    if v.len() > MAX_VALUE_BYTES {
-                        return Err(format!(
-                            "value of {} bytes, over MAX_VALUE_BYTES ({MAX_VALUE_BYTES})",
-                            v.len()
-                        ));
-                    }
-                }
-                Ok(())
+                value.iter().chain(expected).try_for_each(check_value)
             }
         }
     }
+}
+
+fn check_key(key: &Bytes) -> Result<(), String> {
+    if key.is_empty() || key.len() > MAX_KEY_BYTES {
+        return Err(format!(
+            "key of {} bytes is outside 1..=MAX_KEY_BYTES ({MAX_KEY_BYTES})",
+            key.len()
+        ));
+    }
+    Ok(())
+}
+
+fn check_value(value: &Bytes) -> Result<(), String> {
+    if value.len() > MAX_VALUE_BYTES {
+        return Err(format!(
+            "value of {} bytes, over MAX_VALUE_BYTES ({MAX_VALUE_BYTES})",
+            value.len()
+        ));
+    }
+    Ok(())
 }
 
 impl std::fmt::Display for Command {

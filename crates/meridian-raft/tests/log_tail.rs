@@ -2,7 +2,7 @@
 //! node's log writer has written anything, and reads must still see exactly the log openraft
 //! built — the unwritten tail first, RocksDB only where no pending truncation makes it stale.
 //!
-//! The engine here holds every write until the test opens its gate, which is how a RocksDB
+//! The engine here holds every write until the test releases it, which is how a RocksDB
 //! write stall looks to the log store.
 
 use bytes::Bytes;
@@ -10,80 +10,23 @@ use meridian_raft::log_store::LogStore;
 use meridian_raft::log_writer::LogWriter;
 use meridian_raft::types::{Entry, IOFlushed, LogId};
 use meridian_raft::{Command, TypeConfig};
-use meridian_storage::{Cf, Engine, KvIter, MemoryEngine, WriteBatch};
+use meridian_storage::faulty::FaultyEngine;
 use meridian_types::ShardId;
 use openraft::storage::RaftLogStorage;
 use openraft::type_config::TypeConfigExt;
 use openraft::{EntryPayload, RaftLogReader};
-use std::path::Path;
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 const SHARD: ShardId = ShardId(4);
 
-/// A memory engine whose writes wait while the gate is closed.
-#[derive(Default)]
-struct Gated {
-    inner: MemoryEngine,
-    closed: Mutex<bool>,
-    opened: Condvar,
-}
-
-impl Gated {
-    fn set_closed(&self, closed: bool) {
-        *self.closed.lock().unwrap() = closed;
-        self.opened.notify_all();
-    }
-}
-
 /// Opens the gate when dropped, so a failing assertion cannot leave the writer thread blocked
 /// (dropping the writer joins it). Declared after the store, so it drops first.
-struct OpenOnDrop(Arc<Gated>);
+struct OpenOnDrop(Arc<FaultyEngine>);
 
 impl Drop for OpenOnDrop {
     fn drop(&mut self) {
-        self.0.set_closed(false);
-    }
-}
-
-impl Engine for Gated {
-    fn get(&self, cf: Cf, key: &[u8]) -> meridian_storage::Result<Option<Vec<u8>>> {
-        self.inner.get(cf, key)
-    }
-    fn multi_get(&self, cf: Cf, keys: &[&[u8]]) -> meridian_storage::Result<Vec<Option<Vec<u8>>>> {
-        self.inner.multi_get(cf, keys)
-    }
-    fn scan<'a>(&'a self, cf: Cf, start: &[u8], end: Option<&[u8]>, reverse: bool) -> KvIter<'a> {
-        self.inner.scan(cf, start, end, reverse)
-    }
-    fn write(&self, batch: WriteBatch, sync: bool) -> meridian_storage::Result<()> {
-        let mut closed = self.closed.lock().unwrap();
-        while *closed {
-            closed = self.opened.wait(closed).unwrap();
-        }
-        drop(closed);
-        self.inner.write(batch, sync)
-    }
-    fn flush(&self) -> meridian_storage::Result<()> {
-        self.inner.flush()
-    }
-    fn export_range_sst(
-        &self,
-        cf: Cf,
-        start: &[u8],
-        end: &[u8],
-        path: &Path,
-    ) -> meridian_storage::Result<u64> {
-        self.inner.export_range_sst(cf, start, end, path)
-    }
-    fn ingest_range_sst(
-        &self,
-        cf: Cf,
-        start: &[u8],
-        end: &[u8],
-        path: Option<&Path>,
-    ) -> meridian_storage::Result<()> {
-        self.inner.ingest_range_sst(cf, start, end, path)
+        self.0.hold_writes(false);
     }
 }
 
@@ -139,7 +82,7 @@ async fn last_log_id(store: &mut LogStore) -> Option<LogId> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unwritten_appends_are_readable_and_pending_truncations_hide_rocksdb() {
-    let engine = Arc::new(Gated::default());
+    let engine = Arc::new(FaultyEngine::new());
     let writer = Arc::new(LogWriter::start(engine.clone()));
     let mut store = LogStore::new(SHARD, engine.clone(), writer);
     let _open = OpenOnDrop(engine.clone());
@@ -148,7 +91,7 @@ async fn unwritten_appends_are_readable_and_pending_truncations_hide_rocksdb() {
     append(&mut store, (1..=10).map(|i| entry(1, i))).await.await;
 
     // A stall: nothing reaches RocksDB from here on until the gate opens.
-    engine.set_closed(true);
+    engine.hold_writes(true);
     let mut flushed = vec![append(&mut store, (11..=12).map(|i| entry(1, i))).await];
     let read = store.try_get_log_entries(1..=20).await.unwrap();
     assert_eq!(log_ids(&read), expected(&[(1, 1..=12)]), "11 and 12 from the tail");
@@ -184,7 +127,7 @@ async fn unwritten_appends_are_readable_and_pending_truncations_hide_rocksdb() {
     }
 
     // The stall ends: the queued work lands in order and the log reads the same.
-    engine.set_closed(false);
+    engine.hold_writes(false);
     for f in flushed {
         f.await;
     }
@@ -199,16 +142,16 @@ async fn unwritten_appends_are_readable_and_pending_truncations_hide_rocksdb() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_queued_purge_shows_in_the_log_state_at_once() {
-    let engine = Arc::new(Gated::default());
+    let engine = Arc::new(FaultyEngine::new());
     let writer = Arc::new(LogWriter::start(engine.clone()));
     let mut store = LogStore::new(SHARD, engine.clone(), writer);
     let _open = OpenOnDrop(engine.clone());
     append(&mut store, (1..=10).map(|i| entry(1, i))).await.await;
-    engine.set_closed(true);
+    engine.hold_writes(true);
     let purged = openraft::testing::log_id::<TypeConfig>(1, 1, 10);
     store.purge(purged).await.unwrap();
     let state = store.get_log_state().await.unwrap();
     assert_eq!(state.last_purged_log_id, Some(purged));
     assert_eq!(state.last_log_id, Some(purged));
-    engine.set_closed(false);
+    engine.hold_writes(false);
 }

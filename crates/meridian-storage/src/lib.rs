@@ -16,6 +16,8 @@
 //! - `crash` (feature `testing`): `CrashEngine`, an in-memory engine that loses unsynced
 //!   writes on a simulated crash (and `ForgetfulEngine`, which ignores `sync`, as a negative
 //!   control).
+//! - `faulty` (feature `testing`): `FaultyEngine`, which can hold writes (a stall) and fail
+//!   WAL syncs (a dying disk).
 //!
 //! The crate is synchronous on purpose: every call may block on disk. Async callers run it on
 //! `spawn_blocking` or a dedicated pool.
@@ -31,6 +33,8 @@ pub mod rocks;
 pub mod conformance;
 #[cfg(any(test, feature = "testing"))]
 pub mod crash;
+#[cfg(any(test, feature = "testing"))]
+pub mod faulty;
 
 pub use engine::{BatchOp, Cf, Engine, EngineOptions, KvIter, KvPair, WriteBatch, MAX_ENTRY_BYTES};
 pub use error::{Error, Result};
