@@ -32,9 +32,12 @@
 //! client saw; a token further ahead is refused with `CLOCK_OFFSET`.
 //!
 //! # Back pressure
-//! At most `MAX_INFLIGHT_PROPOSALS_PER_SHARD × shards` requests are in flight per node; beyond
-//! that requests fail fast with `UNAVAILABLE` rather than queueing without bound.
+//! At most `MAX_INFLIGHT_PROPOSALS_PER_SHARD × shards` requests, and at most
+//! `MAX_INFLIGHT_REQUEST_BYTES_PER_NODE` bytes of request messages, are in flight per node;
+//! beyond either, requests fail fast with `UNAVAILABLE` rather than queueing without bound
+//! (see `admission`).
 
+use crate::admission::{Admission, Admitted};
 use crate::error::{invalid, Result, ServerError};
 use crate::node::Node;
 use bytes::Bytes;
@@ -48,7 +51,6 @@ use meridian_types::{ShardId, Timestamp};
 use openraft::type_config::async_runtime::WatchReceiver;
 use openraft::ReadPolicy;
 use std::sync::Arc;
-use tokio::sync::Semaphore;
 use tonic::{Request, Response, Status};
 
 /// Fraction of the leader lease not used for lease reads (clock-rate drift between nodes).
@@ -67,7 +69,7 @@ pub(crate) fn request_id(write_id: Option<WriteId>) -> Option<RequestId> {
 
 pub struct KvService {
     node: Arc<Node>,
-    inflight: Arc<Semaphore>,
+    admission: Admission,
     /// How long after the last quorum acknowledgement lease reads are used (see
     /// [`KvService::lease_has_margin`]).
     lease_read_window: std::time::Duration,
@@ -81,7 +83,7 @@ impl KvService {
             std::time::Duration::from_millis((lease_ms * (1.0 - LEASE_DRIFT_MARGIN)) as u64);
         KvService {
             node,
-            inflight: Arc::new(Semaphore::new(permits)),
+            admission: Admission::new(permits, MAX_INFLIGHT_REQUEST_BYTES_PER_NODE),
             lease_read_window,
         }
     }
@@ -92,12 +94,11 @@ impl KvService {
             .max_encoding_message_size(MAX_MESSAGE_BYTES)
     }
 
-    /// Admits a request: a permit of the node's in-flight budget, then the wait for its
-    /// causality token (see the module docs). Every handler starts here.
-    async fn admit<T>(&self, request: &Request<T>) -> Result<tokio::sync::OwnedSemaphorePermit> {
-        let permit = self.inflight.clone().try_acquire_owned().map_err(|_| {
-            ServerError::Unavailable("node overloaded: too many requests in flight".into())
-        })?;
+    /// Admits a request: permits of the node's in-flight budgets, by count and by the
+    /// message's encoded bytes (see `admission`), then the wait for its causality token (see
+    /// the module docs). Every handler starts here.
+    async fn admit<T: prost::Message>(&self, request: &Request<T>) -> Result<Admitted> {
+        let permit = self.admission.try_admit(request.get_ref().encoded_len())?;
         self.wait_for_token(request).await?;
         Ok(permit)
     }

@@ -15,6 +15,7 @@
 //! On SIGTERM or Ctrl-C both servers stop accepting and drain in-flight requests (bounded by
 //! [`SHUTDOWN_DRAIN`]), every Raft group shuts down, RocksDB is flushed and closed.
 
+pub mod admission;
 pub mod cluster;
 pub mod config;
 pub mod error;

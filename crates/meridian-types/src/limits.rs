@@ -19,6 +19,8 @@ pub const SNAPSHOT_CHUNK_BYTES: usize = 1024 * 1024;
 pub const MAX_INITIAL_SHARDS: u32 = 1_024;
 /// Most proposals a shard leader keeps in flight before pushing back with `Unavailable`.
 pub const MAX_INFLIGHT_PROPOSALS_PER_SHARD: usize = 4_096;
+/// Most bytes of client request messages a node holds in flight; more is `Unavailable`.
+pub const MAX_INFLIGHT_REQUEST_BYTES_PER_NODE: usize = 256 * 1024 * 1024;
 /// Most Raft log items (appends, truncations, purges) the node's log writer merges into one
 /// RocksDB write and one fsync.
 pub const MAX_LOG_BATCH_ENTRIES: usize = 4_096;
