@@ -18,12 +18,7 @@
 //! ```
 //!
 //! Map refreshes are single-flight: concurrent callers that saw the same map generation share
-//! one `Cluster.Status` round.
-//!
-//! # Batches
-//! `batch_get`/`batch_put` group keys by shard (the server requires one shard per request),
-//! run the groups concurrently (at most `max_parallel_shard_requests`), and scatter results
-//! back into input order. A group answered `WRONG_SHARD` is regrouped under a refreshed map.
+//! one `Cluster.Status` round. Calls over many keys (scans, batches) are in `multi`.
 //!
 //! # Invariants
 //! - No lock is held across an `.await` except the refresh mutex, whose wait is bounded by the
@@ -37,12 +32,6 @@
 //! reached Raft returns [`Error::Ambiguous`] ("outcome unknown"), never a plain error (see
 //! `write_retry`).
 //!
-//! # Scans are not snapshots
-//! Each page is read at its own linearizable timestamp on its shard's leader: a page sees every
-//! write acknowledged before the page was requested, and is consistent within itself (one
-//! storage iterator), but two pages may reflect different moments. A write acknowledged while
-//! the scan runs may appear in a later page and not an earlier one.
-//!
 //! # Not done yet
 //! - No follower or bounded-staleness reads; every read goes to the leader.
 //! - The client does not send a causality token (`meridian-hlc`) yet.
@@ -54,7 +43,6 @@ use crate::routing::{RoutingState, ShardMap, ShardRoute, Target};
 use crate::validate;
 use crate::write_retry::{WriteAttempts, WriteIds};
 use bytes::Bytes;
-use futures::stream::{self, StreamExt};
 use meridian_proto::kv::{
     self as proto, cluster_client::ClusterClient, kv_client::KvClient, StatusResponse,
 };
@@ -136,11 +124,11 @@ impl Deadline {
         }
     }
 
-    fn remaining(&self) -> Duration {
+    pub(crate) fn remaining(&self) -> Duration {
         self.at.saturating_duration_since(Instant::now())
     }
 
-    fn exceeded(&self, attempts: u32, last: Option<Error>) -> Error {
+    pub(crate) fn exceeded(&self, attempts: u32, last: Option<Error>) -> Error {
         Error::DeadlineExceeded {
             elapsed_ms: u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX),
             attempts,
@@ -174,7 +162,7 @@ pub(crate) fn request<T>(message: T, timeout: Duration) -> tonic::Request<T> {
     request
 }
 
-fn display_key(key: &[u8]) -> String {
+pub(crate) fn display_key(key: &[u8]) -> String {
     const SHOWN: usize = 64;
     let shown = &key[..key.len().min(SHOWN)];
     let mut text: String = shown.escape_ascii().to_string();
@@ -340,218 +328,6 @@ impl Client {
         Ok(Timestamp(response.commit_ts))
     }
 
-    /// Up to `limit` rows of `[start, end)` (`end` `None` = to the end of the keyspace; an
-    /// empty `start` = from the beginning), ascending, or descending with `reverse`.
-    ///
-    /// The scan pages across shards (and within a shard past `MAX_SCAN_LIMIT` rows). Each page
-    /// is linearizable and consistent within itself, but the pages are read at different
-    /// moments: the result is **not** one snapshot (see the module docs).
-    pub async fn scan(
-        &self,
-        start: impl Into<Bytes>,
-        end: Option<Bytes>,
-        limit: u32,
-        reverse: bool,
-    ) -> Result<Vec<KeyValue>> {
-        let start: Bytes = start.into();
-        let end: Bytes = end.unwrap_or_default();
-        validate::scan(&start, Some(&end), limit)?;
-        let mut rows: Vec<KeyValue> = Vec::new();
-        if !end.is_empty() && start == end {
-            return Ok(rows);
-        }
-        let deadline = self.deadline();
-        let consistency = self.inner.config.read_consistency.to_proto();
-        // Forward scans advance `cursor_start`; reverse scans lower `cursor_end`.
-        let mut cursor_start = start.clone();
-        let mut cursor_end = end.clone();
-        for _page in 0..MAX_SCAN_PAGES {
-            let wanted = limit - rows.len() as u32;
-            let message = proto::ScanRequest {
-                start: cursor_start.clone(),
-                end: cursor_end.clone(),
-                limit: wanted,
-                reverse,
-                consistency,
-            };
-            let route = if reverse {
-                Route::Below(&cursor_end)
-            } else {
-                Route::Key(&cursor_start)
-            };
-            let page = self
-                .call(route, &deadline, |channel, timeout| {
-                    let message = message.clone();
-                    async move {
-                        kv_client(channel)
-                            .scan(request(message, timeout))
-                            .await
-                            .map(|r| r.into_inner())
-                    }
-                })
-                .await?;
-            rows.extend(
-                page.rows
-                    .into_iter()
-                    .take(wanted as usize)
-                    .map(|row| KeyValue {
-                        key: row.key,
-                        value: row.value,
-                        version_ts: Timestamp(row.version_ts),
-                    }),
-            );
-            if !page.more || rows.len() >= limit as usize {
-                return Ok(rows);
-            }
-            let resume = page.resume_key;
-            if resume.is_empty() {
-                return Err(Error::internal(
-                    "scan page has more = true but an empty resume_key",
-                ));
-            }
-            if reverse {
-                let progressed = cursor_end.is_empty() || resume < cursor_end;
-                if !progressed {
-                    return Err(Error::internal(format!(
-                        "reverse scan did not progress: resume_key {} is not below {}",
-                        display_key(&resume),
-                        display_key(&cursor_end)
-                    )));
-                }
-                if resume <= start && !start.is_empty() {
-                    return Ok(rows);
-                }
-                cursor_end = resume;
-            } else {
-                if resume <= cursor_start {
-                    return Err(Error::internal(format!(
-                        "scan did not progress: resume_key {} is not after {}",
-                        display_key(&resume),
-                        display_key(&cursor_start)
-                    )));
-                }
-                if !end.is_empty() && resume >= end {
-                    return Ok(rows);
-                }
-                cursor_start = resume;
-            }
-        }
-        Err(Error::internal(format!(
-            "scan exceeded MAX_SCAN_PAGES ({MAX_SCAN_PAGES})"
-        )))
-    }
-
-    /// Reads many keys; the result is in input order (`None` = absent). Keys are grouped per
-    /// shard and the groups are read concurrently; each group is one consistent snapshot, but
-    /// different shards may be read at different timestamps.
-    pub async fn batch_get<K: Into<Bytes>>(
-        &self,
-        keys: impl IntoIterator<Item = K>,
-    ) -> Result<Vec<Option<Bytes>>> {
-        let keys: Vec<Bytes> = keys.into_iter().map(Into::into).collect();
-        validate::batch_len(keys.len())?;
-        for key in &keys {
-            validate::key(key)?;
-        }
-        let mut out: Vec<Option<Bytes>> = vec![None; keys.len()];
-        if keys.is_empty() {
-            return Ok(out);
-        }
-        let deadline = self.deadline();
-        let consistency = self.inner.config.read_consistency.to_proto();
-        let keys_ref = &keys;
-        let groups = self
-            .run_grouped(&keys, &deadline, |shard_id, positions: Vec<usize>| {
-                let message = proto::BatchGetRequest {
-                    keys: positions.iter().map(|&p| keys_ref[p].clone()).collect(),
-                    consistency,
-                };
-                async move {
-                    self.call(Route::Shard(shard_id), &deadline, |channel, timeout| {
-                        let message = message.clone();
-                        async move {
-                            kv_client(channel)
-                                .batch_get(request(message, timeout))
-                                .await
-                                .map(|r| r.into_inner())
-                        }
-                    })
-                    .await
-                }
-            })
-            .await?;
-        for (positions, response) in groups {
-            if response.results.len() != positions.len() {
-                return Err(Error::internal(format!(
-                    "batch_get asked {} keys, got {} results",
-                    positions.len(),
-                    response.results.len()
-                )));
-            }
-            for (position, result) in positions.into_iter().zip(response.results) {
-                out[position] = result.found.then_some(result.value);
-            }
-        }
-        Ok(out)
-    }
-
-    /// Writes many key-value pairs.
-    ///
-    /// Atomic **per shard only**: the entries are split by shard and each shard's part commits
-    /// as one Raft entry, concurrently with the others. If an error is returned, some shards'
-    /// parts may have committed and others not. Use the transaction API (not yet available)
-    /// for cross-shard atomicity.
-    pub async fn batch_put<K: Into<Bytes>, V: Into<Bytes>>(
-        &self,
-        entries: impl IntoIterator<Item = (K, V)>,
-    ) -> Result<()> {
-        let (keys, values): (Vec<Bytes>, Vec<Bytes>) = entries
-            .into_iter()
-            .map(|(k, v)| (k.into(), v.into()))
-            .unzip();
-        validate::batch_len(keys.len())?;
-        let mut total_bytes = 0usize;
-        for (key, value) in keys.iter().zip(&values) {
-            validate::key(key)?;
-            validate::value(value)?;
-            total_bytes = total_bytes.saturating_add(key.len() + value.len());
-        }
-        validate::batch_bytes(total_bytes)?;
-        if keys.is_empty() {
-            return Ok(());
-        }
-        let deadline = self.deadline();
-        let (keys_ref, values_ref) = (&keys, &values);
-        self.run_grouped(&keys, &deadline, |shard_id, positions: Vec<usize>| {
-            let message = proto::BatchPutRequest {
-                entries: positions
-                    .iter()
-                    .map(|&p| proto::KeyValue {
-                        key: keys_ref[p].clone(),
-                        value: values_ref[p].clone(),
-                        version_ts: 0,
-                    })
-                    .collect(),
-                deletes: Vec::new(),
-                write_id: Some(self.inner.write_ids.next()),
-            };
-            async move {
-                self.write_call(Route::Shard(shard_id), &deadline, |channel, timeout| {
-                    let message = message.clone();
-                    async move {
-                        kv_client(channel)
-                            .batch_put(request(message, timeout))
-                            .await
-                            .map(|r| r.into_inner())
-                    }
-                })
-                .await
-            }
-        })
-        .await?;
-        Ok(())
-    }
-
     /// The cluster's status from any node (trying known nodes, then seeds); also refreshes the
     /// cached shard map with it.
     pub async fn status(&self) -> Result<StatusResponse> {
@@ -595,14 +371,14 @@ impl Client {
         Deadline::after(self.inner.config.call_timeout)
     }
 
-    fn backoff(&self) -> Backoff {
+    pub(crate) fn backoff(&self) -> Backoff {
         Backoff::new(
             self.inner.config.backoff_initial,
             self.inner.config.backoff_max,
         )
     }
 
-    fn state(&self) -> RwLockReadGuard<'_, RoutingState> {
+    pub(crate) fn state(&self) -> RwLockReadGuard<'_, RoutingState> {
         self.inner
             .routing
             .read()
@@ -643,7 +419,7 @@ impl Client {
 
     /// Sleeps the next backoff delay, or fails with `DeadlineExceeded` when the retry after it
     /// could not start before the deadline.
-    async fn back_off(
+    pub(crate) async fn back_off(
         &self,
         backoff: &mut Backoff,
         deadline: &Deadline,
@@ -703,7 +479,7 @@ impl Client {
 
     /// Refreshes the map unless someone installed a newer one since `seen_generation`.
     /// A failed refresh is recorded in `last` (the caller backs off and retries anyway).
-    async fn refresh_after_failure(
+    pub(crate) async fn refresh_after_failure(
         &self,
         seen_generation: u64,
         deadline: &Deadline,
@@ -726,7 +502,7 @@ impl Client {
     }
 
     /// Runs one read request with routing, retries and backoff (see the module docs).
-    async fn call<T, F, Fut>(&self, route: Route<'_>, deadline: &Deadline, send: F) -> Result<T>
+    pub(crate) async fn call<T, F, Fut>(&self, route: Route<'_>, deadline: &Deadline, send: F) -> Result<T>
     where
         F: FnMut(Channel, Duration) -> Fut,
         Fut: Future<Output = std::result::Result<T, tonic::Status>>,
@@ -872,81 +648,6 @@ impl Client {
             }
             redirects = 0;
             self.back_off(&mut backoff, deadline, attempts, &mut last)
-                .await?;
-        }
-    }
-
-    /// Groups `keys` by shard, runs `per_group(shard_id, positions)` for every group with
-    /// bounded concurrency, and regroups the keys of groups answered `WRONG_SHARD` under a
-    /// refreshed map. Returns each group's positions (into `keys`) with its result.
-    async fn run_grouped<R, F, Fut>(
-        &self,
-        keys: &[Bytes],
-        deadline: &Deadline,
-        per_group: F,
-    ) -> Result<Vec<(Vec<usize>, R)>>
-    where
-        F: Fn(u64, Vec<usize>) -> Fut,
-        Fut: Future<Output = Result<R>>,
-    {
-        let mut pending: Vec<usize> = (0..keys.len()).collect();
-        let mut done: Vec<(Vec<usize>, R)> = Vec::new();
-        let mut backoff = self.backoff();
-        let mut last: Option<Error> = None;
-        let mut rounds = 0u32;
-        loop {
-            rounds += 1;
-            let (generation, grouped) = {
-                let state = self.state();
-                let grouped = state
-                    .map
-                    .group_by_shard(pending.iter().map(|&p| keys[p].as_ref()));
-                (state.generation, grouped)
-            };
-            match grouped {
-                Ok(groups) => {
-                    let groups = groups.into_iter().map(|(shard_id, in_pending)| {
-                        let positions: Vec<usize> =
-                            in_pending.iter().map(|&i| pending[i]).collect();
-                        (shard_id, positions)
-                    });
-                    let outcomes: Vec<(Vec<usize>, Result<R>)> = stream::iter(groups)
-                        .map(|(shard_id, positions)| {
-                            let work = per_group(shard_id, positions.clone());
-                            async move { (positions, work.await) }
-                        })
-                        .buffer_unordered(self.inner.config.max_parallel_shard_requests)
-                        .collect()
-                        .await;
-                    let mut regroup = Vec::new();
-                    for (positions, outcome) in outcomes {
-                        match outcome {
-                            Ok(result) => done.push((positions, result)),
-                            Err(error @ Error::WrongShard { .. }) => {
-                                regroup.extend(positions);
-                                last = Some(error);
-                            }
-                            Err(error) => return Err(error),
-                        }
-                    }
-                    if regroup.is_empty() {
-                        return Ok(done);
-                    }
-                    regroup.sort_unstable();
-                    pending = regroup;
-                }
-                Err(index) => {
-                    last = Some(Error::WrongShard {
-                        message: format!(
-                            "no shard in the cached map owns key {}",
-                            display_key(&keys[pending[index]])
-                        ),
-                    });
-                }
-            }
-            self.refresh_after_failure(generation, deadline, &mut last)
-                .await;
-            self.back_off(&mut backoff, deadline, rounds, &mut last)
                 .await?;
         }
     }

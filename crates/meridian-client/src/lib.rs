@@ -39,7 +39,8 @@
 //! ```
 //!
 //! # Layout
-//! - [`client`]: [`Client`], the retry loop, batch grouping, scan paging.
+//! - [`client`]: [`Client`], the retry loop, single-key calls, status.
+//! - `multi`: scans paging across shards, batches split by shard.
 //! - [`cas`]: [`Client::compare_and_swap`], a conditional write evaluated by the shard.
 //! - [`routing`]: the shard map and leader cache (pure, unit-tested).
 //! - [`error`]: [`Error`] and the gRPC status → error mapping.
@@ -61,6 +62,7 @@
 
 mod backoff;
 pub mod cas;
+mod multi;
 pub mod client;
 pub mod config;
 pub mod error;
