@@ -9,8 +9,13 @@
 //! and [`check_replicas`] reports every acknowledged add a replica lacks as an anomaly of kind
 //! `replica-lost`. Replicas that did not converge in time are not judged (reported, not failed).
 //!
-//! Not done: the register workload (its values are overwritten, so "holds every acknowledged
-//! write" means comparing final values, not yet done); shards other than the set's.
+//! After a `register` run the same wait is made for each register key's shard, and then every
+//! converged replica's newest value of the key is read back from its RocksDB:
+//! [`check_register_replicas`] reports replicas that applied the same log but hold different
+//! values (`replica-diverged`). It compares replicas with each other, not with the final read:
+//! a write whose outcome was unknown may legitimately commit after the final read.
+//!
+//! Not done: shards other than the ones the workload's keys live in.
 
 use crate::workload::{element_of, SET_NAME, SET_PREFIX};
 use meridian_cli::LocalCluster;
@@ -43,6 +48,11 @@ pub struct Converged {
 /// Waits (bounded) until every replica of the set's shard has applied the shard's whole log,
 /// as each node reports its own replica.
 pub async fn wait_converged(cluster: &LocalCluster) -> anyhow::Result<Converged> {
+    wait_converged_for(cluster, SET_PREFIX.as_bytes()).await
+}
+
+/// [`wait_converged`] for the shard that owns `key`.
+pub async fn wait_converged_for(cluster: &LocalCluster, key: &[u8]) -> anyhow::Result<Converged> {
     let started = Instant::now();
     loop {
         let mut reports: BTreeMap<u64, (u64, u64)> = BTreeMap::new();
@@ -56,8 +66,8 @@ pub async fn wait_converged(cluster: &LocalCluster) -> anyhow::Result<Converged>
             };
             let Some(info) = status.shards.iter().find(|s| {
                 s.shard_id != 0
-                    && s.start.as_ref() <= SET_PREFIX.as_bytes()
-                    && (s.end.is_empty() || SET_PREFIX.as_bytes() < s.end.as_ref())
+                    && s.start.as_ref() <= key
+                    && (s.end.is_empty() || key < s.end.as_ref())
             }) else {
                 continue;
             };
@@ -92,7 +102,10 @@ pub async fn wait_converged(cluster: &LocalCluster) -> anyhow::Result<Converged>
                 });
             }
         } else if started.elapsed() > CONVERGE_TIMEOUT {
-            anyhow::bail!("no node reported the set's shard within {CONVERGE_TIMEOUT:?}");
+            anyhow::bail!(
+                "no node reported the shard of {} within {CONVERGE_TIMEOUT:?}",
+                key.escape_ascii()
+            );
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
@@ -130,6 +143,59 @@ pub fn read_replica(db_dir: &Path, shard: u64) -> anyhow::Result<BTreeSet<u64>> 
             Some(next) => start = next,
             None => return Ok(out),
         }
+    }
+}
+
+/// A register key's newest value in a stopped node's RocksDB (`None`: absent or deleted).
+pub fn read_register(db_dir: &Path, shard: u64, key: &str) -> anyhow::Result<Option<String>> {
+    let engine = RocksEngine::open(db_dir, &EngineOptions::default())?;
+    let found = mvcc::get(&engine, ShardId(shard), key.as_bytes(), Timestamp::MAX)?;
+    Ok(found.map(|(_, value)| String::from_utf8_lossy(&value).into_owned()))
+}
+
+/// Replicas that converged on a register key's shard must hold the same newest value of it.
+/// `values`: per key, per node, what the replica holds.
+pub fn check_register_replicas(
+    values: &BTreeMap<String, BTreeMap<u64, Option<String>>>,
+    lagging: &BTreeMap<String, BTreeMap<u64, String>>,
+) -> CheckResult {
+    let mut anomalies = Vec::new();
+    let mut stats = serde_json::Map::new();
+    for (key, held) in values {
+        let distinct: BTreeSet<&Option<String>> = held.values().collect();
+        stats.insert(
+            key.clone(),
+            json!({
+                "replicas": held.len(),
+                "values": held.iter().map(|(n, v)| (format!("n{n}"), json!(v))).collect::<serde_json::Map<_, _>>(),
+                "not_judged": lagging.get(key).cloned().unwrap_or_default()
+                    .into_iter().map(|(n, why)| (format!("n{n}"), json!(why))).collect::<serde_json::Map<_, _>>(),
+            }),
+        );
+        if distinct.len() > 1 {
+            anomalies.push(Anomaly {
+                kind: "replica-diverged".into(),
+                key: Some(key.clone()),
+                ops: Vec::new(),
+                message: format!(
+                    "replicas that applied the same log hold different values of {key}: {}",
+                    held.iter()
+                        .map(|(n, v)| format!("n{n}={v:?}"))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            });
+        }
+    }
+    CheckResult {
+        checker: "replicas".into(),
+        valid: if anomalies.is_empty() {
+            Validity::True
+        } else {
+            Validity::False
+        },
+        anomalies,
+        stats: serde_json::Value::Object(stats),
     }
 }
 
@@ -229,6 +295,57 @@ mod tests {
             .as_str()
             .unwrap()
             .contains("5 of 9"));
+    }
+
+    fn held(pairs: &[(u64, Option<&str>)]) -> BTreeMap<u64, Option<String>> {
+        pairs
+            .iter()
+            .map(|(n, v)| (*n, v.map(str::to_string)))
+            .collect()
+    }
+
+    #[test]
+    fn register_replicas_that_agree_pass() {
+        let values = BTreeMap::from([
+            ("r0".to_string(), held(&[(1, Some("3-9")), (2, Some("3-9"))])),
+            ("r1".to_string(), held(&[(1, None), (2, None), (3, None)])),
+        ]);
+        let r = check_register_replicas(&values, &BTreeMap::new());
+        assert_eq!(r.valid, Validity::True, "{:?}", r.anomalies);
+    }
+
+    /// The negative control: one replica holding another value (or none) of a key is caught.
+    #[test]
+    fn a_register_replica_that_diverged_is_an_anomaly() {
+        let values = BTreeMap::from([
+            ("r0".to_string(), held(&[(1, Some("3-9")), (2, Some("2-4"))])),
+            ("r1".to_string(), held(&[(1, Some("1-1")), (3, None)])),
+            ("r2".to_string(), held(&[(1, Some("5-5")), (2, Some("5-5"))])),
+        ]);
+        let r = check_register_replicas(&values, &BTreeMap::new());
+        assert_eq!(r.valid, Validity::False);
+        let keys: Vec<_> = r.anomalies.iter().map(|a| a.key.clone().unwrap()).collect();
+        assert_eq!(keys, ["r0", "r1"]);
+        assert!(r.anomalies.iter().all(|a| a.kind == "replica-diverged"));
+        assert!(r.anomalies[0].message.contains("n2=Some(\"2-4\")"), "{}", r.anomalies[0].message);
+    }
+
+    #[test]
+    fn a_register_read_back_from_rocksdb_gives_the_newest_value() {
+        use meridian_storage::{Engine, WriteBatch};
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let engine = RocksEngine::open(dir.path(), &EngineOptions::default()).unwrap();
+            let mut batch = WriteBatch::new();
+            mvcc::put(&mut batch, ShardId(1), b"r0", Timestamp(5), b"1-1");
+            mvcc::put(&mut batch, ShardId(1), b"r0", Timestamp(6), b"2-2");
+            mvcc::put(&mut batch, ShardId(1), b"r1", Timestamp(5), b"1-2");
+            mvcc::delete(&mut batch, ShardId(1), b"r1", Timestamp(7));
+            engine.write(batch, true).unwrap();
+        }
+        assert_eq!(read_register(dir.path(), 1, "r0").unwrap().as_deref(), Some("2-2"));
+        assert_eq!(read_register(dir.path(), 1, "r1").unwrap(), None);
+        assert_eq!(read_register(dir.path(), 1, "r9").unwrap(), None);
     }
 
     #[test]

@@ -44,6 +44,8 @@ struct Collected {
     workload_ms: u64,
     /// Set workload: the set's shard and which replicas converged (see `replicas`).
     converged: Option<replicas::Converged>,
+    /// Register workload: per key, its shard and which replicas converged.
+    register_converged: Vec<(String, replicas::Converged)>,
 }
 
 async fn shutdown_signal() -> &'static str {
@@ -176,6 +178,30 @@ pub async fn run(cfg: RunConfig, meridian: PathBuf) -> anyhow::Result<u8> {
         let result =
             replicas::check_replicas(&replicas::acknowledged(&history), &held, &converged.lagging);
         v.results.push(result);
+        v.valid = meridian_jepsen::checker::overall(&v.results);
+    }
+    // Replicas of each register key's shard that applied the same log must agree on its value.
+    if let (Some(v), false) = (verdict.as_mut(), collected.register_converged.is_empty()) {
+        let mut values = std::collections::BTreeMap::new();
+        let mut lagging = std::collections::BTreeMap::new();
+        for (key, converged) in &collected.register_converged {
+            let mut held = std::collections::BTreeMap::new();
+            for node in &converged.nodes {
+                let db = data_dir.join(format!("node{node}")).join("db");
+                match replicas::read_register(&db, converged.shard, key) {
+                    Ok(value) => {
+                        held.insert(*node, value);
+                    }
+                    Err(e) => collected
+                        .errors
+                        .push(format!("replica check: reading {key} on n{node}: {e:#}")),
+                }
+            }
+            values.insert(key.clone(), held);
+            lagging.insert(key.clone(), converged.lagging.clone());
+        }
+        v.results
+            .push(replicas::check_register_replicas(&values, &lagging));
         v.valid = meridian_jepsen::checker::overall(&v.results);
     }
     let control = match (cfg.negative_control, &verdict) {
@@ -397,6 +423,14 @@ async fn cluster_phase(
         match replicas::wait_converged(cluster).await {
             Ok(converged) => out.converged = Some(converged),
             Err(e) => out.errors.push(format!("replica check: {e:#}")),
+        }
+    }
+    if cfg.workload == Workload::Register {
+        for key in out.keys.clone() {
+            match replicas::wait_converged_for(cluster, key.as_bytes()).await {
+                Ok(converged) => out.register_converged.push((key, converged)),
+                Err(e) => out.errors.push(format!("replica check: {e:#}")),
+            }
         }
     }
     Ok(())
