@@ -3,7 +3,7 @@
 //! Keys and values are bytes. They print as text when they are valid UTF-8 without control
 //! characters, and as `0x…` hex otherwise, so binary data never garbles a terminal.
 
-use meridian_client::proto::{ShardInfo, StatusResponse};
+use meridian_client::proto::{NodeInfo, ShardInfo, StatusResponse};
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
@@ -163,6 +163,7 @@ impl ClusterView {
             "PEER ADDR",
             "LIVE",
             "ANSWERS",
+            "CLOCK OFFSET",
         ]);
         for node in &self.base.nodes {
             nodes.row([
@@ -173,6 +174,7 @@ impl ClusterView {
                 node.peer_addr.clone(),
                 yes_no(node.live).into(),
                 yes_no(self.answers.contains_key(&node.node_id)).into(),
+                format_offset(node, self.base.answering_node),
             ]);
         }
         out.push_str(&nodes.render());
@@ -247,6 +249,20 @@ impl ClusterView {
         }
         out.push_str(&writers.render());
         out
+    }
+}
+
+/// A node's clock offset as the answering node measured it: `+312±1 ms`, `self`, or `-`.
+pub fn format_offset(node: &NodeInfo, answering: u64) -> String {
+    if node.node_id == answering {
+        "self".into()
+    } else if node.clock_offset_ms == 0 && node.clock_offset_uncertainty_ms == 0 {
+        "-".into()
+    } else {
+        format!(
+            "{:+}±{} ms",
+            node.clock_offset_ms, node.clock_offset_uncertainty_ms
+        )
     }
 }
 

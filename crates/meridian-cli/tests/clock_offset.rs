@@ -14,6 +14,33 @@ use std::time::{Duration, Instant};
 const SKEWED_NODE: u64 = 2;
 const WRITES_PER_PHASE: usize = 15;
 
+/// Node 1's pings measure node 2's clock 200 ms ahead and node 3's in step (±50 ms beyond the
+/// measurement's own uncertainty, half a loopback round trip).
+async fn check_measured_offsets(cluster: &meridian_cli::LocalCluster) {
+    let addr = cluster.client_addr(1).expect("node 1's address");
+    let status = fetch_status(&addr, Duration::from_secs(5))
+        .await
+        .expect("node 1's status");
+    for (node, want) in [(SKEWED_NODE, 200i64), (3, 0)] {
+        let info = status
+            .nodes
+            .iter()
+            .find(|n| n.node_id == node)
+            .expect("node listed");
+        let error = (info.clock_offset_ms - want).unsigned_abs();
+        eprintln!(
+            "node 1 measures node {node} at {:+}±{} ms (configured {want:+})",
+            info.clock_offset_ms, info.clock_offset_uncertainty_ms
+        );
+        assert!(
+            error <= info.clock_offset_uncertainty_ms + 50,
+            "node {node}: measured {:+}±{} ms, configured {want:+} ms",
+            info.clock_offset_ms,
+            info.clock_offset_uncertainty_ms
+        );
+    }
+}
+
 /// Node 2 runs 200 ms ahead (max offset 500 ms): per key, every put's commit_ts is greater
 /// than the previous one and reads return the last value — before, during and after the
 /// leader of the skewed node's shard is killed.
@@ -46,6 +73,7 @@ async fn within_max_offset() {
     let keys = keys_across_shards(&client.shard_map(), 8);
     let mut last: BTreeMap<Bytes, (Timestamp, Bytes)> = BTreeMap::new();
     last = phase(&client, &keys, last, "steady").await;
+    check_measured_offsets(&cluster).await;
 
     // Kill a leader: the skewed node's shard if it leads one (its successor's clock is 200 ms
     // behind, so only HLC keeps the versions ordered), else any leader.

@@ -312,6 +312,7 @@ impl Cluster for FakeNode {
                     region: "r".into(),
                     zone: "z".into(),
                     live: true,
+                    ..Default::default()
                 })
                 .collect(),
             shards: self.world.shards.lock().unwrap().clone(),

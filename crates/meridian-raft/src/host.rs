@@ -485,10 +485,11 @@ impl RaftTransport for TransportService {
         self.reply(Ok::<(), String>(()))
     }
 
+    /// Liveness, and this node's physical clock for the pinger's offset measurement.
     async fn ping(&self, request: Request<RaftRequest>) -> Result<Response<RaftReply>, Status> {
         let req = request.into_inner();
         self.admit_node(req.hlc, req.from_node)?;
-        self.reply(Ok::<(), String>(()))
+        self.reply(Ok::<u64, String>(self.host.clock.physical_now().0))
     }
 
     async fn install_snapshot(

@@ -91,6 +91,8 @@ pub struct PeerPool {
     dial: std::sync::OnceLock<HashMap<String, String>>,
     /// When each peer last answered us or sent us a message (liveness for status).
     last_seen: Mutex<HashMap<NodeId, Instant>>,
+    /// Each peer's clock offset, as the last ping measured it.
+    offsets: Mutex<HashMap<NodeId, ClockOffset>>,
     pub self_id: NodeId,
     pub clock: Arc<Clock>,
     pub rpc_timeout: Duration,
@@ -103,6 +105,7 @@ impl PeerPool {
             channels: Mutex::new(HashMap::new()),
             dial: std::sync::OnceLock::new(),
             last_seen: Mutex::new(HashMap::new()),
+            offsets: Mutex::new(HashMap::new()),
             self_id,
             clock,
             rpc_timeout,
@@ -162,6 +165,23 @@ impl PeerPool {
             .is_some_and(|t| t.elapsed() <= window)
     }
 
+    /// Records a peer's clock offset measured by a ping.
+    pub fn record_offset(&self, node: NodeId, offset: ClockOffset) {
+        self.offsets
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(node, offset);
+    }
+
+    /// The peer's clock offset as last measured, if any ping has come back.
+    pub fn offset_of(&self, node: NodeId) -> Option<ClockOffset> {
+        self.offsets
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&node)
+            .copied()
+    }
+
     /// Merges a peer's reply timestamp; a reply from beyond max_offset is an error.
     fn merge_reply_clock(&self, hlc: u64) -> Result<(), String> {
         self.clock.update(Timestamp(hlc)).map_err(|e| {
@@ -204,9 +224,13 @@ impl PeerPool {
         result
     }
 
-    /// Node-level liveness: one empty round trip.
-    pub async fn ping(&self, addr: &str) -> Result<(), String> {
-        self.node_call(addr, "ping", 0, Vec::new()).await
+    /// Node-level liveness: one round trip, which also measures the peer's clock offset (the
+    /// reply carries the peer's physical clock).
+    pub async fn ping(&self, addr: &str) -> Result<ClockOffset, String> {
+        let sent = self.clock.physical_now();
+        let remote: u64 = self.node_call(addr, "ping", 0, Vec::new()).await?;
+        let received = self.clock.physical_now();
+        Ok(ClockOffset::estimate(sent, Timestamp(remote), received))
     }
 
     /// Asks the follower at `addr` to park `shard`; whether it did.
@@ -223,6 +247,28 @@ impl PeerPool {
     /// Asks the leader at `addr` to wake `shard`.
     pub async fn wake(&self, addr: &str, shard: ShardId) -> Result<(), String> {
         self.node_call(addr, "wake", shard.0, Vec::new()).await
+    }
+}
+
+/// A peer's physical clock minus ours, estimated from one round trip (Cristian's method): the
+/// peer read its clock somewhere between our send and our receipt, so the true offset lies
+/// within `offset_ms ± uncertainty_ms` (half the round trip, at least 1 ms), assuming neither
+/// clock jumped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ClockOffset {
+    pub offset_ms: i64,
+    pub uncertainty_ms: u64,
+}
+
+impl ClockOffset {
+    pub fn estimate(sent: Timestamp, remote: Timestamp, received: Timestamp) -> ClockOffset {
+        let (s, r) = (sent.physical_ms() as i128, received.physical_ms() as i128);
+        let mid = (s + r.max(s)) / 2;
+        ClockOffset {
+            offset_ms: (remote.physical_ms() as i128 - mid) as i64,
+            // At least 1: the readings are whole milliseconds (and 0 means "not measured").
+            uncertainty_ms: ((r - s).max(0) as u64).div_ceil(2).max(1),
+        }
     }
 }
 
@@ -523,3 +569,22 @@ pub fn clock_rejection(err: &meridian_types::ClockError) -> tonic::Status {
 
 /// The header the public API uses to carry HLC timestamps (re-exported for the server).
 pub const HLC_METADATA: &str = HLC_HEADER;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_clock_offset_is_the_remote_reading_against_the_round_trip_midpoint() {
+        let ms = Timestamp::from_physical_ms;
+        // Sent at 1000, answered at 1010 by a clock reading 1305: 300 ahead, ± 5.
+        let o = ClockOffset::estimate(ms(1_000), ms(1_305), ms(1_010));
+        assert_eq!((o.offset_ms, o.uncertainty_ms), (300, 5));
+        // A peer behind us.
+        let o = ClockOffset::estimate(ms(5_000), ms(4_800), ms(5_002));
+        assert_eq!((o.offset_ms, o.uncertainty_ms), (-201, 1));
+        // Our clock stepped back between send and receipt: no negative round trip.
+        let o = ClockOffset::estimate(ms(2_000), ms(2_000), ms(1_990));
+        assert_eq!((o.offset_ms, o.uncertainty_ms), (0, 1));
+    }
+}

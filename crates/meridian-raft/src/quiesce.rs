@@ -45,7 +45,8 @@
 //! - A node that restarts does not know its peers' groups are parked: its election timers run,
 //!   and it may win elections of idle shards (safe, but it moves leaders).
 //! - Learners are not parked with their group (there are none yet).
-//! - Pings carry nothing but liveness; CockroachDB also piggybacks the awake groups' heartbeats.
+//! - Pings carry liveness and the peer's physical clock (its offset is measured and shown in the
+//!   cluster status, not yet acted on); CockroachDB also piggybacks the awake groups' heartbeats.
 
 use crate::host::{MultiRaft, ShardReplica};
 use crate::types::{LogId, NodeId, RaftMetrics, Vote};
@@ -327,8 +328,9 @@ impl MultiRaft {
             let (pool, addr, peer, flags) =
                 (self.pool.clone(), addr.clone(), *peer, in_flight.clone());
             tokio::spawn(async move {
-                if pool.ping(&addr).await.is_ok() {
+                if let Ok(offset) = pool.ping(&addr).await {
                     pool.mark_seen(peer);
+                    pool.record_offset(peer, offset);
                 }
                 flags[i].store(false, SeqCst);
             });
