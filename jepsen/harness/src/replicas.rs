@@ -187,6 +187,14 @@ pub fn check_register_replicas(
             });
         }
     }
+    replicas_result(anomalies, stats)
+}
+
+/// The `replicas` checker's result: valid iff no anomaly.
+fn replicas_result(
+    anomalies: Vec<Anomaly>,
+    stats: serde_json::Map<String, serde_json::Value>,
+) -> CheckResult {
     CheckResult {
         checker: "replicas".into(),
         valid: if anomalies.is_empty() {
@@ -239,16 +247,7 @@ pub fn check_replicas(
     for (node, why) in lagging {
         stats.insert(format!("n{node}"), json!({"not_judged": why}));
     }
-    CheckResult {
-        checker: "replicas".into(),
-        valid: if anomalies.is_empty() {
-            Validity::True
-        } else {
-            Validity::False
-        },
-        anomalies,
-        stats: serde_json::Value::Object(stats),
-    }
+    replicas_result(anomalies, stats)
 }
 
 #[cfg(test)]
