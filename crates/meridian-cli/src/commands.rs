@@ -63,8 +63,14 @@ pub struct CasMismatch {
 impl std::fmt::Display for CasMismatch {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match &self.current {
-            Some(current) => write!(f, "condition not met, nothing written; current value: {current}"),
-            None => write!(f, "condition not met, nothing written; the key has no value"),
+            Some(current) => write!(
+                f,
+                "condition not met, nothing written; current value: {current}"
+            ),
+            None => write!(
+                f,
+                "condition not met, nothing written; the key has no value"
+            ),
         }
     }
 }

@@ -229,7 +229,9 @@ impl ClusterView {
             "AVG SYNC µs",
         ]);
         for (node_id, answer) in &self.answers {
-            let Some(w) = &answer.log_writer else { continue };
+            let Some(w) = &answer.log_writer else {
+                continue;
+            };
             let per = |a: u64, b: u64| {
                 if b == 0 {
                     "-".to_string()
@@ -396,7 +398,11 @@ mod tests {
             .find(|l| l.trim_start().starts_with("2  "))
             .unwrap_or_else(|| panic!("a log writer row for node 2:\n{rendered}"));
         let cells: Vec<&str> = line.split_whitespace().collect();
-        assert_eq!(cells, ["2", "4", "2.5", "25.0", "2", "4.0", "1500.0"], "{line}");
+        assert_eq!(
+            cells,
+            ["2", "4", "2.5", "25.0", "2", "4.0", "1500.0"],
+            "{line}"
+        );
         let table = Table::new(["A", "BB"]).render();
         assert_eq!(table, "  A  BB\n");
     }

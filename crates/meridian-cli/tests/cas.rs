@@ -55,14 +55,20 @@ fn check_cli(endpoints: &[String]) {
     let out = cli(endpoints, &["cas", "cli/k", "b", "--expect-value", "zzz"]);
     assert_eq!(out.status.code(), Some(4), "mismatch: {out:?}");
     let stderr = text(&out.stderr);
-    assert!(stderr.contains("condition not met") && stderr.contains("a (version"), "{stderr}");
+    assert!(
+        stderr.contains("condition not met") && stderr.contains("a (version"),
+        "{stderr}"
+    );
 
     let out = cli(endpoints, &["cas", "cli/k", "b", "--expect-value", "a"]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     let out = cli(endpoints, &["get", "cli/k"]);
     assert_eq!(text(&out.stdout).trim(), "b");
 
-    let out = cli(endpoints, &["cas", "cli/k", "--delete", "--expect-value", "b"]);
+    let out = cli(
+        endpoints,
+        &["cas", "cli/k", "--delete", "--expect-value", "b"],
+    );
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     let out = cli(endpoints, &["cas", "cli/k", "c", "--expect-value", "b"]);
     assert_eq!(out.status.code(), Some(4), "deleted: {out:?}");
@@ -70,10 +76,20 @@ fn check_cli(endpoints: &[String]) {
 
     let out = cli(endpoints, &["cas", "cli/k", "c"]);
     assert_eq!(out.status.code(), Some(1), "no condition: {out:?}");
-    assert!(text(&out.stderr).contains("exactly one of --expect"), "{out:?}");
+    assert!(
+        text(&out.stderr).contains("exactly one of --expect"),
+        "{out:?}"
+    );
     let out = cli(
         endpoints,
-        &["cas", "cli/k", "c", "--expect-absent", "--expect-value", "x"],
+        &[
+            "cas",
+            "cli/k",
+            "c",
+            "--expect-absent",
+            "--expect-value",
+            "x",
+        ],
     );
     assert_eq!(out.status.code(), Some(2), "two conditions: {out:?}");
 }
@@ -139,7 +155,10 @@ async fn scenario() {
         tokio::spawn(async move {
             let give_up = Instant::now() + Duration::from_secs(120);
             while acks.load(Ordering::SeqCst) < KILL_AFTER_ACKS {
-                assert!(Instant::now() < give_up, "increments stalled before the kill");
+                assert!(
+                    Instant::now() < give_up,
+                    "increments stalled before the kill"
+                );
                 tokio::time::sleep(Duration::from_millis(5)).await;
             }
             let leader = client
@@ -147,7 +166,9 @@ async fn scenario() {
                 .and_then(|r| r.leader_id)
                 .expect("the counter's shard has a known leader");
             cluster.kill(leader, Signal::SIGKILL).expect("SIGKILL");
-            eprintln!("killed node {leader}, the counter's leader, after {KILL_AFTER_ACKS} increments");
+            eprintln!(
+                "killed node {leader}, the counter's leader, after {KILL_AFTER_ACKS} increments"
+            );
             leader
         })
     };
@@ -165,7 +186,11 @@ async fn scenario() {
     let killed = killer.await.expect("killer");
     cluster.restart(killed).expect("restart");
 
-    let value = client.get(COUNTER).await.expect("final read").expect("counter");
+    let value = client
+        .get(COUNTER)
+        .await
+        .expect("final read")
+        .expect("counter");
     let count: usize = text(&value).parse().expect("a number");
     eprintln!(
         "counter {count}: {} acknowledged, {} unknown, {} mismatches retried",
@@ -183,7 +208,10 @@ async fn scenario() {
         total.acked,
         total.unknown
     );
-    assert!(total.mismatches > 0, "the workers never raced: the test shows nothing");
+    assert!(
+        total.mismatches > 0,
+        "the workers never raced: the test shows nothing"
+    );
     cluster
         .wait_ready(READY_TIMEOUT)
         .await

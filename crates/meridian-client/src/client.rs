@@ -502,7 +502,12 @@ impl Client {
     }
 
     /// Runs one read request with routing, retries and backoff (see the module docs).
-    pub(crate) async fn call<T, F, Fut>(&self, route: Route<'_>, deadline: &Deadline, send: F) -> Result<T>
+    pub(crate) async fn call<T, F, Fut>(
+        &self,
+        route: Route<'_>,
+        deadline: &Deadline,
+        send: F,
+    ) -> Result<T>
     where
         F: FnMut(Channel, Duration) -> Fut,
         Fut: Future<Output = std::result::Result<T, tonic::Status>>,

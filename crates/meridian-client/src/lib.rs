@@ -62,10 +62,10 @@
 
 mod backoff;
 pub mod cas;
-mod multi;
 pub mod client;
 pub mod config;
 pub mod error;
+mod multi;
 pub mod routing;
 mod validate;
 mod write_retry;

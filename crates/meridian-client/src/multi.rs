@@ -233,7 +233,6 @@ impl Client {
         Ok(())
     }
 
-
     /// Groups `keys` by shard, runs `per_group(shard_id, positions)` for every group with
     /// bounded concurrency, and regroups the keys of groups answered `WRONG_SHARD` under a
     /// refreshed map. Returns each group's positions (into `keys`) with its result.

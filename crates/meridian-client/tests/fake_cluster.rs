@@ -478,15 +478,31 @@ async fn compare_and_swap_routes_and_reports_outcomes() {
         panic!("absent key: {first:?}")
     };
     let again = swap(Expect::Absent, "b").await.unwrap();
-    let CasOutcome::Mismatch { current: Some(current) } = again else {
+    let CasOutcome::Mismatch {
+        current: Some(current),
+    } = again
+    else {
         panic!("present key: {again:?}")
     };
-    assert_eq!((&current.value[..], current.version_ts), (&b"a"[..], commit_ts));
+    assert_eq!(
+        (&current.value[..], current.version_ts),
+        (&b"a"[..], commit_ts)
+    );
     fake.set_leader(1, 2);
     fake.served();
-    assert!(swap(Expect::Version(commit_ts), "c").await.unwrap().swapped());
-    assert_eq!(fake.served(), vec![(1, "cas"), (2, "cas")], "followed the hint");
-    assert!(swap(Expect::Value("c".into()), "d").await.unwrap().swapped());
+    assert!(swap(Expect::Version(commit_ts), "c")
+        .await
+        .unwrap()
+        .swapped());
+    assert_eq!(
+        fake.served(),
+        vec![(1, "cas"), (2, "cas")],
+        "followed the hint"
+    );
+    assert!(swap(Expect::Value("c".into()), "d")
+        .await
+        .unwrap()
+        .swapped());
     let delete = client.compare_and_swap("k", Expect::Value("d".into()), None);
     assert!(delete.await.unwrap().swapped());
     assert_eq!(client.get("k").await.unwrap(), None);

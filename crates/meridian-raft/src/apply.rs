@@ -263,7 +263,11 @@ mod tests {
             ],
         );
         assert_eq!(r[0].commit_ts, 10);
-        assert_eq!(r[1].mismatch, Some(Some((10, b("a")))), "k exists: not absent");
+        assert_eq!(
+            r[1].mismatch,
+            Some(Some((10, b("a")))),
+            "k exists: not absent"
+        );
         assert_eq!(r[1].commit_ts, 0);
         assert_eq!((r[2].mismatch.clone(), r[2].commit_ts), (None, 21));
         assert_eq!(latest(&engine, "k"), Some((21, b"b".to_vec())));
@@ -288,7 +292,10 @@ mod tests {
         );
         assert!(r[1].mismatch.is_none());
         assert_eq!(r[2].mismatch, Some(Some((20, b("b")))));
-        assert!(r[3].mismatch.is_none(), "version 20 is the newest: the delete swaps");
+        assert!(
+            r[3].mismatch.is_none(),
+            "version 20 is the newest: the delete swaps"
+        );
         assert!(r[4].mismatch.is_none(), "deleted in this batch: absent");
         assert_eq!(latest(&engine, "k"), Some((23, b"d".to_vec())));
     }
@@ -336,7 +343,10 @@ mod tests {
         assert_eq!(miss.mismatch, Some(Some((11, b("z")))));
         work.apply(put(21, "k", "y")).unwrap();
         let hit = work.apply(cmd(22)).unwrap();
-        assert_eq!((hit.commit_ts, hit.duplicate, hit.mismatch), (22, false, None));
+        assert_eq!(
+            (hit.commit_ts, hit.duplicate, hit.mismatch),
+            (22, false, None)
+        );
     }
 
     #[test]

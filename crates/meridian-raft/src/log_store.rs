@@ -152,21 +152,26 @@ impl LogStore {
         let (shard, engine, tail) = (self.shard, self.engine.clone(), self.tail.clone());
         blocking(move || {
             let last_unwritten = lock(&tail).entries.keys().next_back().copied();
-            consistent_read(&tail, last_unwritten.unwrap_or(u64::MAX), None, |unwritten, stale_from| {
-                if let Some((_, last)) = unwritten.last_key_value() {
-                    return Ok(Some(last.clone()));
-                }
-                let (start, mut end) = keys::raft_log_range(shard);
-                if let Some(from) = stale_from {
-                    end = keys::raft_log_key(shard, from);
-                }
-                let mut it = engine.scan(Cf::RaftLog, &start, Some(&end), true);
-                match it.next() {
-                    Some(Ok((_, v))) => Ok(Some(codec::decode::<Entry>(&v)?)),
-                    Some(Err(e)) => Err(io_err(e)),
-                    None => Ok(None),
-                }
-            })
+            consistent_read(
+                &tail,
+                last_unwritten.unwrap_or(u64::MAX),
+                None,
+                |unwritten, stale_from| {
+                    if let Some((_, last)) = unwritten.last_key_value() {
+                        return Ok(Some(last.clone()));
+                    }
+                    let (start, mut end) = keys::raft_log_range(shard);
+                    if let Some(from) = stale_from {
+                        end = keys::raft_log_key(shard, from);
+                    }
+                    let mut it = engine.scan(Cf::RaftLog, &start, Some(&end), true);
+                    match it.next() {
+                        Some(Ok((_, v))) => Ok(Some(codec::decode::<Entry>(&v)?)),
+                        Some(Err(e)) => Err(io_err(e)),
+                        None => Ok(None),
+                    }
+                },
+            )
         })
         .await
     }
@@ -358,7 +363,14 @@ impl RaftLogReader<TypeConfig> for LogStore {
                     return None;
                 }
                 let read = blocking(move || {
-                    read_range(&*engine, &tail, shard, from, end, Some(MAX_ENTRIES_PER_READ))
+                    read_range(
+                        &*engine,
+                        &tail,
+                        shard,
+                        from,
+                        end,
+                        Some(MAX_ENTRIES_PER_READ),
+                    )
                 })
                 .await;
                 let read = read.and_then(|chunk| match chunk.first() {

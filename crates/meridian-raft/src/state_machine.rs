@@ -431,8 +431,7 @@ impl RaftStateMachine<TypeConfig> for ShardStateMachine {
         let inner = &mut *guard;
         let shard = inner.shard;
         let engine = inner.engine.clone();
-        let mut work =
-            ApplyBatch::new(shard, &*engine, &mut inner.version_floor, &mut inner.dedup);
+        let mut work = ApplyBatch::new(shard, &*engine, &mut inner.version_floor, &mut inner.dedup);
         let mut replies = Vec::new();
         while let Some((entry, responder)) = entries.try_next().await? {
             // openraft marks the whole requested range applied, whatever the stream yielded: a

@@ -88,13 +88,19 @@ async fn unwritten_appends_are_readable_and_pending_truncations_hide_rocksdb() {
     let _open = OpenOnDrop(engine.clone());
 
     // Term 1 writes 1..=10 all the way to RocksDB.
-    append(&mut store, (1..=10).map(|i| entry(1, i))).await.await;
+    append(&mut store, (1..=10).map(|i| entry(1, i)))
+        .await
+        .await;
 
     // A stall: nothing reaches RocksDB from here on until the gate opens.
     engine.hold_writes(true);
     let mut flushed = vec![append(&mut store, (11..=12).map(|i| entry(1, i))).await];
     let read = store.try_get_log_entries(1..=20).await.unwrap();
-    assert_eq!(log_ids(&read), expected(&[(1, 1..=12)]), "11 and 12 from the tail");
+    assert_eq!(
+        log_ids(&read),
+        expected(&[(1, 1..=12)]),
+        "11 and 12 from the tail"
+    );
 
     // A new leader's log conflicts from 6 on: truncate, then append its entries. RocksDB
     // still holds term 1's 6..=10 (the range delete is queued behind the gate).
@@ -146,7 +152,9 @@ async fn a_queued_purge_shows_in_the_log_state_at_once() {
     let writer = Arc::new(LogWriter::start(engine.clone()));
     let mut store = LogStore::new(SHARD, engine.clone(), writer);
     let _open = OpenOnDrop(engine.clone());
-    append(&mut store, (1..=10).map(|i| entry(1, i))).await.await;
+    append(&mut store, (1..=10).map(|i| entry(1, i)))
+        .await
+        .await;
     engine.hold_writes(true);
     let purged = openraft::testing::log_id::<TypeConfig>(1, 1, 10);
     store.purge(purged).await.unwrap();

@@ -92,7 +92,10 @@ mod tests {
     #[test]
     fn a_refused_byte_budget_returns_the_count_permit() {
         let admission = Admission::new(1, 10);
-        assert!(admission.try_admit(11).is_ok(), "a request over the whole budget takes all of it");
+        assert!(
+            admission.try_admit(11).is_ok(),
+            "a request over the whole budget takes all of it"
+        );
         let held = admission.try_admit(5).unwrap();
         drop(held);
         let _held = admission.try_admit(10).unwrap();

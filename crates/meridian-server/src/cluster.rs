@@ -72,14 +72,14 @@ impl Cluster for ClusterService {
                     .then(|| node.host.pool.offset_of(r.node_id))
                     .flatten();
                 NodeInfo {
-                live: r.node_id == me || node.host.pool.seen_within(r.node_id, LIVENESS_WINDOW),
-                clock_offset_ms: offset.map_or(0, |o| o.offset_ms),
-                clock_offset_uncertainty_ms: offset.map_or(0, |o| o.uncertainty_ms),
-                node_id: r.node_id,
-                client_addr: r.client_addr,
-                peer_addr: r.peer_addr,
-                region: r.region,
-                zone: r.zone,
+                    live: r.node_id == me || node.host.pool.seen_within(r.node_id, LIVENESS_WINDOW),
+                    clock_offset_ms: offset.map_or(0, |o| o.offset_ms),
+                    clock_offset_uncertainty_ms: offset.map_or(0, |o| o.uncertainty_ms),
+                    node_id: r.node_id,
+                    client_addr: r.client_addr,
+                    peer_addr: r.peer_addr,
+                    region: r.region,
+                    zone: r.zone,
                 }
             })
             .collect();

@@ -39,11 +39,11 @@
 
 use crate::admission::{Admission, Admitted};
 use crate::error::{invalid, Result, ServerError};
+use crate::kv_check::{cas_command, check_key, check_scan, check_value};
 use crate::node::Node;
 use bytes::Bytes;
 use meridian_proto::kv::kv_server::Kv;
 use meridian_proto::kv::*;
-use crate::kv_check::{cas_command, check_key, check_scan, check_value};
 use meridian_raft::{Command, CommandResult, RequestId, ShardReplica};
 use meridian_storage::mvcc;
 use meridian_types::limits::*;
@@ -105,7 +105,10 @@ impl KvService {
 
     /// Proposes `cmd` and returns its commit timestamp.
     async fn propose(&self, shard: ShardId, replica: &ShardReplica, cmd: Command) -> Result<u64> {
-        Ok(self.propose_for_result(shard, replica, cmd).await?.commit_ts)
+        Ok(self
+            .propose_for_result(shard, replica, cmd)
+            .await?
+            .commit_ts)
     }
 
     /// Proposes `cmd` and returns what apply produced (a CAS may report a mismatch).

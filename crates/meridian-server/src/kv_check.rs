@@ -110,9 +110,25 @@ mod tests {
         assert!(cas_command(req(Some(E::ExpectAbsent(false)), put.clone()), 1).is_err());
         let e = cas_command(req(Some(E::ExpectAbsent(true)), None), 1).unwrap_err();
         assert!(e.to_string().contains("action"), "{e}");
-        assert!(cas_command(req(Some(E::ExpectAbsent(true)), Some(Action::Delete(false))), 1).is_err());
-        let ok = cas_command(req(Some(E::ExpectVersionTs(7)), Some(Action::Delete(true))), 9).unwrap();
-        assert!(matches!(ok, Command::Cas { ts: 9, expect: Expect::Version(7), value: None, .. }));
+        assert!(cas_command(
+            req(Some(E::ExpectAbsent(true)), Some(Action::Delete(false))),
+            1
+        )
+        .is_err());
+        let ok = cas_command(
+            req(Some(E::ExpectVersionTs(7)), Some(Action::Delete(true))),
+            9,
+        )
+        .unwrap();
+        assert!(matches!(
+            ok,
+            Command::Cas {
+                ts: 9,
+                expect: Expect::Version(7),
+                value: None,
+                ..
+            }
+        ));
     }
 
     #[test]
@@ -121,7 +137,11 @@ mod tests {
         let big = Bytes::from(vec![0u8; MAX_VALUE_BYTES + 1]);
         let put = Some(Action::PutValue(Bytes::from_static(b"v")));
         assert!(cas_command(req(Some(E::ExpectValue(big.clone())), put.clone()), 1).is_err());
-        assert!(cas_command(req(Some(E::ExpectAbsent(true)), Some(Action::PutValue(big))), 1).is_err());
+        assert!(cas_command(
+            req(Some(E::ExpectAbsent(true)), Some(Action::PutValue(big))),
+            1
+        )
+        .is_err());
         let mut empty_key = req(Some(E::ExpectAbsent(true)), put);
         empty_key.key = Bytes::new();
         assert!(cas_command(empty_key, 1).is_err());

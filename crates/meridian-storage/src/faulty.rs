@@ -45,10 +45,7 @@ impl Engine for FaultyEngine {
     fn write(&self, batch: WriteBatch, sync: bool) -> Result<()> {
         let mut held = self.held.lock().unwrap_or_else(|p| p.into_inner());
         while *held {
-            held = self
-                .released
-                .wait(held)
-                .unwrap_or_else(|p| p.into_inner());
+            held = self.released.wait(held).unwrap_or_else(|p| p.into_inner());
         }
         drop(held);
         self.inner.write(batch, sync)

@@ -306,7 +306,10 @@ mod tests {
     #[test]
     fn register_replicas_that_agree_pass() {
         let values = BTreeMap::from([
-            ("r0".to_string(), held(&[(1, Some("3-9")), (2, Some("3-9"))])),
+            (
+                "r0".to_string(),
+                held(&[(1, Some("3-9")), (2, Some("3-9"))]),
+            ),
             ("r1".to_string(), held(&[(1, None), (2, None), (3, None)])),
         ]);
         let r = check_register_replicas(&values, &BTreeMap::new());
@@ -317,16 +320,26 @@ mod tests {
     #[test]
     fn a_register_replica_that_diverged_is_an_anomaly() {
         let values = BTreeMap::from([
-            ("r0".to_string(), held(&[(1, Some("3-9")), (2, Some("2-4"))])),
+            (
+                "r0".to_string(),
+                held(&[(1, Some("3-9")), (2, Some("2-4"))]),
+            ),
             ("r1".to_string(), held(&[(1, Some("1-1")), (3, None)])),
-            ("r2".to_string(), held(&[(1, Some("5-5")), (2, Some("5-5"))])),
+            (
+                "r2".to_string(),
+                held(&[(1, Some("5-5")), (2, Some("5-5"))]),
+            ),
         ]);
         let r = check_register_replicas(&values, &BTreeMap::new());
         assert_eq!(r.valid, Validity::False);
         let keys: Vec<_> = r.anomalies.iter().map(|a| a.key.clone().unwrap()).collect();
         assert_eq!(keys, ["r0", "r1"]);
         assert!(r.anomalies.iter().all(|a| a.kind == "replica-diverged"));
-        assert!(r.anomalies[0].message.contains("n2=Some(\"2-4\")"), "{}", r.anomalies[0].message);
+        assert!(
+            r.anomalies[0].message.contains("n2=Some(\"2-4\")"),
+            "{}",
+            r.anomalies[0].message
+        );
     }
 
     #[test]
@@ -342,7 +355,10 @@ mod tests {
             mvcc::delete(&mut batch, ShardId(1), b"r1", Timestamp(7));
             engine.write(batch, true).unwrap();
         }
-        assert_eq!(read_register(dir.path(), 1, "r0").unwrap().as_deref(), Some("2-2"));
+        assert_eq!(
+            read_register(dir.path(), 1, "r0").unwrap().as_deref(),
+            Some("2-2")
+        );
         assert_eq!(read_register(dir.path(), 1, "r1").unwrap(), None);
         assert_eq!(read_register(dir.path(), 1, "r9").unwrap(), None);
     }
