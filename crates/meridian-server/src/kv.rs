@@ -59,6 +59,14 @@ const LEASE_DRIFT_MARGIN: f64 = 0.1;
 /// Most sleeps a request spends waiting for the clock to pass its causality token.
 const MAX_TOKEN_WAITS: u32 = 8;
 
+/// How long after the last quorum acknowledgement a leader serves lease reads: the lease
+/// (`election_timeout_max`, what followers wait before voting for another) less the drift
+/// margin, rounded down to whole milliseconds so it never exceeds the exact fraction.
+fn lease_read_window(election_timeout_max_ms: u64) -> std::time::Duration {
+    let ms = election_timeout_max_ms as f64 * (1.0 - LEASE_DRIFT_MARGIN);
+    std::time::Duration::from_millis(ms.floor() as u64)
+}
+
 /// The request id of a write, if the client sent one (client_id 0 = none).
 pub(crate) fn request_id(write_id: Option<WriteId>) -> Option<RequestId> {
     write_id.filter(|w| w.client_id != 0).map(|w| RequestId {
@@ -78,9 +86,7 @@ pub struct KvService {
 impl KvService {
     pub fn new(node: Arc<Node>) -> KvService {
         let permits = MAX_INFLIGHT_PROPOSALS_PER_SHARD * node.shard_map.data.len().max(1);
-        let lease_ms = node.config.raft.election_timeout_max_ms as f64;
-        let lease_read_window =
-            std::time::Duration::from_millis((lease_ms * (1.0 - LEASE_DRIFT_MARGIN)) as u64);
+        let lease_read_window = lease_read_window(node.config.raft.election_timeout_max_ms);
         KvService {
             node,
             admission: Admission::new(permits, MAX_INFLIGHT_REQUEST_BYTES_PER_NODE),
@@ -530,5 +536,25 @@ impl Kv for KvService {
             response.current_version_ts = version_ts;
         }
         Ok(Response::new(response))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lease_reads_stop_a_tenth_of_the_lease_early() {
+        use std::time::Duration;
+        assert_eq!(lease_read_window(3_000), Duration::from_millis(2_700));
+        assert_eq!(lease_read_window(1_200), Duration::from_millis(1_080));
+        for lease_ms in [1u64, 7, 150, 999, 3_001, 60_000] {
+            let window = lease_read_window(lease_ms).as_secs_f64() * 1_000.0;
+            assert!(
+                window <= lease_ms as f64 * 0.9,
+                "{lease_ms} ms lease: a {window} ms window leaves less than the margin"
+            );
+            assert!(window > lease_ms as f64 * 0.9 - 1.0, "{lease_ms}: {window}");
+        }
     }
 }
