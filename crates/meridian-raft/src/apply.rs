@@ -11,8 +11,8 @@
 //! A [`Command::Cas`] must see the key as of its place in the log: everything applied before
 //! it, including writes earlier in the *same* batch, which is not in RocksDB yet. So the batch
 //! keeps `pending`, the newest state of each key it has written, and a CAS consults it before
-//! RocksDB (one point read of the key's latest-version slot, on the applying task: it is a
-//! memtable or block-cache hit in the common case). Every replica applies the same log to the
+//! RocksDB (one point read of the key's latest-version slot; `state_machine` runs the whole
+//! apply on the blocking pool, never on the reactor). Every replica applies the same log to the
 //! same state, so every replica reaches the same verdict.
 //!
 //! # Invariants

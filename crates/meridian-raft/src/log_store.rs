@@ -12,9 +12,11 @@
 //! go into this store's in-memory *tail* until the writer has written them.
 //!
 //! # Reads see the tail, then RocksDB
-//! A read takes the tail's entries of its range first, then reads RocksDB, and prefers the
-//! tail's copy of an index. The writer removes an entry from the tail only after its batch is
-//! in RocksDB, so every appended entry is in one or the other at any moment of the read. Two
+//! The tail is a suffix of the log (appends come in index order; the writer empties it from
+//! the front; a truncation cuts its end). A read takes the tail's entries of its range first,
+//! then reads from RocksDB only the part of the range below them. The writer removes an entry
+//! from the tail only after its batch is in RocksDB, so every appended entry is in one or the
+//! other at any moment of the read. Two
 //! things could make the two halves disagree, and are handled:
 //! - a truncation queued but not written: RocksDB still holds the truncated entries, so
 //!   entries at or above a pending truncation's start are ignored in RocksDB;
@@ -157,8 +159,8 @@ impl LogStore {
                 last_unwritten.unwrap_or(u64::MAX),
                 None,
                 |unwritten, stale_from| {
-                    if let Some((_, last)) = unwritten.last_key_value() {
-                        return Ok(Some(last.clone()));
+                    if let Some((_, last)) = unwritten.into_iter().next_back() {
+                        return Ok(Some(last));
                     }
                     let (start, mut end) = keys::raft_log_range(shard);
                     if let Some(from) = stale_from {
@@ -183,7 +185,7 @@ fn consistent_read<T>(
     tail: &std::sync::Mutex<Tail>,
     first: u64,
     end: Option<u64>,
-    mut read: impl FnMut(&BTreeMap<u64, Entry>, Option<u64>) -> io::Result<T>,
+    mut read: impl FnMut(BTreeMap<u64, Entry>, Option<u64>) -> io::Result<T>,
 ) -> io::Result<T> {
     let end = end.map_or(Bound::Unbounded, Bound::Excluded);
     for _ in 0..MAX_READ_RETRIES {
@@ -196,7 +198,7 @@ fn consistent_read<T>(
                 .collect();
             (copy, t.stale_from(), t.generation)
         };
-        let result = read(&unwritten, stale_from)?;
+        let result = read(unwritten, stale_from)?;
         if lock(tail).generation == generation {
             return Ok(result);
         }
@@ -219,23 +221,23 @@ fn read_range(
     limit: Option<usize>,
 ) -> io::Result<Vec<Entry>> {
     consistent_read(tail, first, end, |unwritten, stale_from| {
-        // RocksDB below the first pending truncation (the rest there is stale).
-        let rocks_end = match (end, stale_from) {
-            (Some(e), Some(s)) => Some(e.min(s)),
-            (e, s) => e.or(s),
+        // The tail is a suffix of the log: RocksDB supplies only what lies below its first
+        // entry in range, and below the first pending truncation (the rest there is stale).
+        let rocks_end = [end, stale_from, unwritten.keys().next().copied()]
+            .into_iter()
+            .flatten()
+            .min();
+        let mut out = match rocks_end {
+            Some(e) if e <= first => Vec::new(),
+            _ => read_written(engine, shard, first, rocks_end, limit)?,
         };
-        let mut merged = read_written(engine, shard, first, rocks_end, limit)?;
-        for (index, entry) in unwritten {
-            merged.insert(*index, entry.clone());
-        }
-        let mut out: Vec<Entry> = Vec::with_capacity(merged.len());
-        for (index, entry) in merged {
+        for entry in unwritten.into_values() {
             if limit.is_some_and(|l| out.len() >= l) {
                 break;
             }
             if let Some(prev) = out.last() {
-                if index != prev.log_id.index + 1 {
-                    return Err(hole(shard, prev.log_id.index, index));
+                if entry.log_id.index != prev.log_id.index + 1 {
+                    return Err(hole(shard, prev.log_id.index, entry.log_id.index));
                 }
             }
             out.push(entry);
@@ -261,13 +263,13 @@ fn read_written(
     first: u64,
     end: Option<u64>,
     limit: Option<usize>,
-) -> io::Result<BTreeMap<u64, Entry>> {
+) -> io::Result<Vec<Entry>> {
     let start_key = keys::raft_log_key(shard, first);
     let end_key = match end {
         Some(e) => keys::raft_log_key(shard, e),
         None => keys::raft_log_range(shard).1,
     };
-    let mut out = BTreeMap::new();
+    let mut out = Vec::new();
     let mut prev: Option<u64> = None;
     for item in engine.scan(Cf::RaftLog, &start_key, Some(&end_key), false) {
         let (k, v) = item.map_err(io_err)?;
@@ -288,7 +290,7 @@ fn read_written(
             }
         }
         prev = Some(index);
-        out.insert(index, entry);
+        out.push(entry);
         if limit.is_some_and(|l| out.len() >= l) {
             break;
         }

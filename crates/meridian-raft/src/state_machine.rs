@@ -54,7 +54,7 @@
 
 use crate::apply::ApplyBatch;
 use crate::dedup::{DedupChanges, DedupEntry, DedupOp, DedupTable};
-use crate::types::{CommandResult, LogId, SnapshotMeta, StoredMembership, TypeConfig};
+use crate::types::{CommandResult, Entry, LogId, SnapshotMeta, StoredMembership, TypeConfig};
 use futures::{Stream, TryStreamExt};
 use meridian_storage::keys::{self, MetaKind};
 use meridian_storage::{Cf, Engine, WriteBatch};
@@ -329,6 +329,45 @@ fn finish_install(inner: &mut Inner, record: SnapshotRecord) -> io::Result<Optio
     Ok(previous.filter(|old| Some(old) != new_path.as_ref()))
 }
 
+/// Applies `entries` in order as ONE RocksDB batch with the new applied state (blocking);
+/// returns each entry's result.
+fn apply_entries(inner: &mut Inner, entries: Vec<Entry>) -> io::Result<Vec<CommandResult>> {
+    let shard = inner.shard;
+    let engine = inner.engine.clone();
+    let mut work = ApplyBatch::new(shard, &*engine, &mut inner.version_floor, &mut inner.dedup);
+    let mut results = Vec::with_capacity(entries.len());
+    for entry in entries {
+        // openraft marks the whole requested range applied, whatever the stream yielded: a gap
+        // here means committed entries were skipped (as a short log read once did). openraft's
+        // own storage suite applies non-consecutive entries, so this is an alarm, not an error.
+        if let Some(applied) = inner.applied {
+            if entry.log_id.index > applied.index + 1 {
+                tracing::error!(
+                    %shard,
+                    applied = applied.index,
+                    next = entry.log_id.index,
+                    "apply skipped committed entries: the log reader returned a gap"
+                );
+            }
+        }
+        let mut result = CommandResult::default();
+        match entry.payload {
+            EntryPayload::Blank => {}
+            EntryPayload::Normal(cmd) => result = work.apply(cmd)?,
+            EntryPayload::Membership(m) => {
+                inner.membership = StoredMembership::new(Some(entry.log_id), m);
+            }
+        }
+        inner.applied = Some(entry.log_id);
+        results.push(result);
+    }
+    let (mut batch, changes) = (work.batch, work.changes);
+    put_dedup_changes(&mut batch, shard, changes);
+    put_state(&mut batch, inner)?;
+    engine.write(batch, false).map_err(io_err)?;
+    Ok(results)
+}
+
 fn put_state(batch: &mut WriteBatch, inner: &Inner) -> io::Result<()> {
     let shard = inner.shard;
     batch.put(
@@ -427,49 +466,27 @@ impl RaftStateMachine<TypeConfig> for ShardStateMachine {
     where
         Strm: Stream<Item = io::Result<EntryResponder<TypeConfig>>> + Unpin + OptionalSend,
     {
-        let mut guard = self.inner.lock().await;
-        let inner = &mut *guard;
-        let shard = inner.shard;
-        let engine = inner.engine.clone();
-        let mut work = ApplyBatch::new(shard, &*engine, &mut inner.version_floor, &mut inner.dedup);
-        let mut replies = Vec::new();
+        let mut guard = self.inner.clone().lock_owned().await;
+        let mut applying = Vec::new();
+        let mut responders = Vec::new();
         while let Some((entry, responder)) = entries.try_next().await? {
-            // openraft marks the whole requested range applied, whatever the stream yielded: a
-            // gap here means committed entries were skipped (as a short log read once did).
-            // openraft's own storage suite applies non-consecutive entries, so this is an
-            // alarm, not an error.
-            if let Some(applied) = inner.applied {
-                if entry.log_id.index > applied.index + 1 {
-                    tracing::error!(
-                        %shard,
-                        applied = applied.index,
-                        next = entry.log_id.index,
-                        "apply skipped committed entries: the log reader returned a gap"
-                    );
-                }
-            }
-            let mut result = CommandResult::default();
-            match entry.payload {
-                EntryPayload::Blank => {}
-                EntryPayload::Normal(cmd) => result = work.apply(cmd)?,
-                EntryPayload::Membership(m) => {
-                    inner.membership = StoredMembership::new(Some(entry.log_id), m);
-                }
-            }
-            inner.applied = Some(entry.log_id);
-            if let Some(r) = responder {
-                replies.push((r, result));
-            }
+            responders.push(responder);
+            applying.push(entry);
         }
-        let (mut batch, changes) = (work.batch, work.changes);
-        put_dedup_changes(&mut batch, shard, changes);
-        put_state(&mut batch, inner)?;
-        blocking(move || engine.write(batch, false).map_err(io_err)).await?;
-        merge_floor(inner);
-        self.floor.store(inner.version_floor, Ordering::Release);
+        // Applying reads RocksDB (compare-and-swap conditions) and writes it: off the reactor,
+        // in one blocking task per apply call.
+        let (guard, results) = blocking(move || {
+            let results = apply_entries(&mut guard, applying)?;
+            Ok((guard, results))
+        })
+        .await?;
+        merge_floor(&guard);
+        self.floor.store(guard.version_floor, Ordering::Release);
         drop(guard);
-        for (r, result) in replies {
-            r.send(result);
+        for (responder, result) in responders.into_iter().zip(results) {
+            if let Some(r) = responder {
+                r.send(result);
+            }
         }
         Ok(())
     }
