@@ -4,9 +4,10 @@
 //! exit non-zero (see `main.rs`). With `--hex`, key and value arguments are hexadecimal.
 
 use crate::display::{format_bytes, parse_hex, ClusterView};
+use crate::txn_steps::{parse_steps, Step};
 use anyhow::Context;
 use bytes::Bytes;
-use meridian_client::{CasOutcome, Client, ClientConfig, Expect, Timestamp};
+use meridian_client::{CasOutcome, Client, ClientConfig, Expect, Timestamp, TxnOptions};
 use std::time::Duration;
 
 /// How to reach the cluster.
@@ -118,6 +119,20 @@ pub enum KvOp {
         #[arg(long, group = "expect")]
         expect_absent: bool,
     },
+    /// Run a serializable transaction of steps `get KEY`, `put KEY VALUE`, `del KEY` (one per
+    /// argument, or per line of --file), re-run on conflicts. After the commit prints each get
+    /// as `KEY<TAB>VALUE` (or `KEY<TAB>(absent)`), then the commit timestamp and the attempts.
+    /// Writes and reads must stay in one shard; a read-only transaction may span shards.
+    Txn {
+        /// The steps, e.g. 'get a' 'put b 1' 'del c'.
+        steps: Vec<String>,
+        /// Read the steps from this file (one per line; `#` starts a comment line).
+        #[arg(long, conflicts_with = "steps")]
+        file: Option<std::path::PathBuf>,
+        /// Most runs of the transaction before giving up on conflicts.
+        #[arg(long, default_value_t = meridian_types::limits::DEFAULT_TXN_MAX_ATTEMPTS)]
+        max_attempts: u32,
+    },
     /// Print `key<TAB>value` lines of a key range.
     Scan {
         /// Inclusive start (default: beginning of the keyspace).
@@ -213,6 +228,69 @@ impl KvCommand {
                 }
                 eprintln!("({} rows)", rows.len());
             }
+            KvOp::Txn {
+                steps,
+                file,
+                max_attempts,
+            } => self.run_txn(steps, file.as_deref(), *max_attempts).await?,
+        }
+        Ok(())
+    }
+
+    async fn run_txn(
+        &self,
+        args: &[String],
+        file: Option<&std::path::Path>,
+        max_attempts: u32,
+    ) -> anyhow::Result<()> {
+        let text = match file {
+            Some(path) => std::fs::read_to_string(path)
+                .with_context(|| format!("reading {}", path.display()))?,
+            None => args.join("\n"),
+        };
+        let steps = parse_steps(text.lines()).map_err(anyhow::Error::msg)?;
+        // Keys and values as bytes, checked before connecting.
+        let mut ops: Vec<(Step, Bytes, Option<Bytes>)> = Vec::with_capacity(steps.len());
+        for step in steps {
+            let (key, value) = match &step {
+                Step::Get(k) | Step::Del(k) => (self.bytes(k)?, None),
+                Step::Put(k, v) => (self.bytes(k)?, Some(self.bytes(v)?)),
+            };
+            ops.push((step, key, value));
+        }
+        let client = self.connect.connect().await?;
+        let options = TxnOptions {
+            max_attempts: max_attempts.max(1),
+            ..TxnOptions::default()
+        };
+        let ops = std::sync::Arc::new(ops);
+        let (reads, info) = client
+            .txn(options, move |txn| {
+                let ops = ops.clone();
+                Box::pin(async move {
+                    let mut reads = Vec::new();
+                    for (step, key, value) in ops.iter() {
+                        match step {
+                            Step::Get(_) => reads.push((key.clone(), txn.get(key.clone()).await?)),
+                            Step::Put(..) => {
+                                txn.put(key.clone(), value.clone().unwrap_or_default())?
+                            }
+                            Step::Del(_) => txn.delete(key.clone())?,
+                        }
+                    }
+                    Ok::<_, meridian_client::Error>(reads)
+                })
+            })
+            .await?;
+        for (key, value) in reads {
+            match value {
+                Some(value) => println!("{}\t{}", format_bytes(&key), format_bytes(&value)),
+                None => println!("{}\t(absent)", format_bytes(&key)),
+            }
+        }
+        match info.commit_ts {
+            Some(ts) => println!("OK commit_ts={ts} attempts={}", info.attempts),
+            None => println!("OK read-only attempts={}", info.attempts),
         }
         Ok(())
     }

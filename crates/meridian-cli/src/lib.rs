@@ -4,7 +4,8 @@
 //! - [`local_cluster`]: real `meridian start` child processes on loopback, with ordered
 //!   shutdown and no leftovers; used by `meridian demo` and by the cluster tests.
 //! - [`demo`]: `meridian demo` — cluster, sample data, mixed workload, latency report.
-//! - [`commands`]: `meridian kv get|put|del|scan` and `meridian cluster status`.
+//! - [`commands`]: `meridian kv get|put|del|cas|scan|txn` and `meridian cluster status`.
+//! - [`txn_steps`]: the steps of `meridian kv txn`.
 //! - [`display`]: byte formatting (text or hex) and the status tables.
 //!
 //! `main.rs` only parses arguments, sets up tracing and the runtime, and maps errors to a
@@ -14,5 +15,6 @@ pub mod commands;
 pub mod demo;
 pub mod display;
 pub mod local_cluster;
+pub mod txn_steps;
 
 pub use local_cluster::{LocalCluster, LocalClusterConfig};

@@ -417,6 +417,11 @@ impl Client {
         Ok(channel)
     }
 
+    /// The next delay of `backoff`, jittered with this client's random source.
+    pub(crate) fn jittered(&self, backoff: &mut Backoff) -> Duration {
+        backoff.next_delay(&mut *lock(&self.inner.rng))
+    }
+
     /// Sleeps the next backoff delay, or fails with `DeadlineExceeded` when the retry after it
     /// could not start before the deadline.
     pub(crate) async fn back_off(
@@ -426,7 +431,7 @@ impl Client {
         attempts: u32,
         last: &mut Option<Error>,
     ) -> Result<()> {
-        let delay = backoff.next_delay(&mut *lock(&self.inner.rng));
+        let delay = self.jittered(backoff);
         if delay >= deadline.remaining() {
             return Err(deadline.exceeded(attempts, last.take()));
         }

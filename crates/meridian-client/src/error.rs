@@ -120,6 +120,12 @@ pub enum Error {
     /// The configuration lists no seed address.
     #[error("no seed addresses configured")]
     NoSeeds,
+
+    /// A transaction's commit found that something it read had changed (`key`: the changed
+    /// key, or the start of the changed scanned range); nothing was written. `Client::txn`
+    /// runs the transaction again; a caller of `Txn::commit` should too.
+    #[error("transaction conflict: {} changed after it was read", crate::client::display_key(.key))]
+    TxnConflict { key: bytes::Bytes },
 }
 
 fn leader_suffix(leader: &Option<LeaderHint>) -> String {
@@ -160,7 +166,7 @@ impl Error {
             Error::DeadlineExceeded { .. } => ErrorCode::DeadlineExceeded,
             Error::Internal { .. } => ErrorCode::Internal,
             Error::Ambiguous { .. } => ErrorCode::Ambiguous,
-            Error::Transport { .. } | Error::NoSeeds => return None,
+            Error::Transport { .. } | Error::NoSeeds | Error::TxnConflict { .. } => return None,
         })
     }
 

@@ -42,6 +42,7 @@
 //! - [`client`]: [`Client`], the retry loop, single-key calls, status.
 //! - `multi`: scans paging across shards, batches split by shard.
 //! - [`cas`]: [`Client::compare_and_swap`], a conditional write evaluated by the shard.
+//! - [`txn`]: [`Client::txn`], optimistic serializable transactions (single-shard writes).
 //! - [`routing`]: the shard map and leader cache (pure, unit-tested).
 //! - [`error`]: [`Error`] and the gRPC status → error mapping.
 //! - [`config`]: [`ClientConfig`] and its defaults.
@@ -51,6 +52,9 @@
 //! - Single-key operations are linearizable (reads use [`ReadConsistency::Linearizable`]
 //!   unless configured otherwise).
 //! - `compare_and_swap` is linearizable: the shard checks the condition and writes in one step.
+//! - `txn` is strictly serializable: a transaction commits only if everything it read still
+//!   holds at its commit point. Read-write transactions must stay within one shard for now;
+//!   read-only ones may span shards.
 //! - Writes carry a write id on every attempt, so a retry never applies a write twice; a call
 //!   that ends without knowing the outcome returns [`Error::Ambiguous`].
 //! - `batch_put` is atomic per shard only; `batch_get` reads each shard at its own timestamp;
@@ -58,7 +62,7 @@
 //! - Inputs over `meridian_types::limits` fail fast with [`Error::InvalidArgument`].
 //!
 //! # Not done yet
-//! - Transactions, follower reads, snapshot scans.
+//! - Multi-shard read-write transactions, snapshot isolation, follower reads, snapshot scans.
 
 mod backoff;
 pub mod cas;
@@ -67,6 +71,7 @@ pub mod config;
 pub mod error;
 mod multi;
 pub mod routing;
+pub mod txn;
 mod validate;
 mod write_retry;
 
@@ -77,3 +82,4 @@ pub use error::{Error, LeaderHint, Result};
 pub use meridian_proto::kv as proto;
 pub use meridian_types::Timestamp;
 pub use routing::{NodeRoute, ShardMap, ShardRoute};
+pub use txn::{CommitInfo, Txn, TxnBody, TxnOptions};

@@ -15,6 +15,12 @@
 //! apply on the blocking pool, never on the reactor). Every replica applies the same log to the
 //! same state, so every replica reaches the same verdict.
 //!
+//! # Transaction commits
+//! A [`Command::Txn`] is checked the same way, over its whole read set (see `txn_check`): the
+//! batch is a [`LatestView`] whose point and range reads see `pending` over RocksDB. If every
+//! read still holds, the writes apply at one timestamp; otherwise nothing is written and the
+//! result names the conflicting key.
+//!
 //! # Invariants
 //! - A command that fails [`Command::validate`] writes nothing and advances nothing but the
 //!   applied index (the caller's part).
@@ -26,6 +32,7 @@
 //!   not a property of the command, and a verdict from it could differ between replicas.
 
 use crate::dedup::{DedupChanges, DedupTable};
+use crate::txn_check::{first_conflict, EngineView, LatestView};
 use crate::types::{Command, CommandResult, Expect, MAX_COMMAND_TS};
 use bytes::Bytes;
 use meridian_storage::{mvcc, Engine, WriteBatch};
@@ -118,6 +125,31 @@ impl<'a> ApplyBatch<'a> {
                 self.put(key, ts, value);
                 Ok(self.committed(request, ts))
             }
+            Command::Txn {
+                ts,
+                reads,
+                ranges,
+                writes,
+                request,
+            } => {
+                if let Some(done) = request.and_then(|id| self.duplicate(id)) {
+                    return Ok(done);
+                }
+                if let Some(key) = first_conflict(&*self, &reads, &ranges)? {
+                    return Ok(CommandResult {
+                        conflict: Some(key),
+                        ..Default::default()
+                    });
+                }
+                let ts = match self.next_ts(ts) {
+                    Ok(ts) => ts,
+                    Err(result) => return Ok(result),
+                };
+                for (key, value) in writes {
+                    self.put(key, ts, value);
+                }
+                Ok(self.committed(request, ts))
+            }
         }
     }
 
@@ -172,6 +204,39 @@ impl<'a> ApplyBatch<'a> {
     }
 }
 
+impl LatestView for ApplyBatch<'_> {
+    fn latest(&self, key: &Bytes) -> io::Result<Option<u64>> {
+        Ok(self.current(key)?.map(|(ts, _)| ts))
+    }
+
+    fn live_rows(
+        &self,
+        start: &Bytes,
+        end: Option<&Bytes>,
+        want: usize,
+    ) -> io::Result<Vec<(Bytes, u64)>> {
+        let inside = |key: &Bytes| key >= start && end.is_none_or(|end| key < end);
+        let overlay: std::collections::BTreeMap<&Bytes, &KeyState> =
+            self.pending.iter().filter(|(k, _)| inside(k)).collect();
+        let committed = EngineView {
+            engine: self.engine,
+            shard: self.shard,
+        };
+        // Every pending delete may hide one committed row: read that many more.
+        let mut rows: std::collections::BTreeMap<Bytes, u64> = committed
+            .live_rows(start, end, want + overlay.len())?
+            .into_iter()
+            .collect();
+        for (key, state) in overlay {
+            match state {
+                Some((ts, _)) => rows.insert(key.clone(), *ts),
+                None => rows.remove(key),
+            };
+        }
+        Ok(rows.into_iter().take(want).collect())
+    }
+}
+
 fn holds(expect: &Expect, current: &KeyState) -> bool {
     expect.holds(current.as_ref().map(|(ts, v)| (*ts, v.as_ref())))
 }
@@ -186,7 +251,7 @@ fn rejected(reason: String) -> CommandResult {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::types::RequestId;
+    use crate::types::{RangeCheck, ReadCheck, RequestId};
     use meridian_storage::MemoryEngine;
 
     const SHARD: ShardId = ShardId(3);
@@ -361,5 +426,207 @@ mod tests {
         );
         assert!(r.iter().all(|r| r.rejected.is_some()), "{r:?}");
         assert!(latest(&engine, "k").is_none());
+    }
+
+    fn txn(
+        ts: u64,
+        reads: Vec<(&str, Option<u64>)>,
+        ranges: Vec<RangeCheck>,
+        writes: Vec<(&str, Option<&str>)>,
+    ) -> Command {
+        Command::Txn {
+            ts,
+            reads: reads
+                .into_iter()
+                .map(|(k, version)| ReadCheck { key: b(k), version })
+                .collect(),
+            ranges,
+            writes: writes.into_iter().map(|(k, v)| (b(k), v.map(b))).collect(),
+            request: None,
+        }
+    }
+
+    fn range(start: &str, end: Option<&str>, rows: Vec<(&str, u64)>) -> RangeCheck {
+        RangeCheck {
+            start: b(start),
+            end: end.map(b),
+            rows: rows.into_iter().map(|(k, ts)| (b(k), ts)).collect(),
+        }
+    }
+
+    #[test]
+    fn a_txn_commits_only_while_its_reads_hold() {
+        let engine = MemoryEngine::new();
+        let r = run(
+            &engine,
+            vec![
+                vec![put(10, "a", "1"), put(11, "b", "2")],
+                vec![
+                    // Read a@10 and b@11 (and c absent): all hold, so both writes apply.
+                    txn(
+                        20,
+                        vec![("a", Some(10)), ("b", Some(11)), ("c", None)],
+                        vec![],
+                        vec![("a", Some("0")), ("b", None)],
+                    ),
+                    // Read a@10 too, but a is now at 20 (same batch): conflict, nothing written.
+                    txn(21, vec![("a", Some(10))], vec![], vec![("z", Some("x"))]),
+                    // b was deleted by the first: reading it as absent holds.
+                    txn(22, vec![("b", None)], vec![], vec![("c", Some("3"))]),
+                ],
+            ],
+        );
+        assert_eq!((r[2].commit_ts, r[2].conflict.clone()), (20, None));
+        assert_eq!(r[3].conflict, Some(b("a")));
+        assert_eq!(r[3].commit_ts, 0);
+        assert_eq!((r[4].commit_ts, r[4].conflict.clone()), (22, None));
+        assert_eq!(latest(&engine, "a"), Some((20, b"0".to_vec())));
+        assert_eq!(latest(&engine, "b"), None);
+        assert_eq!(
+            latest(&engine, "z"),
+            None,
+            "the conflicting txn wrote nothing"
+        );
+        assert_eq!(latest(&engine, "c"), Some((22, b"3".to_vec())));
+    }
+
+    #[test]
+    fn a_txn_that_read_an_absent_key_conflicts_with_its_creation() {
+        let engine = MemoryEngine::new();
+        let r = run(
+            &engine,
+            vec![
+                vec![put(10, "k", "v")],
+                vec![txn(
+                    20,
+                    vec![("k", None)],
+                    vec![],
+                    vec![("other", Some("x"))],
+                )],
+            ],
+        );
+        assert_eq!(r[1].conflict, Some(b("k")));
+    }
+
+    #[test]
+    fn a_scanned_range_conflicts_with_phantoms_removals_and_changes() {
+        let engine = MemoryEngine::new();
+        run(
+            &engine,
+            vec![vec![
+                put(10, "r/1", "a"),
+                put(11, "r/3", "b"),
+                put(12, "s", "out"),
+            ]],
+        );
+        let seen = || range("r/", Some("r0"), vec![("r/1", 10), ("r/3", 11)]);
+        let scan_then = |cmds: Vec<Command>| {
+            let engine = MemoryEngine::new();
+            run(
+                &engine,
+                vec![vec![
+                    put(10, "r/1", "a"),
+                    put(11, "r/3", "b"),
+                    put(12, "s", "out"),
+                ]],
+            );
+            let mut groups = vec![cmds];
+            groups.push(vec![txn(30, vec![], vec![seen()], vec![("w", Some("x"))])]);
+            run(&engine, groups).last().unwrap().conflict.clone()
+        };
+        // Unchanged range (a write outside it does not matter): commits.
+        assert_eq!(scan_then(vec![put(20, "s", "moved")]), None);
+        // A phantom inside the range, before, between or after the rows read.
+        for key in ["r/0", "r/2", "r/9"] {
+            assert_eq!(scan_then(vec![put(20, key, "new")]), Some(b("r/")), "{key}");
+        }
+        // A removed row and a changed row.
+        assert_eq!(
+            scan_then(vec![Command::Write {
+                ts: 20,
+                puts: vec![],
+                deletes: vec![b("r/1")],
+                request: None
+            }]),
+            Some(b("r/"))
+        );
+        assert_eq!(scan_then(vec![put(20, "r/3", "c")]), Some(b("r/")));
+        // Writes earlier in the commit's own batch count too (the pending overlay).
+        let r = run(
+            &engine,
+            vec![vec![
+                put(20, "r/2", "new"),
+                txn(21, vec![], vec![seen()], vec![("w", Some("x"))]),
+            ]],
+        );
+        assert_eq!(r[1].conflict, Some(b("r/")));
+        let r = run(
+            &engine,
+            vec![vec![
+                Command::Write {
+                    ts: 30,
+                    puts: vec![],
+                    deletes: vec![b("r/2")],
+                    request: None,
+                },
+                txn(31, vec![], vec![seen()], vec![("w", Some("x"))]),
+            ]],
+        );
+        assert_eq!(
+            r[1].conflict, None,
+            "the phantom was deleted again in the batch"
+        );
+    }
+
+    #[test]
+    fn a_retried_txn_commit_is_answered_from_the_dedup_table() {
+        let engine = MemoryEngine::new();
+        let id = RequestId {
+            client_id: 5,
+            seq: 9,
+        };
+        let with_id = |ts| Command::Txn {
+            ts,
+            reads: vec![ReadCheck {
+                key: b("n"),
+                version: None,
+            }],
+            ranges: vec![],
+            writes: vec![(b("n"), Some(b("1")))],
+            request: Some(id),
+        };
+        let r = run(&engine, vec![vec![with_id(10)], vec![with_id(20)]]);
+        assert_eq!((r[0].commit_ts, r[0].duplicate), (10, false));
+        // Without the table the retry would conflict (n now exists) and report a failure for
+        // a commit that happened.
+        assert_eq!(
+            (r[1].commit_ts, r[1].duplicate, r[1].conflict.clone()),
+            (10, true, None)
+        );
+    }
+
+    #[test]
+    fn a_txn_without_writes_or_over_its_limits_is_rejected() {
+        let engine = MemoryEngine::new();
+        let r = run(
+            &engine,
+            vec![vec![
+                txn(10, vec![("a", None)], vec![], vec![]),
+                txn(
+                    10,
+                    vec![],
+                    vec![range("b", Some("a"), vec![])],
+                    vec![("w", Some("x"))],
+                ),
+                txn(
+                    10,
+                    vec![],
+                    vec![range("a", Some("b"), vec![("c", 1)])],
+                    vec![("w", Some("x"))],
+                ),
+            ]],
+        );
+        assert!(r.iter().all(|r| r.rejected.is_some()), "{r:?}");
+        assert!(latest(&engine, "w").is_none());
     }
 }

@@ -30,7 +30,10 @@ pub mod log_writer;
 pub mod network;
 pub mod quiesce;
 pub mod state_machine;
+pub mod txn_check;
 pub mod types;
 
 pub use host::{MultiRaft, ShardReplica, TransportService};
-pub use types::{Command, CommandResult, Expect, NodeId, Raft, RequestId, TypeConfig};
+pub use types::{
+    Command, CommandResult, Expect, NodeId, Raft, RangeCheck, ReadCheck, RequestId, TypeConfig,
+};

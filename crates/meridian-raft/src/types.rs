@@ -9,7 +9,10 @@
 //! panic that would repeat on every replay.
 
 use bytes::Bytes;
-use meridian_types::limits::{MAX_BATCH_BYTES, MAX_BATCH_KEYS, MAX_KEY_BYTES, MAX_VALUE_BYTES};
+use meridian_types::limits::{
+    MAX_BATCH_BYTES, MAX_BATCH_KEYS, MAX_KEY_BYTES, MAX_TXN_RANGES, MAX_TXN_READ_KEYS,
+    MAX_VALUE_BYTES,
+};
 use serde::{Deserialize, Serialize};
 use std::io::Cursor;
 
@@ -54,6 +57,36 @@ pub enum Command {
         value: Option<Bytes>,
         request: Option<RequestId>,
     },
+    /// The commit of a single-shard optimistic transaction: `writes` (`None` = delete) are
+    /// applied at `ts` only if every read the transaction made still holds at this command's
+    /// place in the log — each key in `reads` still has the version it was read at, and each
+    /// range in `ranges` still holds exactly the rows it was read with (no phantoms). Checked
+    /// like a CAS (see `apply` and `txn_check`); a conflict writes nothing and, like a CAS
+    /// mismatch, is not remembered by the dedup table.
+    Txn {
+        ts: u64,
+        reads: Vec<ReadCheck>,
+        ranges: Vec<RangeCheck>,
+        writes: Vec<(Bytes, Option<Bytes>)>,
+        request: Option<RequestId>,
+    },
+}
+
+/// A transaction's point read: `key` had the live version `version` (`None`: absent or
+/// deleted) when it was read.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReadCheck {
+    pub key: Bytes,
+    pub version: Option<u64>,
+}
+
+/// A transaction's range read: the live keys of `[start, end)` (`end = None`: to the shard's
+/// end) were exactly `rows`, ascending, each with its version timestamp.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RangeCheck {
+    pub start: Bytes,
+    pub end: Option<Bytes>,
+    pub rows: Vec<(Bytes, u64)>,
 }
 
 /// The condition of a [`Command::Cas`], on the key's newest version.
@@ -132,8 +165,86 @@ impl Command {
                 };
                 value.iter().chain(expected).try_for_each(check_value)
             }
+            Command::Txn {
+                ts,
+                reads,
+                ranges,
+                writes,
+                ..
+            } => {
+                if *ts > MAX_COMMAND_TS {
+                    return Err(format!("timestamp {ts} is above MAX_COMMAND_TS"));
+                }
+                if writes.is_empty() {
+                    return Err("a transaction commit has no writes".into());
+                }
+                check_txn_reads(reads, ranges)?;
+                if writes.len() > MAX_BATCH_KEYS {
+                    return Err(format!(
+                        "{} writes, over MAX_BATCH_KEYS ({MAX_BATCH_KEYS})",
+                        writes.len()
+                    ));
+                }
+                let mut bytes = 0usize;
+                for (key, value) in writes {
+                    check_key(key)?;
+                    bytes += key.len();
+                    if let Some(value) = value {
+                        check_value(value)?;
+                        bytes += value.len();
+                    }
+                }
+                if bytes > MAX_BATCH_BYTES {
+                    return Err(format!(
+                        "writes are {bytes} bytes, over MAX_BATCH_BYTES ({MAX_BATCH_BYTES})"
+                    ));
+                }
+                Ok(())
+            }
         }
     }
+}
+
+/// The limits on a transaction's read set (shared by apply and the `Kv` service): at most
+/// `MAX_TXN_READ_KEYS` keys counting every range's rows, at most `MAX_TXN_RANGES` ranges, each
+/// non-empty and its rows ascending inside it.
+pub fn check_txn_reads(reads: &[ReadCheck], ranges: &[RangeCheck]) -> Result<(), String> {
+    if ranges.len() > MAX_TXN_RANGES {
+        return Err(format!(
+            "{} scanned ranges, over MAX_TXN_RANGES ({MAX_TXN_RANGES})",
+            ranges.len()
+        ));
+    }
+    let keys = reads.len() + ranges.iter().map(|r| r.rows.len()).sum::<usize>();
+    if keys > MAX_TXN_READ_KEYS {
+        return Err(format!(
+            "{keys} keys read, over MAX_TXN_READ_KEYS ({MAX_TXN_READ_KEYS})"
+        ));
+    }
+    for read in reads {
+        check_key(&read.key)?;
+    }
+    for range in ranges {
+        if range.start.len() > MAX_KEY_BYTES {
+            return Err(format!("range start over MAX_KEY_BYTES ({MAX_KEY_BYTES})"));
+        }
+        if let Some(end) = &range.end {
+            check_key(end)?;
+            if range.start >= *end {
+                return Err("a scanned range is empty or inverted".into());
+            }
+        }
+        let mut previous: Option<&Bytes> = None;
+        for (key, _) in &range.rows {
+            check_key(key)?;
+            let inside = *key >= range.start && range.end.as_ref().is_none_or(|end| key < end);
+            if !inside || previous.is_some_and(|p| p >= key) {
+                return Err("a scanned range's rows are outside it or not ascending".into());
+            }
+            previous = Some(key);
+        }
+    }
+    Ok(())
 }
 
 fn check_key(key: &Bytes) -> Result<(), String> {
@@ -184,6 +295,19 @@ impl std::fmt::Display for Command {
                 key.len(),
                 if value.is_some() { "put" } else { "delete" }
             ),
+            Command::Txn {
+                ts,
+                reads,
+                ranges,
+                writes,
+                request,
+            } => write!(
+                f,
+                "Txn(ts={ts}, reads={}, ranges={}, writes={}, request={request:?})",
+                reads.len(),
+                ranges.len(),
+                writes.len()
+            ),
         }
     }
 }
@@ -202,6 +326,9 @@ pub struct CommandResult {
     /// key's newest version it was checked against (`None` = absent or deleted), as
     /// `(version_ts, value)`.
     pub mismatch: Option<Option<(u64, Bytes)>>,
+    /// A [`Command::Txn`] whose reads no longer held: nothing was written, and this is the
+    /// first key (or range start) found changed.
+    pub conflict: Option<Bytes>,
 }
 
 openraft::declare_raft_types!(

@@ -40,6 +40,7 @@
 use crate::admission::{Admission, Admitted};
 use crate::error::{invalid, Result, ServerError};
 use crate::kv_check::{cas_command, check_key, check_scan, check_value};
+use crate::kv_txn::TxnCommit;
 use crate::node::Node;
 use bytes::Bytes;
 use meridian_proto::kv::kv_server::Kv;
@@ -536,6 +537,40 @@ impl Kv for KvService {
             response.current_version_ts = version_ts;
         }
         Ok(Response::new(response))
+    }
+
+    async fn commit(
+        &self,
+        request: Request<CommitRequest>,
+    ) -> std::result::Result<Response<CommitResponse>, Status> {
+        let _permit = self.admit(&request).await?;
+        let txn = TxnCommit::parse(request.into_inner(), &self.node.shard_map)?;
+        let shard = txn.shard;
+        let replica = self.node.replica(shard)?;
+        let (commit_ts, conflict) = if txn.writes.is_empty() {
+            // Read-only: check the reads at a linearizable point, propose nothing.
+            let read_ts = self
+                .linearize(shard, &replica, ReadConsistency::Linearizable as i32)
+                .await?;
+            let conflict = self
+                .read(move |engine| {
+                    let view = meridian_raft::txn_check::EngineView { engine, shard };
+                    meridian_raft::txn_check::first_conflict(&view, &txn.reads, &txn.ranges)
+                        .map_err(meridian_storage::Error::Io)
+                })
+                .await?;
+            (read_ts.0, conflict)
+        } else {
+            let cmd = txn.into_command(self.node.clock.now().0);
+            let result = self.propose_for_result(shard, &replica, cmd).await?;
+            (result.commit_ts, result.conflict)
+        };
+        Ok(Response::new(CommitResponse {
+            committed: conflict.is_none(),
+            commit_ts: if conflict.is_none() { commit_ts } else { 0 },
+            conflict_key: conflict.unwrap_or_default(),
+            shard_id: shard.0,
+        }))
     }
 }
 

@@ -41,3 +41,10 @@ pub const MAX_WRITE_RETRY_MS: u64 = 30_000;
 /// deleted or not-yet-visible keys could otherwise make one page read without bound; past the
 /// budget the page ends early (possibly with no rows) and says where to resume.
 pub const MAX_SCAN_ENTRIES_PER_PAGE: usize = 100_000;
+/// Most keys one transaction may have read when it commits, counting every row of its scanned
+/// ranges: the commit carries them all and the shard re-checks each one.
+pub const MAX_TXN_READ_KEYS: usize = 10_000;
+/// Most scanned ranges (per shard) one transaction's commit may carry.
+pub const MAX_TXN_RANGES: usize = 64;
+/// Most attempts `Client::txn` makes by default before returning the last conflict.
+pub const DEFAULT_TXN_MAX_ATTEMPTS: u32 = 10;

@@ -1,0 +1,532 @@
+//! Optimistic transactions: [`Client::txn`] and [`Txn`].
+//!
+//! # How a transaction runs
+//! The closure given to [`Client::txn`] reads with ordinary linearizable reads (each read is
+//! remembered with the version it returned: the *read set*) and buffers its writes in the
+//! client (the *write buffer*; reads of a key it wrote return the buffered value, scans merge
+//! the buffer). Nothing is sent for a write until commit. At commit the client sends the read
+//! set with the writes to the shard (`Kv.Commit`), and the shard applies the writes only if
+//! every read still holds — each key still at the version read, each scanned range still
+//! holding exactly the rows read — checked inside its state machine at the commit's place in
+//! the Raft log. So a committed transaction behaves as if it ran entirely at that point:
+//! **serializable**, and strictly so (the point lies inside the call). On a conflict the
+//! *whole closure* runs again with an empty read set and write buffer (never a replay of the
+//! old writes), after a jittered backoff, up to [`TxnOptions::max_attempts`] and the deadline.
+//!
+//! A read-only transaction proposes nothing: after its last read, each shard it read checks
+//! its part of the read set with a linearizable read (lease or ReadIndex), all in parallel.
+//! Every read happened before every check, and every key was unchanged from its read to its
+//! check, so all the values held together at the moment the last read was served.
+//!
+//! # What the closure may see
+//! Reads inside an attempt are each linearizable but not one snapshot: an attempt that is
+//! about to fail its commit check may have seen a mix of states. The closure must not act on
+//! what it read outside Meridian (print, send, write elsewhere) before [`Client::txn`]
+//! returns; the value it returns is handed back only once the attempt committed.
+//!
+//! # Limits and errors
+//! - A transaction that writes must keep every key it reads, scans and writes in one shard
+//!   (a 1PC commit in one Raft entry). Multi-shard read-write transactions are not implemented
+//!   yet: their commit fails with [`Error::InvalidArgument`] naming the shards. Read-only
+//!   transactions may span shards.
+//! - At most `MAX_BATCH_KEYS` writes of `MAX_BATCH_BYTES`, `MAX_TXN_READ_KEYS` keys read
+//!   (counting scanned rows) and `MAX_TXN_RANGES` scanned ranges per shard: beyond them the
+//!   call fails with [`Error::InvalidArgument`] and nothing is written.
+//! - A commit whose outcome is unknown (the write call ended after an attempt that may have
+//!   reached Raft) is [`Error::Ambiguous`], never retried as a new attempt: the commit carries
+//!   a write id, so its own retries are deduplicated, but re-running the closure could apply
+//!   the transaction twice.
+
+use crate::client::{kv_client, request, Route};
+use crate::error::{Error, Result};
+use crate::routing::ShardMap;
+use crate::{validate, Client, KeyValue};
+use bytes::Bytes;
+use meridian_proto::kv::{self as proto, txn_write};
+use meridian_types::limits::{
+    DEFAULT_TXN_MAX_ATTEMPTS, MAX_BATCH_BYTES, MAX_BATCH_KEYS, MAX_SCAN_LIMIT, MAX_TXN_RANGES,
+    MAX_TXN_READ_KEYS,
+};
+use meridian_types::Timestamp;
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::time::{Duration, Instant};
+
+/// Most times a commit regroups its checks after `WRONG_SHARD` (a stale shard map).
+const MAX_REGROUPS: u32 = 3;
+
+/// How [`Client::txn`] retries.
+#[derive(Clone, Debug)]
+pub struct TxnOptions {
+    /// Most attempts (runs of the closure); the last conflict is returned after them.
+    pub max_attempts: u32,
+    /// Time budget of the whole call (all attempts); `None`: the client's `call_timeout`.
+    pub deadline: Option<Duration>,
+}
+
+impl Default for TxnOptions {
+    fn default() -> TxnOptions {
+        TxnOptions {
+            max_attempts: DEFAULT_TXN_MAX_ATTEMPTS,
+            deadline: None,
+        }
+    }
+}
+
+/// What a committed transaction did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CommitInfo {
+    /// The commit timestamp of its writes; `None` for a read-only transaction.
+    pub commit_ts: Option<Timestamp>,
+    /// How many times the closure ran (1 = committed at the first attempt).
+    pub attempts: u32,
+}
+
+/// A range a transaction scanned: every live key of `[start, end)` (`end = None`: +inf) and
+/// its version.
+#[derive(Clone, Debug)]
+struct ScannedRange {
+    start: Bytes,
+    end: Option<Bytes>,
+    rows: Vec<(Bytes, u64)>,
+}
+
+/// One attempt of a transaction: its read set and write buffer. See the
+/// [module docs](crate::txn).
+pub struct Txn {
+    client: Client,
+    /// Every key read, with what it read: `None` = absent.
+    reads: BTreeMap<Bytes, Option<(Bytes, u64)>>,
+    ranges: Vec<ScannedRange>,
+    /// The write buffer: `None` = delete.
+    writes: BTreeMap<Bytes, Option<Bytes>>,
+    write_bytes: usize,
+}
+
+/// The closure type of [`Client::txn`]: it borrows the attempt's [`Txn`] for the future it
+/// returns (`|txn| Box::pin(async move { ... })`). The future may borrow only the `Txn`:
+/// anything else it uses it must own (clone an `Arc` or the values into it per attempt).
+pub type TxnBody<'a, T, E> = Pin<Box<dyn Future<Output = std::result::Result<T, E>> + Send + 'a>>;
+
+impl Client {
+    /// Runs `body` as a serializable transaction, re-running it on conflicts (see the
+    /// [module docs](crate::txn)). Returns what the committed attempt returned.
+    ///
+    /// ```no_run
+    /// # async fn example(client: meridian_client::Client) -> Result<(), meridian_client::Error> {
+    /// use meridian_client::TxnOptions;
+    /// let (moved, info) = client
+    ///     .txn(TxnOptions::default(), |txn| {
+    ///         Box::pin(async move {
+    ///             let a: i64 = txn.get_str("acct/a").await?.parse().unwrap_or(0);
+    ///             let b: i64 = txn.get_str("acct/b").await?.parse().unwrap_or(0);
+    ///             txn.put("acct/a", (a - 10).to_string())?;
+    ///             txn.put("acct/b", (b + 10).to_string())?;
+    ///             Ok::<_, meridian_client::Error>(10)
+    ///         })
+    ///     })
+    ///     .await?;
+    /// println!("moved {moved} at {:?} after {} attempts", info.commit_ts, info.attempts);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn txn<T, E, F>(
+        &self,
+        options: TxnOptions,
+        mut body: F,
+    ) -> std::result::Result<(T, CommitInfo), E>
+    where
+        F: for<'a> FnMut(&'a mut Txn) -> TxnBody<'a, T, E>,
+        E: From<Error>,
+    {
+        let budget = options.deadline.unwrap_or(self.config().call_timeout);
+        let give_up = Instant::now() + budget;
+        let mut backoff = self.backoff();
+        let mut attempt = 0u32;
+        loop {
+            attempt += 1;
+            let mut txn = self.begin();
+            let value = body(&mut txn).await?;
+            match txn.commit().await {
+                Ok(commit_ts) => {
+                    return Ok((
+                        value,
+                        CommitInfo {
+                            commit_ts,
+                            attempts: attempt,
+                        },
+                    ))
+                }
+                Err(conflict @ Error::TxnConflict { .. }) => {
+                    let delay = self.jittered(&mut backoff);
+                    if attempt >= options.max_attempts.max(1) || Instant::now() + delay >= give_up {
+                        return Err(conflict.into());
+                    }
+                    tracing::debug!(attempt, %conflict, "transaction conflict; running it again");
+                    tokio::time::sleep(delay).await;
+                }
+                Err(other) => return Err(other.into()),
+            }
+        }
+    }
+
+    /// Starts one transaction attempt by hand; [`Txn::commit`] ends it. [`Client::txn`] is
+    /// usually what you want: it re-runs the attempt on conflicts.
+    pub fn begin(&self) -> Txn {
+        Txn {
+            client: self.clone(),
+            reads: BTreeMap::new(),
+            ranges: Vec::new(),
+            writes: BTreeMap::new(),
+            write_bytes: 0,
+        }
+    }
+}
+
+impl Txn {
+    /// Reads `key`: this transaction's own write if it wrote it, else the value it read
+    /// before, else a linearizable read (remembered for the commit check).
+    pub async fn get(&mut self, key: impl Into<Bytes>) -> Result<Option<Bytes>> {
+        let key: Bytes = key.into();
+        validate::key(&key)?;
+        if let Some(written) = self.writes.get(&key) {
+            return Ok(written.clone());
+        }
+        if let Some(read) = self.reads.get(&key) {
+            return Ok(read.as_ref().map(|(value, _)| value.clone()));
+        }
+        self.check_read_budget(1)?;
+        let found = self.client.get_versioned(key.clone()).await?;
+        let read = found.map(|v| (v.value, v.version_ts.0));
+        self.reads.insert(key, read.clone());
+        Ok(read.map(|(value, _)| value))
+    }
+
+    /// [`Txn::get`] as UTF-8 text, absent as the empty string.
+    pub async fn get_str(&mut self, key: impl Into<Bytes>) -> Result<String> {
+        let value = self.get(key).await?.unwrap_or_default();
+        String::from_utf8(value.to_vec()).map_err(|_| Error::invalid("the value is not UTF-8 text"))
+    }
+
+    /// The live keys of `[start, end)` (`end = None`: to the end of the keyspace), ascending,
+    /// at most `limit`, with this transaction's own writes merged in. The range read is
+    /// remembered: a key inserted into it, removed from it or changed before the commit is a
+    /// conflict (no phantoms). Rows of keys this transaction wrote carry version 0.
+    pub async fn scan(
+        &mut self,
+        start: impl Into<Bytes>,
+        end: Option<Bytes>,
+        limit: u32,
+    ) -> Result<Vec<KeyValue>> {
+        let start: Bytes = start.into();
+        validate::scan(&start, end.as_deref(), limit)?;
+        let inside = |key: &Bytes| *key >= start && end.as_ref().is_none_or(|e| key < e);
+        // Each buffered delete may hide one stored row: fetch that many more.
+        let hidden = self
+            .writes
+            .iter()
+            .filter(|(k, v)| v.is_none() && inside(k))
+            .count() as u32;
+        let fetch = limit.saturating_add(hidden);
+        if fetch > MAX_SCAN_LIMIT {
+            return Err(Error::invalid(format!(
+                "scan limit {limit} plus {hidden} keys deleted in this transaction is over MAX_SCAN_LIMIT ({MAX_SCAN_LIMIT})"
+            )));
+        }
+        self.check_read_budget(fetch as usize)?;
+        let stored = self
+            .client
+            .scan(start.clone(), end.clone(), fetch, false)
+            .await?;
+        // What the read covers: all of the range, or (when the scan filled) up to its last row.
+        let covered_end = match stored.last() {
+            Some(last) if stored.len() as u32 == fetch => {
+                let mut after = last.key.to_vec();
+                after.push(0);
+                Some(Bytes::from(after))
+            }
+            _ => end.clone(),
+        };
+        self.ranges.push(ScannedRange {
+            start: start.clone(),
+            end: covered_end.clone(),
+            rows: stored
+                .iter()
+                .map(|row| (row.key.clone(), row.version_ts.0))
+                .collect(),
+        });
+        let covered = |key: &Bytes| inside(key) && covered_end.as_ref().is_none_or(|e| key < e);
+        let mut merged: BTreeMap<Bytes, KeyValue> = stored
+            .into_iter()
+            .map(|row| (row.key.clone(), row))
+            .collect();
+        for (key, write) in self.writes.iter().filter(|(k, _)| covered(k)) {
+            match write {
+                Some(value) => {
+                    merged.insert(
+                        key.clone(),
+                        KeyValue {
+                            key: key.clone(),
+                            value: value.clone(),
+                            version_ts: Timestamp(0),
+                        },
+                    );
+                }
+                None => {
+                    merged.remove(key);
+                }
+            }
+        }
+        Ok(merged.into_values().take(limit as usize).collect())
+    }
+
+    /// Buffers a write of `value` under `key` (sent at commit).
+    pub fn put(&mut self, key: impl Into<Bytes>, value: impl Into<Bytes>) -> Result<()> {
+        let value: Bytes = value.into();
+        validate::value(&value)?;
+        self.buffer(key.into(), Some(value))
+    }
+
+    /// Buffers a delete of `key` (sent at commit).
+    pub fn delete(&mut self, key: impl Into<Bytes>) -> Result<()> {
+        self.buffer(key.into(), None)
+    }
+
+    fn buffer(&mut self, key: Bytes, value: Option<Bytes>) -> Result<()> {
+        validate::key(&key)?;
+        let size = |k: &Bytes, v: &Option<Bytes>| k.len() + v.as_ref().map_or(0, |v| v.len());
+        let new_size = size(&key, &value);
+        let old_size = self.writes.get(&key).map_or(0, |old| size(&key, old));
+        let bytes = self.write_bytes - old_size + new_size;
+        if bytes > MAX_BATCH_BYTES {
+            return Err(Error::invalid(format!(
+                "the transaction's writes would be {bytes} bytes, over MAX_BATCH_BYTES ({MAX_BATCH_BYTES})"
+            )));
+        }
+        if old_size == 0 && !self.writes.contains_key(&key) && self.writes.len() >= MAX_BATCH_KEYS {
+            return Err(Error::invalid(format!(
+                "the transaction writes more than MAX_BATCH_KEYS ({MAX_BATCH_KEYS}) keys"
+            )));
+        }
+        self.write_bytes = bytes;
+        self.writes.insert(key, value);
+        Ok(())
+    }
+
+    fn check_read_budget(&self, more: usize) -> Result<()> {
+        let read = self.reads.len() + self.ranges.iter().map(|r| r.rows.len()).sum::<usize>();
+        if read + more > MAX_TXN_READ_KEYS {
+            return Err(Error::invalid(format!(
+                "the transaction would read more than MAX_TXN_READ_KEYS ({MAX_TXN_READ_KEYS}) keys"
+            )));
+        }
+        Ok(())
+    }
+
+    /// Commits this attempt: `Ok(Some(commit_ts))` after writes, `Ok(None)` for a read-only
+    /// transaction whose reads held, [`Error::TxnConflict`] if a read no longer held (nothing
+    /// was written; run the transaction again).
+    pub async fn commit(self) -> Result<Option<Timestamp>> {
+        let mut regroups = 0;
+        loop {
+            let map = self.client.shard_map();
+            let outcome = if self.writes.is_empty() {
+                self.check_reads(&map).await.map(|()| None)
+            } else {
+                self.commit_writes(&map).await.map(Some)
+            };
+            match outcome {
+                Err(Error::WrongShard { .. }) if regroups < MAX_REGROUPS => {
+                    regroups += 1;
+                    self.client.refresh_shard_map().await?;
+                }
+                other => return other,
+            }
+        }
+    }
+
+    /// Read-only: every shard read checks its part of the read set, in parallel.
+    async fn check_reads(&self, map: &ShardMap) -> Result<()> {
+        let groups = group(map, &self.reads, &self.ranges)?;
+        if groups.is_empty() {
+            return Ok(());
+        }
+        let checks = groups.into_iter().map(|(shard, message)| {
+            let client = self.client.clone();
+            async move {
+                let deadline = client.deadline();
+                let response = client
+                    .call(Route::Shard(shard), &deadline, |channel, timeout| {
+                        let message = message.clone();
+                        async move {
+                            kv_client(channel)
+                                .commit(request(message, timeout))
+                                .await
+                                .map(|r| r.into_inner())
+                        }
+                    })
+                    .await?;
+                outcome(response).map(|_| ())
+            }
+        });
+        for result in futures::future::join_all(checks).await {
+            result?;
+        }
+        Ok(())
+    }
+
+    /// With writes: one shard must hold everything; one `Kv.Commit` with a write id.
+    async fn commit_writes(&self, map: &ShardMap) -> Result<Timestamp> {
+        let mut groups = group(map, &self.reads, &self.ranges)?;
+        let write_shard = one_write_shard(map, &self.writes)?;
+        if let Some((&other, _)) = groups.iter().find(|(&shard, _)| shard != write_shard) {
+            return Err(Error::invalid(format!(
+                "the transaction reads shard {other} but writes shard {write_shard}: \
+                 multi-shard read-write transactions are not implemented yet"
+            )));
+        }
+        let mut message = groups.remove(&write_shard).unwrap_or_default();
+        message.writes = self
+            .writes
+            .iter()
+            .map(|(key, value)| proto::TxnWrite {
+                key: key.clone(),
+                action: Some(match value {
+                    Some(v) => txn_write::Action::PutValue(v.clone()),
+                    None => txn_write::Action::Delete(true),
+                }),
+            })
+            .collect();
+        message.write_id = Some(self.client.next_write_id());
+        let deadline = self.client.deadline();
+        let response = self
+            .client
+            .write_call(Route::Shard(write_shard), &deadline, |channel, timeout| {
+                let message = message.clone();
+                async move {
+                    kv_client(channel)
+                        .commit(request(message, timeout))
+                        .await
+                        .map(|r| r.into_inner())
+                }
+            })
+            .await?;
+        outcome(response)
+    }
+}
+
+/// The commit timestamp of a committed answer, or the conflict.
+fn outcome(response: proto::CommitResponse) -> Result<Timestamp> {
+    if response.committed {
+        Ok(Timestamp(response.commit_ts))
+    } else {
+        Err(Error::TxnConflict {
+            key: response.conflict_key,
+        })
+    }
+}
+
+fn read_message(key: &Bytes, read: Option<u64>) -> proto::TxnRead {
+    proto::TxnRead {
+        key: key.clone(),
+        found: read.is_some(),
+        version_ts: read.unwrap_or(0),
+    }
+}
+
+/// The read set split by shard: point reads by owner, ranges cut at shard boundaries.
+fn group(
+    map: &ShardMap,
+    reads: &BTreeMap<Bytes, Option<(Bytes, u64)>>,
+    ranges: &[ScannedRange],
+) -> Result<BTreeMap<u64, proto::CommitRequest>> {
+    let mut groups: BTreeMap<u64, proto::CommitRequest> = BTreeMap::new();
+    let unowned = |key: &[u8]| Error::WrongShard {
+        message: format!("no shard in the cached map owns key {key:?}"),
+    };
+    for (key, read) in reads {
+        let shard = map.shard_for_key(key).ok_or_else(|| unowned(key))?;
+        groups
+            .entry(shard.shard_id)
+            .or_default()
+            .reads
+            .push(read_message(key, read.as_ref().map(|(_, ts)| *ts)));
+    }
+    for range in ranges {
+        for piece in split_range(map, range)? {
+            let group = groups.entry(piece.0).or_default();
+            group.ranges.push(piece.1);
+            if group.ranges.len() > MAX_TXN_RANGES {
+                return Err(Error::invalid(format!(
+                    "the transaction scanned more than MAX_TXN_RANGES ({MAX_TXN_RANGES}) ranges of shard {}",
+                    piece.0
+                )));
+            }
+        }
+    }
+    Ok(groups)
+}
+
+/// Cuts a scanned range at the shard boundaries of `map`: one piece per shard it overlaps,
+/// each with its rows.
+fn split_range(map: &ShardMap, range: &ScannedRange) -> Result<Vec<(u64, proto::TxnRange)>> {
+    let mut pieces = Vec::new();
+    let mut cursor = range.start.clone();
+    loop {
+        let shard = map
+            .shard_for_key(&cursor)
+            .ok_or_else(|| Error::WrongShard {
+                message: format!("no shard in the cached map owns key {cursor:?}"),
+            })?;
+        let shard_end = (!shard.end.is_empty()).then(|| shard.end.clone());
+        let (piece_end, last) = match (&range.end, &shard_end) {
+            (None, None) => (None, true),
+            (Some(end), None) => (Some(end.clone()), true),
+            (None, Some(se)) => (Some(se.clone()), false),
+            (Some(end), Some(se)) if end <= se => (Some(end.clone()), true),
+            (Some(_), Some(se)) => (Some(se.clone()), false),
+        };
+        let rows = range
+            .rows
+            .iter()
+            .filter(|(k, _)| *k >= cursor && piece_end.as_ref().is_none_or(|e| k < e))
+            .map(|(k, ts)| read_message(k, Some(*ts)))
+            .collect();
+        pieces.push((
+            shard.shard_id,
+            proto::TxnRange {
+                start: cursor.clone(),
+                end: piece_end.clone().unwrap_or_default(),
+                rows,
+            },
+        ));
+        if last {
+            return Ok(pieces);
+        }
+        cursor = piece_end.expect("a piece that is not the last ends at its shard's end");
+    }
+}
+
+/// The one shard every write belongs to.
+fn one_write_shard(map: &ShardMap, writes: &BTreeMap<Bytes, Option<Bytes>>) -> Result<u64> {
+    let mut shard = None;
+    for key in writes.keys() {
+        let owner = map
+            .shard_for_key(key)
+            .ok_or_else(|| Error::WrongShard {
+                message: format!("no shard in the cached map owns key {key:?}"),
+            })?
+            .shard_id;
+        match shard {
+            Some(prev) if prev != owner => {
+                return Err(Error::invalid(format!(
+                    "the transaction writes shards {prev} and {owner}: multi-shard read-write \
+                     transactions are not implemented yet"
+                )))
+            }
+            _ => shard = Some(owner),
+        }
+    }
+    shard.ok_or_else(|| Error::internal("commit_writes without writes"))
+}

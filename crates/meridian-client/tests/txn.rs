@@ -1,0 +1,207 @@
+//! `Client::txn` against the in-process fake cluster (`fake`), whose commit checks reads the
+//! way a shard's state machine does: buffered writes, read-your-writes, re-runs on conflicts
+//! (point reads and phantoms in scanned ranges), read-only transactions across shards, and
+//! the single-shard limit for transactions that write.
+
+mod fake;
+
+use bytes::Bytes;
+use fake::*;
+use meridian_client::{Client, Error, TxnOptions};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+async fn setup() -> (Fake, Client) {
+    let fake = Fake::start(&["m"]).await;
+    let client = fake
+        .client(vec![fake.address(1)], Duration::from_secs(5))
+        .await;
+    (fake, client)
+}
+
+fn b(s: &str) -> Bytes {
+    Bytes::copy_from_slice(s.as_bytes())
+}
+
+#[tokio::test]
+async fn writes_are_buffered_until_commit_and_read_back_by_the_transaction() {
+    let (fake, client) = setup().await;
+    client.put("a", "1").await.unwrap();
+    let mut txn = client.begin();
+    assert_eq!(txn.get("a").await.unwrap(), Some(b("1")));
+    txn.put("a", "2").unwrap();
+    txn.delete("b").unwrap();
+    txn.put("c", "3").unwrap();
+    assert_eq!(
+        txn.get("a").await.unwrap(),
+        Some(b("2")),
+        "read your writes"
+    );
+    assert_eq!(txn.get("b").await.unwrap(), None);
+    assert_eq!(
+        client.get("a").await.unwrap(),
+        Some(b("1")),
+        "nothing sent yet"
+    );
+    let rows = txn.scan("", Some(b("m")), 10).await.unwrap();
+    let keys: Vec<&[u8]> = rows.iter().map(|r| &r.key[..]).collect();
+    assert_eq!(
+        keys,
+        vec![&b"a"[..], b"c"],
+        "the scan merges the write buffer"
+    );
+    fake.served();
+    let ts = txn.commit().await.unwrap().expect("a commit with writes");
+    let served = fake.served();
+    assert_eq!(
+        served.iter().filter(|(_, m)| *m == "commit").count(),
+        1,
+        "one commit request: {served:?}"
+    );
+    assert_eq!(
+        client.get_versioned("a").await.unwrap().unwrap().version_ts,
+        ts
+    );
+    assert_eq!(client.get("c").await.unwrap(), Some(b("3")));
+}
+
+#[tokio::test]
+async fn a_conflict_reruns_the_whole_closure() {
+    let (_fake, client) = setup().await;
+    client.put("counter", "0").await.unwrap();
+    let runs = Arc::new(AtomicU32::new(0));
+    let (other, runs2) = (client.clone(), runs.clone());
+    let (value, info) = client
+        .txn(TxnOptions::default(), move |txn| {
+            let (other, runs) = (other.clone(), runs2.clone());
+            Box::pin(async move {
+                let n: u64 = txn.get_str("counter").await?.parse().unwrap();
+                if runs.fetch_add(1, Ordering::SeqCst) == 0 {
+                    // Someone else increments between our read and our commit.
+                    other.put("counter", (n + 1).to_string()).await?;
+                }
+                txn.put("counter", (n + 1).to_string())?;
+                Ok::<_, Error>(n + 1)
+            })
+        })
+        .await
+        .unwrap();
+    assert_eq!((value, info.attempts), (2, 2));
+    assert_eq!(runs.load(Ordering::SeqCst), 2);
+    assert_eq!(
+        client.get("counter").await.unwrap(),
+        Some(b("2")),
+        "no lost update"
+    );
+    assert!(info.commit_ts.is_some());
+}
+
+#[tokio::test]
+async fn a_phantom_in_a_scanned_range_is_a_conflict() {
+    let (_fake, client) = setup().await;
+    client.put("b/1", "x").await.unwrap();
+    let mut txn = client.begin();
+    assert_eq!(txn.scan("b/", Some(b("b0")), 10).await.unwrap().len(), 1);
+    txn.put("count", "1").unwrap();
+    client.put("b/2", "y").await.unwrap();
+    let e = txn.commit().await.unwrap_err();
+    assert!(
+        matches!(&e, Error::TxnConflict { key } if key == "b/"),
+        "{e}"
+    );
+    assert_eq!(client.get("count").await.unwrap(), None, "nothing written");
+}
+
+#[tokio::test]
+async fn read_only_transactions_span_shards_and_detect_changes() {
+    let (fake, client) = setup().await;
+    client.put("a", "1").await.unwrap();
+    client.put("z", "2").await.unwrap();
+    let mut txn = client.begin();
+    txn.get("a").await.unwrap();
+    txn.get("z").await.unwrap();
+    txn.scan("", None, 100).await.unwrap();
+    fake.served();
+    assert_eq!(txn.commit().await.unwrap(), None);
+    let checks = fake.served().iter().filter(|(_, m)| *m == "commit").count();
+    assert_eq!(checks, 2, "one check per shard read");
+
+    let mut txn = client.begin();
+    txn.get("a").await.unwrap();
+    txn.get("z").await.unwrap();
+    client.put("z", "3").await.unwrap();
+    let e = txn.commit().await.unwrap_err();
+    assert!(
+        matches!(&e, Error::TxnConflict { key } if key == "z"),
+        "{e}"
+    );
+}
+
+#[tokio::test]
+async fn a_transaction_that_writes_must_stay_in_one_shard() {
+    let (_fake, client) = setup().await;
+    let mut txn = client.begin();
+    txn.put("a", "1").unwrap();
+    txn.put("z", "1").unwrap();
+    let e = txn.commit().await.unwrap_err();
+    assert!(
+        matches!(e, Error::InvalidArgument { .. }) && e.to_string().contains("not implemented yet"),
+        "{e}"
+    );
+
+    let mut txn = client.begin();
+    txn.get("z").await.unwrap();
+    txn.put("a", "1").unwrap();
+    let e = txn.commit().await.unwrap_err();
+    assert!(
+        e.to_string().contains("reads shard 2 but writes shard 1"),
+        "{e}"
+    );
+    assert_eq!(client.get("a").await.unwrap(), None);
+}
+
+#[tokio::test]
+async fn conflicts_stop_after_max_attempts_and_closure_errors_end_the_call() {
+    let (_fake, client) = setup().await;
+    let other = client.clone();
+    let options = TxnOptions {
+        max_attempts: 3,
+        deadline: None,
+    };
+    let runs = Arc::new(AtomicU32::new(0));
+    let runs2 = runs.clone();
+    let e = client
+        .txn(options, move |txn| {
+            let (other, runs) = (other.clone(), runs2.clone());
+            Box::pin(async move {
+                runs.fetch_add(1, Ordering::SeqCst);
+                txn.get("hot").await?;
+                other.put("hot", "x").await?;
+                txn.put("hot", "mine")?;
+                Ok::<_, Error>(())
+            })
+        })
+        .await
+        .unwrap_err();
+    assert!(matches!(e, Error::TxnConflict { .. }), "{e}");
+    assert_eq!(runs.load(Ordering::SeqCst), 3);
+
+    let e = client
+        .txn(TxnOptions::default(), |txn| {
+            Box::pin(async move {
+                txn.put("k", "v")?;
+                Err::<(), _>(Error::InvalidArgument {
+                    message: "user abort".into(),
+                })
+            })
+        })
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("user abort"), "{e}");
+    assert_eq!(
+        client.get("k").await.unwrap(),
+        None,
+        "an aborted closure writes nothing"
+    );
+}
