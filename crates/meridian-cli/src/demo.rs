@@ -4,7 +4,8 @@
 //!  start N child nodes (LocalCluster) ─► wait for every shard to have a leader
 //!    ─► load --keys keys (batch_put, per-shard parallel) ─► --duration-secs of
 //!       50% get / 40% put / 5% scan / 5% batch_get from --concurrency tasks
-//!    ─► throughput and p50/p99 per operation ─► cluster status ─► stop nodes, clean up
+//!    ─► throughput and p50/p99 per operation
+//!    ─► --bank-secs of transactions (see `demo_bank`) ─► cluster status ─► stop nodes, clean up
 //! ```
 //!
 //! Shutdown is ordered on every path — success, error, Ctrl-C, SIGTERM: the demo's own work is
@@ -87,6 +88,10 @@ pub struct DemoArgs {
     /// Seed of the workload's random choices.
     #[arg(long, default_value_t = 42)]
     pub seed: u64,
+    /// Length of the bank phase after the mixed workload (transactions: transfers within a
+    /// shard, read-only sums across all shards, the total checked at the end); 0 skips it.
+    #[arg(long, default_value_t = 5)]
+    pub bank_secs: u64,
 }
 
 impl DemoArgs {
@@ -97,8 +102,8 @@ impl DemoArgs {
         if self.concurrency == 0 || self.concurrency > MAX_DEMO_CONCURRENCY {
             bail!("--concurrency must be in 1..={MAX_DEMO_CONCURRENCY}");
         }
-        if self.duration_secs > MAX_DEMO_DURATION_SECS {
-            bail!("--duration-secs must be at most {MAX_DEMO_DURATION_SECS}");
+        if self.duration_secs > MAX_DEMO_DURATION_SECS || self.bank_secs > MAX_DEMO_DURATION_SECS {
+            bail!("--duration-secs and --bank-secs must be at most {MAX_DEMO_DURATION_SECS}");
         }
         if self.value_bytes > MAX_VALUE_BYTES {
             bail!("--value-bytes must be at most MAX_VALUE_BYTES ({MAX_VALUE_BYTES})");
@@ -111,10 +116,15 @@ impl DemoArgs {
 /// `<start of shard i mod n>user<i, 8 digits>` (shards with an open start use no prefix, or a
 /// 0x00 byte if plain names would fall outside them).
 pub fn keys_across_shards(map: &ShardMap, count: usize) -> Vec<Bytes> {
+    named_keys_across_shards(map, count, "user")
+}
+
+/// [`keys_across_shards`] with another stem than `user`.
+pub fn named_keys_across_shards(map: &ShardMap, count: usize, stem: &str) -> Vec<Bytes> {
     let shards = map.shards();
     (0..count)
         .map(|i| {
-            let name = format!("user{i:08}");
+            let name = format!("{stem}{i:08}");
             let Some(shard) = shards.get(i % shards.len().max(1)) else {
                 return Bytes::from(name);
             };
@@ -224,6 +234,9 @@ async fn demo_body(cluster: &LocalCluster, args: &DemoArgs) -> anyhow::Result<()
     load(&client, &keys, args).await?;
     let report = run_workload(&client, &keys, args).await;
     print!("{}", report.render());
+    if args.bank_secs > 0 {
+        crate::demo_bank::run(&client, args).await?;
+    }
 
     println!("\nCluster status:");
     print!("{}", gather_cluster_view(&client).await?.render());
@@ -303,7 +316,7 @@ impl Op {
     }
 }
 
-/// Latency histogram (µs) and error count of one operation.
+/// Latency histogram (µs) and error count of one operation (also used by `demo_bank`).
 pub struct OpStats {
     pub latency_us: Histogram<u64>,
     pub errors: u64,
@@ -311,7 +324,7 @@ pub struct OpStats {
 }
 
 impl OpStats {
-    fn new() -> OpStats {
+    pub(crate) fn new() -> OpStats {
         OpStats {
             latency_us: Histogram::new_with_bounds(1, MAX_LATENCY_US, 3)
                 .expect("constant histogram bounds are valid"),
@@ -320,7 +333,7 @@ impl OpStats {
         }
     }
 
-    fn merge(&mut self, other: OpStats) {
+    pub(crate) fn merge(&mut self, other: OpStats) {
         // Same bounds on both sides, so addition cannot fail.
         let _ = self.latency_us.add(&other.latency_us);
         self.errors += other.errors;

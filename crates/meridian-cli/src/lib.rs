@@ -3,7 +3,8 @@
 //! # Layout
 //! - [`local_cluster`]: real `meridian start` child processes on loopback, with ordered
 //!   shutdown and no leftovers; used by `meridian demo` and by the cluster tests.
-//! - [`demo`]: `meridian demo` — cluster, sample data, mixed workload, latency report.
+//! - [`demo`]: `meridian demo` — cluster, sample data, mixed workload, latency report;
+//!   [`demo_bank`]: its transactions phase.
 //! - [`commands`]: `meridian kv get|put|del|cas|scan|txn` and `meridian cluster status`.
 //! - [`txn_steps`]: the steps of `meridian kv txn`.
 //! - [`display`]: byte formatting (text or hex) and the status tables.
@@ -13,6 +14,7 @@
 
 pub mod commands;
 pub mod demo;
+pub mod demo_bank;
 pub mod display;
 pub mod local_cluster;
 pub mod txn_steps;

@@ -13,7 +13,7 @@
 
 use crate::client::{display_key, kv_client, request, Deadline, Route, MAX_SCAN_PAGES};
 use crate::error::{Error, Result};
-use crate::{validate, Client, KeyValue};
+use crate::{validate, Client, KeyValue, Versioned};
 use bytes::Bytes;
 use futures::stream::{self, StreamExt};
 use meridian_proto::kv as proto;
@@ -129,12 +129,21 @@ impl Client {
         &self,
         keys: impl IntoIterator<Item = K>,
     ) -> Result<Vec<Option<Bytes>>> {
+        let found = self.batch_get_versioned(keys).await?;
+        Ok(found.into_iter().map(|v| v.map(|v| v.value)).collect())
+    }
+
+    /// Like [`Client::batch_get`], with each value's version timestamp.
+    pub async fn batch_get_versioned<K: Into<Bytes>>(
+        &self,
+        keys: impl IntoIterator<Item = K>,
+    ) -> Result<Vec<Option<Versioned>>> {
         let keys: Vec<Bytes> = keys.into_iter().map(Into::into).collect();
         validate::batch_len(keys.len())?;
         for key in &keys {
             validate::key(key)?;
         }
-        let mut out: Vec<Option<Bytes>> = vec![None; keys.len()];
+        let mut out: Vec<Option<Versioned>> = vec![None; keys.len()];
         if keys.is_empty() {
             return Ok(out);
         }
@@ -170,7 +179,10 @@ impl Client {
                 )));
             }
             for (position, result) in positions.into_iter().zip(response.results) {
-                out[position] = result.found.then_some(result.value);
+                out[position] = result.found.then(|| Versioned {
+                    value: result.value,
+                    version_ts: Timestamp(result.version_ts),
+                });
             }
         }
         Ok(out)
@@ -180,8 +192,8 @@ impl Client {
     ///
     /// Atomic **per shard only**: the entries are split by shard and each shard's part commits
     /// as one Raft entry, concurrently with the others. If an error is returned, some shards'
-    /// parts may have committed and others not. Use the transaction API (not yet available)
-    /// for cross-shard atomicity.
+    /// parts may have committed and others not. Transactions (`Client::txn`) are atomic, but
+    /// their writes must stay in one shard for now.
     pub async fn batch_put<K: Into<Bytes>, V: Into<Bytes>>(
         &self,
         entries: impl IntoIterator<Item = (K, V)>,

@@ -203,6 +203,35 @@ impl Txn {
         Ok(read.map(|(value, _)| value))
     }
 
+    /// [`Txn::get`] for many keys at once (in input order): the keys not yet read are read
+    /// with one `BatchGet` per shard, the shards concurrently.
+    pub async fn batch_get<K: Into<Bytes>>(
+        &mut self,
+        keys: impl IntoIterator<Item = K>,
+    ) -> Result<Vec<Option<Bytes>>> {
+        let keys: Vec<Bytes> = keys.into_iter().map(Into::into).collect();
+        let mut missing: Vec<Bytes> = keys
+            .iter()
+            .filter(|k| !self.writes.contains_key(*k) && !self.reads.contains_key(*k))
+            .cloned()
+            .collect();
+        missing.sort();
+        missing.dedup();
+        if !missing.is_empty() {
+            self.check_read_budget(missing.len())?;
+            let found = self.client.batch_get_versioned(missing.clone()).await?;
+            for (key, read) in missing.into_iter().zip(found) {
+                self.reads
+                    .insert(key, read.map(|v| (v.value, v.version_ts.0)));
+            }
+        }
+        let mut out = Vec::with_capacity(keys.len());
+        for key in keys {
+            out.push(self.get(key).await?);
+        }
+        Ok(out)
+    }
+
     /// [`Txn::get`] as UTF-8 text, absent as the empty string.
     pub async fn get_str(&mut self, key: impl Into<Bytes>) -> Result<String> {
         let value = self.get(key).await?.unwrap_or_default();

@@ -128,8 +128,8 @@ async fn read_only_transactions_span_shards_and_detect_changes() {
     assert_eq!(checks, 2, "one check per shard read");
 
     let mut txn = client.begin();
-    txn.get("a").await.unwrap();
-    txn.get("z").await.unwrap();
+    let values = txn.batch_get(["z", "a", "nope", "z"]).await.unwrap();
+    assert_eq!(values, vec![Some(b("2")), Some(b("1")), None, Some(b("2"))]);
     client.put("z", "3").await.unwrap();
     let e = txn.commit().await.unwrap_err();
     assert!(
