@@ -15,7 +15,6 @@ mod common;
 use bytes::Bytes;
 use common::*;
 use meridian_client::{CasOutcome, Client, Error, Expect};
-use nix::sys::signal::Signal;
 use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -150,28 +149,13 @@ async fn scenario() {
     assert!(created.swapped(), "{created:?}");
 
     let acks = Arc::new(AtomicUsize::new(0));
-    let killer = {
-        let (cluster, client, acks) = (cluster.clone(), client.clone(), acks.clone());
-        tokio::spawn(async move {
-            let give_up = Instant::now() + Duration::from_secs(120);
-            while acks.load(Ordering::SeqCst) < KILL_AFTER_ACKS {
-                assert!(
-                    Instant::now() < give_up,
-                    "increments stalled before the kill"
-                );
-                tokio::time::sleep(Duration::from_millis(5)).await;
-            }
-            let leader = client
-                .route(COUNTER.as_bytes())
-                .and_then(|r| r.leader_id)
-                .expect("the counter's shard has a known leader");
-            cluster.kill(leader, Signal::SIGKILL).expect("SIGKILL");
-            eprintln!(
-                "killed node {leader}, the counter's leader, after {KILL_AFTER_ACKS} increments"
-            );
-            leader
-        })
-    };
+    let killer = kill_leader_after(
+        cluster.clone(),
+        client.clone(),
+        COUNTER.to_string(),
+        acks.clone(),
+        KILL_AFTER_ACKS,
+    );
     let mut workers = tokio::task::JoinSet::new();
     for _ in 0..WORKERS {
         workers.spawn(increment_until(client.clone(), acks.clone()));

@@ -15,7 +15,6 @@ mod common;
 
 use common::*;
 use meridian_client::{Client, Error, TxnOptions};
-use nix::sys::signal::Signal;
 use rand::{Rng, SeedableRng};
 use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -260,28 +259,13 @@ async fn scenario() {
     );
 
     let done = Arc::new(AtomicUsize::new(0));
-    let killer = {
-        let (cluster, client, done) = (cluster.clone(), client.clone(), done.clone());
-        tokio::spawn(async move {
-            let give_up = Instant::now() + Duration::from_secs(120);
-            while done.load(Ordering::SeqCst) < KILL_AFTER_TRANSFERS {
-                assert!(
-                    Instant::now() < give_up,
-                    "transfers stalled before the kill"
-                );
-                tokio::time::sleep(Duration::from_millis(5)).await;
-            }
-            let leader = client
-                .route(account(0, 0).as_bytes())
-                .and_then(|r| r.leader_id)
-                .expect("shard 1 has a known leader");
-            cluster.kill(leader, Signal::SIGKILL).expect("SIGKILL");
-            eprintln!(
-                "killed node {leader}, a shard leader, after {KILL_AFTER_TRANSFERS} transfers"
-            );
-            leader
-        })
-    };
+    let killer = kill_leader_after(
+        cluster.clone(),
+        client.clone(),
+        account(0, 0),
+        done.clone(),
+        KILL_AFTER_TRANSFERS,
+    );
     let mut workers = tokio::task::JoinSet::new();
     for i in 0..WORKERS {
         let worker_client = connect_client(vec![

@@ -387,13 +387,7 @@ impl Txn {
                 let deadline = client.deadline();
                 let response = client
                     .call(Route::Shard(shard), &deadline, |channel, timeout| {
-                        let message = message.clone();
-                        async move {
-                            kv_client(channel)
-                                .commit(request(message, timeout))
-                                .await
-                                .map(|r| r.into_inner())
-                        }
+                        send_commit(channel, timeout, message.clone())
                     })
                     .await?;
                 outcome(response).map(|_| ())
@@ -432,17 +426,23 @@ impl Txn {
         let response = self
             .client
             .write_call(Route::Shard(write_shard), &deadline, |channel, timeout| {
-                let message = message.clone();
-                async move {
-                    kv_client(channel)
-                        .commit(request(message, timeout))
-                        .await
-                        .map(|r| r.into_inner())
-                }
+                send_commit(channel, timeout, message.clone())
             })
             .await?;
         outcome(response)
     }
+}
+
+/// One `Kv.Commit` attempt.
+async fn send_commit(
+    channel: tonic::transport::Channel,
+    timeout: Duration,
+    message: proto::CommitRequest,
+) -> std::result::Result<proto::CommitResponse, tonic::Status> {
+    kv_client(channel)
+        .commit(request(message, timeout))
+        .await
+        .map(|r| r.into_inner())
 }
 
 /// The commit timestamp of a committed answer, or the conflict.

@@ -112,3 +112,34 @@ pub fn copy_dir(from: &Path, to: &Path) {
         }
     }
 }
+
+/// SIGKILLs the leader of `key`'s shard (as `client` last saw it) once `done` reaches `after`;
+/// the task returns the killed node's id. Panics if `done` stalls for two minutes first.
+#[allow(dead_code)] // not every test binary kills a leader
+pub fn kill_leader_after(
+    cluster: std::sync::Arc<LocalCluster>,
+    client: Client,
+    key: String,
+    done: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    after: usize,
+) -> tokio::task::JoinHandle<u64> {
+    tokio::spawn(async move {
+        let give_up = Instant::now() + Duration::from_secs(120);
+        while done.load(std::sync::atomic::Ordering::SeqCst) < after {
+            assert!(
+                Instant::now() < give_up,
+                "the workload stalled before the kill"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let leader = client
+            .route(key.as_bytes())
+            .and_then(|r| r.leader_id)
+            .expect("the key's shard has a known leader");
+        cluster
+            .kill(leader, nix::sys::signal::Signal::SIGKILL)
+            .expect("SIGKILL");
+        eprintln!("killed node {leader}, the leader of {key}'s shard, after {after} operations");
+        leader
+    })
+}
