@@ -45,17 +45,24 @@ pub enum NegativeControl {
     LostAck,
     /// Make an ok register read return the value from before a completed write.
     StaleRead,
+    /// Move one unit of money out of existence in an ok bank read (one balance minus 1).
+    WrongTotal,
 }
 
 impl NegativeControl {
     /// All controls, for `--help` texts and loops.
-    pub const ALL: [NegativeControl; 2] = [NegativeControl::LostAck, NegativeControl::StaleRead];
+    pub const ALL: [NegativeControl; 3] = [
+        NegativeControl::LostAck,
+        NegativeControl::StaleRead,
+        NegativeControl::WrongTotal,
+    ];
 
     /// The command-line name.
     pub fn name(self) -> &'static str {
         match self {
             NegativeControl::LostAck => "lost-ack",
             NegativeControl::StaleRead => "stale-read",
+            NegativeControl::WrongTotal => "wrong-total",
         }
     }
 }
@@ -80,7 +87,7 @@ impl FromStr for NegativeControl {
 #[derive(Debug, thiserror::Error)]
 pub enum ControlError {
     /// The name is not one of [`NegativeControl::ALL`].
-    #[error("unknown negative control {0:?} (expected lost-ack or stale-read)")]
+    #[error("unknown negative control {0:?} (expected lost-ack, stale-read or wrong-total)")]
     UnknownControl(String),
     /// The history has nothing this control can corrupt.
     #[error("negative control {control}: nothing to mutate: {reason}")]
@@ -117,7 +124,52 @@ pub fn apply(
     match control {
         NegativeControl::LostAck => lost_ack(history, seed),
         NegativeControl::StaleRead => stale_read(history, seed),
+        NegativeControl::WrongTotal => wrong_total(history, seed),
     }
+}
+
+/// `wrong-total`: lowers one balance of one ok bank read (a `read_all` whose value is an
+/// object of balances) by 1, as a lost half of a transfer would.
+pub fn wrong_total(history: &History, seed: u64) -> Result<Mutation, ControlError> {
+    let reads: Vec<usize> = history
+        .pairs()?
+        .into_iter()
+        .filter(|p| p.outcome == OpKind::Ok && history.ops[p.invoke].f == OpFn::ReadAll)
+        .filter_map(|p| p.completion)
+        .filter(|&c| {
+            history.ops[c]
+                .value
+                .as_object()
+                .is_some_and(|o| o.values().any(Value::is_i64))
+        })
+        .collect();
+    if reads.is_empty() {
+        return Err(nothing(
+            NegativeControl::WrongTotal,
+            "no ok read of the bank's balances",
+        ));
+    }
+    let read = reads[StdRng::seed_from_u64(seed).gen_range(0..reads.len())];
+    let mut mutated = history.clone();
+    let Value::Object(balances) = &mut mutated.ops[read].value else {
+        unreachable!("filtered to objects above");
+    };
+    let (account, balance) = balances
+        .iter_mut()
+        .find(|(_, b)| b.is_i64())
+        .expect("filtered to reads with a balance");
+    let old = balance.as_i64().expect("an integer");
+    *balance = Value::from(old - 1);
+    let description = format!(
+        "lowered {account} from {old} to {} in read op {read}",
+        old - 1
+    );
+    Ok(Mutation {
+        control: NegativeControl::WrongTotal,
+        history: mutated,
+        ops: vec![read],
+        description,
+    })
 }
 
 fn nothing(control: NegativeControl, reason: &str) -> ControlError {

@@ -72,8 +72,11 @@ pub enum OpFn {
     Cas,
     /// Set insert of a unique element.
     Add,
-    /// Read of the whole set.
+    /// Read of the whole set, or (bank) of every account; for the bank, `value` is an object
+    /// `{account: balance}`.
     ReadAll,
+    /// Bank transfer; `value` is `{"from": account, "to": account, "amount": n}`.
+    Transfer,
 }
 
 impl fmt::Display for OpFn {
@@ -84,6 +87,7 @@ impl fmt::Display for OpFn {
             OpFn::Cas => "cas",
             OpFn::Add => "add",
             OpFn::ReadAll => "read_all",
+            OpFn::Transfer => "transfer",
         };
         f.write_str(s)
     }

@@ -15,9 +15,11 @@
 //!   - [`checker::linearizable`]: per-key linearizability of read/write/CAS registers (WGL search
 //!     with memoization, bounded by a step budget, with a witness on failure);
 //!   - [`checker::set`]: the set workload (lost acknowledged adds, unexpected elements, stale
-//!     intermediate reads).
-//! - [`controls`]: negative controls (`lost-ack`, `stale-read`): minimal corruptions that a
-//!   checker must catch, proving it is not vacuously green.
+//!     intermediate reads);
+//!   - [`checker::bank`]: the bank workload (every read of all accounts keeps the total, no
+//!     negative balance).
+//! - [`controls`]: negative controls (`lost-ack`, `stale-read`, `wrong-total`): minimal
+//!   corruptions that a checker must catch, proving it is not vacuously green.
 //! - [`timeline`]: a self-contained SVG of the history, with nemesis intervals and latencies.
 //! - [`sim`]: simulated correct histories (an atomic register or set behind concurrent, faulty
 //!   clients) — ground truth for tests and a cluster-free self-test of the harness.
@@ -25,9 +27,10 @@
 //! # What is checked, and what not yet
 //! Checked: single-key linearizability of registers (the strongest claim for single-key
 //! reads/writes/CAS, including indeterminate `Info` outcomes), and durability/no-invention of a
-//! grow-only set. Not yet: multi-key transactions — a bank workload (total conserved), list
-//! append with Elle-style cycle detection (serializability / strict serializability), and
-//! session guarantees come with Meridian's transactions. Checking is single-threaded.
+//! grow-only set, and the bank invariant over transactions (total conserved, no overdraft). Not
+//! yet: list append with Elle-style cycle detection (serializability / strict
+//! serializability) and session guarantees, which need multi-shard read-write transactions.
+//! Checking is single-threaded.
 //!
 //! # Invariants
 //! Everything here is deterministic given its inputs (and a seed where randomness is involved),

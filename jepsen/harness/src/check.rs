@@ -4,10 +4,13 @@
 //!   runs out is `unknown`).
 //! - set: [`check_set`] (lost acknowledged adds, unexpected / failed-but-present / duplicated
 //!   elements; stale and never-read counts).
+//! - bank: [`check_bank`] (every ok read of all accounts: the accounts opened, no negative
+//!   balance, the opening total).
 //! - `--negative-control NAME`: [`controls::apply`] corrupts a copy of the history (seeded), the
 //!   copy is checked, and the control *fires* iff the checker finds it invalid.
 
 use crate::args::Workload;
+use meridian_jepsen::checker::bank::check_bank;
 use meridian_jepsen::checker::linearizable::{check_linearizable, LinearizableConfig};
 use meridian_jepsen::checker::set::check_set;
 use meridian_jepsen::checker::{overall, CheckResult, Validity};
@@ -28,8 +31,8 @@ pub struct Verdict {
     pub check_ms: u64,
 }
 
-/// Checks `history` for `workload`.
-pub fn check(workload: Workload, history: &History) -> anyhow::Result<Verdict> {
+/// Checks `history` for `workload`; `keys` are the run's keys (bank: its accounts).
+pub fn check(workload: Workload, history: &History, keys: &[String]) -> anyhow::Result<Verdict> {
     let started = Instant::now();
     let (result, ops_checked) = match workload {
         Workload::Register => {
@@ -43,7 +46,12 @@ pub fn check(workload: Workload, history: &History) -> anyhow::Result<Verdict> {
                 report.attempt_count + report.final_reads,
             )
         }
-        Workload::Bank | Workload::Append => {
+        Workload::Bank => {
+            let report = check_bank(history, &crate::bank::model(keys))?;
+            let checked = report.reads_ok;
+            (report.to_check_result(), checked)
+        }
+        Workload::Append => {
             anyhow::bail!("no checker for workload {}", workload.name())
         }
     };
@@ -75,11 +83,12 @@ pub fn run_control(
     workload: Workload,
     control: NegativeControl,
     history: &History,
+    keys: &[String],
     seed: u64,
 ) -> anyhow::Result<ControlOutcome> {
     match controls::apply(control, history, seed) {
         Ok(mutation) => {
-            let verdict = check(workload, &mutation.history)?;
+            let verdict = check(workload, &mutation.history, keys)?;
             Ok(ControlOutcome {
                 control: control.name().into(),
                 description: mutation.description,
@@ -142,21 +151,38 @@ mod tests {
         let cfg = SimConfig::default();
         let register = simulate_register(&cfg, 3);
         assert_eq!(
-            check(Workload::Register, &register).unwrap().valid,
+            check(Workload::Register, &register, &[]).unwrap().valid,
             Validity::True
         );
-        let c = run_control(Workload::Register, NegativeControl::StaleRead, &register, 1).unwrap();
+        let c = run_control(
+            Workload::Register,
+            NegativeControl::StaleRead,
+            &register,
+            &[],
+            1,
+        )
+        .unwrap();
         assert!(c.fired, "{}", c.description);
         let set = simulate_set(&cfg, 3);
-        assert_eq!(check(Workload::Set, &set).unwrap().valid, Validity::True);
-        let c = run_control(Workload::Set, NegativeControl::LostAck, &set, 1).unwrap();
+        assert_eq!(
+            check(Workload::Set, &set, &[]).unwrap().valid,
+            Validity::True
+        );
+        let c = run_control(Workload::Set, NegativeControl::LostAck, &set, &[], 1).unwrap();
         assert!(c.fired, "{}", c.description);
     }
 
     /// A control with nothing to mutate does not fire (and says why).
     #[test]
     fn control_on_empty_history_does_not_fire() {
-        let c = run_control(Workload::Set, NegativeControl::LostAck, &History::new(), 1).unwrap();
+        let c = run_control(
+            Workload::Set,
+            NegativeControl::LostAck,
+            &History::new(),
+            &[],
+            1,
+        )
+        .unwrap();
         assert!(!c.fired && c.mutated.is_none());
         assert!(
             c.description.contains("nothing to mutate"),

@@ -3,9 +3,9 @@
 //! nftables if missing, builds `meridian` and this binary, and passes its arguments on:
 //!
 //! ```text
-//! jepsen/run.sh --workload register|set --nemesis none|kill|pause|partition|clock|clock-chain|all
+//! jepsen/run.sh --workload register|set|bank --nemesis none|kill|pause|partition|clock|clock-chain|all
 //!               [--time-limit SECONDS] [--concurrency N] [--nodes 3|5] [--seed S]
-//!               [--negative-control lost-ack|stale-read] [--base-port P] [--store DIR]
+//!               [--negative-control lost-ack|stale-read|wrong-total] [--base-port P] [--store DIR]
 //!               [--shards N] [--keys N] [--meridian-bin PATH] [--plan-only]
 //! ```
 //!
@@ -19,7 +19,8 @@
 //!    runs its seeded schedule (faults never overlap; each is healed after its hold).
 //! 3. Heal everything (flush partitions, SIGCONT, restart killed and clock-skewed nodes
 //!    without skew), wait for every shard to have a leader (bounded, 3 tries), then a final read
-//!    phase (register: read every key; set: scan the whole set), retried until it succeeds
+//!    phase (register: read every key; set: scan the whole set; bank: read every account),
+//!    retried until it succeeds
 //!    (bounded).
 //! 4. Stop every node (SIGCONT, SIGTERM, SIGKILL after 20 s), delete the nftables table, copy
 //!    the node logs; check; write the run directory; print a summary.
@@ -37,8 +38,12 @@
 //!   healing one paged scan of `set/` is the final `read_all`. Checked: every acknowledged add
 //!   is present, nothing unattempted or failed is, no duplicates (`meridian-jepsen`'s set
 //!   checker; stale/never-read are counted).
-//! - **negative controls** (`--negative-control`): the checker library's `lost-ack` (set) or
-//!   `stale-read` (register) mutation is applied to a copy of the recorded history; the run
+//! - **bank** (`bank.rs`): two accounts in every shard, opened with 100 each before the
+//!   workload; each op is a transfer between the two accounts of one shard (a transaction) or
+//!   a read of every account (one read-only transaction across the shards). Checked: every ok
+//!   read shows exactly the accounts, no negative balance, the opening total.
+//! - **negative controls** (`--negative-control`): the checker library's `lost-ack` (set),
+//!   `stale-read` (register) or `wrong-total` (bank) mutation is applied to a copy of the recorded history; the run
 //!   passes only if the checker finds the copy invalid *and* the real history valid.
 //!
 //! # Nemeses (`plan.rs` decides, `nemesis.rs` does)
@@ -76,6 +81,7 @@
 //! - Intermediate set reads and per-element visibility latency; CI wiring of the matrix.
 
 mod args;
+mod bank;
 mod check;
 mod cluster;
 mod nemesis;
@@ -113,6 +119,7 @@ fn main() -> ExitCode {
         // Register keys are spread over the shards, one key per shard up to --keys.
         let keys = match cfg.workload {
             args::Workload::Register => cfg.keys,
+            args::Workload::Bank => cfg.shards as usize * bank::ACCOUNTS_PER_SHARD,
             _ => 1,
         };
         let steps = plan::plan(

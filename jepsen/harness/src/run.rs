@@ -7,6 +7,7 @@
 //! deleted, and what was recorded so far is written with `"valid": "unknown"`.
 
 use crate::args::{RunConfig, Workload};
+use crate::bank;
 use crate::check::{self, ControlOutcome, Verdict};
 use crate::cluster::{self, READY_TIMEOUT};
 use crate::nemesis::{IntervalRecord, Nemesis, NemesisLog, NodeExit};
@@ -158,7 +159,7 @@ pub async fn run(cfg: RunConfig, meridian: PathBuf) -> anyhow::Result<u8> {
     let history = recorder.snapshot();
     let mut verdict = match interrupted {
         Some(_) => None,
-        None => Some(check::check(cfg.workload, &history)?),
+        None => Some(check::check(cfg.workload, &history, &collected.keys)?),
     };
     // Every replica of the set's shard must hold every acknowledged add, not only the one
     // that served the final read (see `replicas`).
@@ -209,6 +210,7 @@ pub async fn run(cfg: RunConfig, meridian: PathBuf) -> anyhow::Result<u8> {
             cfg.workload,
             control,
             &history,
+            &collected.keys,
             cfg.seed,
         )?),
         _ => None,
@@ -320,13 +322,25 @@ async fn cluster_phase(
     let nemesis_client = workload::connect(&endpoints, cfg.seed, 1_000_000)
         .await
         .ok();
+    let mut bank_groups = Vec::new();
     out.keys = match cfg.workload {
         Workload::Register => {
             let client = workload::connect(&endpoints, cfg.seed, 1_000_001).await?;
             workload::register_keys(&client.shard_map(), cfg.keys)
         }
+        Workload::Bank => {
+            let client = workload::connect(&endpoints, cfg.seed, 1_000_001).await?;
+            bank_groups = bank::accounts(&client.shard_map());
+            anyhow::ensure!(
+                !bank_groups.is_empty(),
+                "no shard can hold the bank's accounts"
+            );
+            bank::open(&client, &bank_groups).await?;
+            bank_groups.concat()
+        }
         _ => vec![workload::set_key(0)],
     };
+    let bank_groups = Arc::new(bank_groups);
     let time_limit = Duration::from_secs(cfg.time_limit_s);
     out.plan = plan::plan(
         cfg.nemesis,
@@ -354,6 +368,14 @@ async fn cluster_phase(
                 client,
                 recorder,
                 keys.clone(),
+                process,
+                cfg.seed,
+                until,
+            )),
+            Workload::Bank => tasks.spawn(bank::bank_client(
+                client,
+                recorder,
+                bank_groups.clone(),
                 process,
                 cfg.seed,
                 until,
@@ -417,6 +439,7 @@ async fn cluster_phase(
             workload::final_register_reads(&client, recorder, &out.keys, process).await
                 == out.keys.len()
         }
+        Workload::Bank => bank::final_read(&client, recorder, &bank_groups, process).await,
         _ => workload::final_set_read(&client, recorder, process).await,
     };
     if cfg.workload == Workload::Set {

@@ -24,8 +24,10 @@
 //!   examine.
 //!
 //! # Not done yet
-//! Transactional checkers (bank, list-append/Elle) arrive with transactions.
+//! The list-append (Elle-style) checker for serializability arrives with multi-shard
+//! transactions.
 
+pub mod bank;
 pub mod linearizable;
 mod search;
 pub mod set;

@@ -1,0 +1,261 @@
+//! The bank workload's clients: accounts spread over the shards, transfers, reads of all.
+//!
+//! # Accounts
+//! [`ACCOUNTS_PER_SHARD`] accounts in every data shard (keys `<shard start>jepsen-acct<s>-<j>`),
+//! [`INITIAL_BALANCE`] each, written before the workload starts. Transfers move money between
+//! two accounts *of one shard* (a single-shard transaction: read-write transactions across
+//! shards are not implemented yet, issue #10); reads take every account of every shard in one
+//! read-only transaction (one `BatchGet` and one check per shard).
+//!
+//! # Outcomes
+//! - transfer (`Client::txn`: read both, move `min(amount, balance)`, write both): `Ok` if it
+//!   committed; `Error::Ambiguous` or no answer within the harness bound → `Info`; any other
+//!   error (conflicts past the attempts, unavailable shards) → `Fail` (nothing was written).
+//! - read (`read_all` of the bank, value `{account: balance}`): `Ok` with the balances if the
+//!   read-only transaction committed; any error → `Fail`.
+
+use crate::workload::{Recorder, CALL_TIMEOUT};
+use bytes::Bytes;
+use meridian_client::{Client, Error as ClientError, ShardMap, TxnOptions};
+use meridian_jepsen::checker::bank::BankModel;
+use meridian_jepsen::history::{OpFn, OpKind};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use serde_json::{json, Map, Value};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// The bank's key in the history.
+pub const BANK_KEY: &str = "bank";
+/// Accounts opened in each data shard.
+pub const ACCOUNTS_PER_SHARD: usize = 2;
+/// Every account's opening balance.
+pub const INITIAL_BALANCE: i64 = 100;
+/// Largest amount one transfer asks to move.
+const MAX_TRANSFER: i64 = 20;
+/// The harness's own bound around a transaction (several client calls).
+const TXN_BOUND: Duration = Duration::from_secs(15);
+/// Share of operations that are reads of every account.
+const READ_SHARE: f64 = 0.3;
+/// Most think time between a client's operations.
+const MAX_THINK_MS: u64 = 10;
+/// Final-read attempts.
+const FINAL_ATTEMPTS: usize = 30;
+
+/// The accounts, grouped by shard (each group non-empty).
+pub fn accounts(map: &ShardMap) -> Vec<Vec<String>> {
+    let mut groups = Vec::new();
+    for (s, shard) in map.shards().iter().enumerate() {
+        let group: Vec<String> = (0..ACCOUNTS_PER_SHARD)
+            .map(|j| {
+                let start = std::str::from_utf8(&shard.start).unwrap_or("");
+                format!("{start}jepsen-acct{s}-{j}")
+            })
+            .filter(|k| shard.contains(k.as_bytes()))
+            .collect();
+        if group.len() == ACCOUNTS_PER_SHARD {
+            groups.push(group);
+        }
+    }
+    groups
+}
+
+/// What the checker must find in every read.
+pub fn model(accounts: &[String]) -> BankModel {
+    BankModel {
+        key: BANK_KEY.into(),
+        accounts: accounts.iter().cloned().collect(),
+        total: INITIAL_BALANCE * accounts.len() as i64,
+    }
+}
+
+/// Opens every account (one `batch_put`, retried within the client's deadline).
+pub async fn open(client: &Client, groups: &[Vec<String>]) -> anyhow::Result<()> {
+    let entries: Vec<(String, String)> = groups
+        .iter()
+        .flatten()
+        .map(|k| (k.clone(), INITIAL_BALANCE.to_string()))
+        .collect();
+    for attempt in 1..=5 {
+        match client.batch_put(entries.clone()).await {
+            Ok(()) => return Ok(()),
+            Err(e) if attempt < 5 => eprintln!("  opening the accounts failed (retrying): {e}"),
+            Err(e) => return Err(anyhow::anyhow!("opening the accounts: {e}")),
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    unreachable!("the loop returns on its last attempt")
+}
+
+fn balance(value: Option<Bytes>) -> Result<i64, ClientError> {
+    let text = value.unwrap_or_default();
+    std::str::from_utf8(&text)
+        .ok()
+        .and_then(|t| t.parse().ok())
+        .ok_or_else(|| ClientError::InvalidArgument {
+            message: format!("an account holds {text:?}, not a balance"),
+        })
+}
+
+fn options() -> TxnOptions {
+    TxnOptions {
+        deadline: Some(CALL_TIMEOUT * 2),
+        ..TxnOptions::default()
+    }
+}
+
+/// Reads every account in one read-only transaction.
+async fn read_all(client: &Client, accounts: Arc<Vec<String>>) -> Result<Value, ClientError> {
+    let (balances, _) = client
+        .txn(options(), move |txn| {
+            let accounts = accounts.clone();
+            Box::pin(async move {
+                let values = txn.batch_get(accounts.iter().cloned()).await?;
+                let mut balances = Map::new();
+                for (account, value) in accounts.iter().zip(values) {
+                    balances.insert(account.clone(), json!(balance(value)?));
+                }
+                Ok::<_, ClientError>(balances)
+            })
+        })
+        .await?;
+    Ok(Value::Object(balances))
+}
+
+async fn transfer(client: &Client, from: String, to: String, want: i64) -> Result<(), ClientError> {
+    client
+        .txn(options(), move |txn| {
+            let (from, to) = (from.clone(), to.clone());
+            Box::pin(async move {
+                let a = balance(txn.get(from.clone()).await?)?;
+                let b = balance(txn.get(to.clone()).await?)?;
+                let amount = want.min(a);
+                txn.put(from, (a - amount).to_string())?;
+                txn.put(to, (b + amount).to_string())?;
+                Ok::<_, ClientError>(())
+            })
+        })
+        .await
+        .map(|_| ())
+}
+
+/// Records one read of every account by `process`; returns whether it succeeded.
+pub async fn record_read(
+    client: &Client,
+    recorder: &Recorder,
+    accounts: &Arc<Vec<String>>,
+    process: u64,
+) -> bool {
+    recorder.record(
+        process,
+        OpKind::Invoke,
+        OpFn::ReadAll,
+        BANK_KEY,
+        Value::Null,
+        None,
+        None,
+    );
+    let result = tokio::time::timeout(TXN_BOUND, read_all(client, accounts.clone())).await;
+    let (kind, value, error) = match result {
+        Ok(Ok(balances)) => (OpKind::Ok, balances, None),
+        Ok(Err(e)) => (OpKind::Fail, Value::Null, Some(e.to_string())),
+        Err(_) => (OpKind::Fail, Value::Null, Some("harness bound".into())),
+    };
+    let ok = kind == OpKind::Ok;
+    recorder.record(process, kind, OpFn::ReadAll, BANK_KEY, value, error, None);
+    ok
+}
+
+/// One bank client until `until`.
+pub async fn bank_client(
+    client: Client,
+    recorder: Arc<Recorder>,
+    groups: Arc<Vec<Vec<String>>>,
+    process: u64,
+    seed: u64,
+    until: Instant,
+) {
+    let mut rng = StdRng::seed_from_u64(seed.wrapping_add(process));
+    let all: Arc<Vec<String>> = Arc::new(groups.iter().flatten().cloned().collect());
+    while Instant::now() < until {
+        if rng.gen_bool(READ_SHARE) {
+            record_read(&client, &recorder, &all, process).await;
+        } else {
+            let group = &groups[rng.gen_range(0..groups.len())];
+            let from = rng.gen_range(0..group.len());
+            let to = (from + rng.gen_range(1..group.len())) % group.len();
+            let (from, to) = (group[from].clone(), group[to].clone());
+            let want = rng.gen_range(1..=MAX_TRANSFER);
+            let logged = json!({"from": from, "to": to, "amount": want});
+            recorder.record(
+                process,
+                OpKind::Invoke,
+                OpFn::Transfer,
+                BANK_KEY,
+                logged.clone(),
+                None,
+                None,
+            );
+            let result = tokio::time::timeout(TXN_BOUND, transfer(&client, from, to, want)).await;
+            let (kind, error) = match result {
+                Ok(Ok(())) => (OpKind::Ok, None),
+                Ok(Err(e @ ClientError::Ambiguous { .. })) => (OpKind::Info, Some(e.to_string())),
+                Ok(Err(e)) => (OpKind::Fail, Some(e.to_string())),
+                Err(_) => (
+                    OpKind::Info,
+                    Some(format!("no answer within the harness bound {TXN_BOUND:?}")),
+                ),
+            };
+            recorder.record(process, kind, OpFn::Transfer, BANK_KEY, logged, error, None);
+        }
+        tokio::time::sleep(Duration::from_millis(rng.gen_range(0..=MAX_THINK_MS))).await;
+    }
+}
+
+/// The final read of every account after healing: retried until one succeeds (bounded).
+pub async fn final_read(
+    client: &Client,
+    recorder: &Recorder,
+    groups: &[Vec<String>],
+    process: u64,
+) -> bool {
+    let all: Arc<Vec<String>> = Arc::new(groups.iter().flatten().cloned().collect());
+    for _ in 0..FINAL_ATTEMPTS {
+        if record_read(client, recorder, &all, process).await {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(1_000)).await;
+    }
+    false
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use meridian_client::ShardRoute;
+
+    #[test]
+    fn accounts_land_in_their_shards() {
+        let shard = |id, start: &'static str, end: &'static str| ShardRoute {
+            shard_id: id,
+            start: Bytes::from(start),
+            end: Bytes::from(end),
+            replicas: vec![1, 2, 3],
+            leader_id: None,
+        };
+        let map = ShardMap::new("c", [shard(1, "", "user3"), shard(2, "user3", "")], []);
+        let groups = accounts(&map);
+        assert_eq!(
+            groups,
+            vec![
+                vec!["jepsen-acct0-0".to_string(), "jepsen-acct0-1".into()],
+                vec![
+                    "user3jepsen-acct1-0".to_string(),
+                    "user3jepsen-acct1-1".into()
+                ],
+            ]
+        );
+        let all: Vec<String> = groups.concat();
+        assert_eq!(model(&all).total, 400);
+    }
+}
