@@ -42,6 +42,12 @@ pub enum Command {
     /// Start each store fresh (3-node Meridian, 3-member etcd, embedded RocksDB), load it, run
     /// workloads A, B, C, F, D, reload and run E, and write a side-by-side report.
     Compare(CompareArgs),
+    /// YCSB+T's closed economy: open accounts, run transfers and read-only transactions,
+    /// validate the total (`-P bench/workloads/closedeconomy`; exits non-zero if it FAILED).
+    Economy(PhaseArgs),
+    /// The closed economy on each store (3-node Meridian, 3-member etcd, embedded RocksDB),
+    /// started fresh, side by side; prints a markdown table.
+    EconomyCompare(crate::economy::compare::EconomyCompareArgs),
 }
 
 /// Options shared by both phases.
@@ -104,6 +110,8 @@ pub enum CliOutcome {
     Phase(Report),
     /// `compare`: every phase of every store (also written to `--out`).
     Comparison(Box<Comparison>),
+    /// `economy`: the text report (also printed to stdout).
+    Economy(String),
 }
 
 impl CliOutcome {
@@ -111,7 +119,7 @@ impl CliOutcome {
     pub fn into_report(self) -> Option<Report> {
         match self {
             CliOutcome::Phase(report) => Some(report),
-            CliOutcome::Comparison(_) => None,
+            CliOutcome::Comparison(_) | CliOutcome::Economy(_) => None,
         }
     }
 }
@@ -167,6 +175,14 @@ where
         Command::Compare(args) => {
             let comparison = compare::run(args).await?;
             return Ok(CliOutcome::Comparison(Box::new(comparison)));
+        }
+        Command::Economy(args) => {
+            let text = crate::economy::run(&args).await?;
+            return Ok(CliOutcome::Economy(text));
+        }
+        Command::EconomyCompare(args) => {
+            let text = crate::economy::compare::run(args).await?;
+            return Ok(CliOutcome::Economy(text));
         }
     };
     let outcome = execute_phase(phase, &args, Properties::new()).await?;

@@ -26,6 +26,7 @@ pub mod cli;
 pub mod client;
 pub mod compare;
 pub mod db;
+pub mod economy;
 pub mod generator;
 pub mod measurements;
 pub mod properties;

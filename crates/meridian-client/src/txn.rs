@@ -63,6 +63,11 @@ pub struct TxnOptions {
     pub max_attempts: u32,
     /// Time budget of the whole call (all attempts); `None`: the client's `call_timeout`.
     pub deadline: Option<Duration>,
+    /// Delay before the second attempt; it doubles per conflict up to `backoff_max`, each
+    /// delay jittered over its upper half. Short by default: the transaction that won the
+    /// conflict has already committed, so the next attempt usually reads its result.
+    pub backoff_initial: Duration,
+    pub backoff_max: Duration,
 }
 
 impl Default for TxnOptions {
@@ -70,6 +75,8 @@ impl Default for TxnOptions {
         TxnOptions {
             max_attempts: DEFAULT_TXN_MAX_ATTEMPTS,
             deadline: None,
+            backoff_initial: Duration::from_millis(2),
+            backoff_max: Duration::from_millis(100),
         }
     }
 }
@@ -142,7 +149,10 @@ impl Client {
     {
         let budget = options.deadline.unwrap_or(self.config().call_timeout);
         let give_up = Instant::now() + budget;
-        let mut backoff = self.backoff();
+        let mut backoff = crate::backoff::Backoff::new(
+            options.backoff_initial,
+            options.backoff_max.max(options.backoff_initial),
+        );
         let mut attempt = 0u32;
         loop {
             attempt += 1;

@@ -167,7 +167,7 @@ async fn conflicts_stop_after_max_attempts_and_closure_errors_end_the_call() {
     let other = client.clone();
     let options = TxnOptions {
         max_attempts: 3,
-        deadline: None,
+        ..TxnOptions::default()
     };
     let runs = Arc::new(AtomicU32::new(0));
     let runs2 = runs.clone();
