@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The short Jepsen matrix that scripts/test.sh (and so CI) runs after the unit and cluster tests:
-# register and set under kill, pause, partition and clock faults, bank (transactions) under
-# kill, clock and partition faults, plus every negative control,
+# register and set under kill, pause, partition and clock faults, bank and append
+# (transactions) under kill, clock, partition and pause faults, plus every negative control,
 # each run a fresh 3-node cluster for JEPSEN_TIME_LIMIT seconds (default 20). A run passes when
 # its history checks valid (for a negative control: when the control makes it invalid, which the
 # harness checks itself). A run written "@S ..." runs S seconds instead. Ends with "jepsen: N passed, N failed"; exits non-zero if any failed.
@@ -24,9 +24,12 @@ RUNS=(
   "set clock"
   "bank kill"
   "bank clock"
+  "append kill"
+  "append partition"
   "register partition --negative-control stale-read"
   "set kill --negative-control lost-ack"
   "bank partition --negative-control wrong-total"
+  "append pause --negative-control fractured-read"
   # The schedule that found acknowledged adds lost by a replica catching up on > 4,096
   # entries in one apply (jepsen/evidence, fixed by 176d8a4): a follower fenced by a +2 s
   # clock, healed, then the leader fenced; 5 nodes, 40 s so one chain fits.

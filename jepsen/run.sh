@@ -3,9 +3,10 @@
 # harness (release, shared target dir), and runs the harness with all arguments. See
 # jepsen/harness/src/main.rs for what a run does and how to read jepsen/store/<run>/.
 #
-#   jepsen/run.sh --workload register|set|bank --nemesis none|kill|pause|partition|clock|clock-chain|all
+#   jepsen/run.sh --workload register|set|bank|append --nemesis none|kill|pause|partition|clock|clock-chain|all
 #                 [--time-limit SECONDS] [--concurrency N] [--nodes 3|5] [--seed S]
-#                 [--negative-control lost-ack|stale-read|wrong-total] [--base-port P] [--store DIR]
+#                 [--negative-control lost-ack|stale-read|wrong-total|fractured-read]
+#                 [--base-port P] [--store DIR]
 #
 # Exit status: 0 valid, 1 invalid/unknown, 2 bad arguments, 3 harness failure, 130 interrupted.
 set -euo pipefail

@@ -52,5 +52,8 @@ async fn contended_transfers_keep_the_total() {
         .find_map(|l| l.strip_prefix("[TRANSFER], Retries, "))
         .and_then(|n| n.trim().parse().ok())
         .expect("a retries line");
-    assert!(retries > 0, "16 threads over 20 accounts never conflicted: {text}");
+    assert!(
+        retries > 0,
+        "16 threads over 20 accounts never conflicted: {text}"
+    );
 }

@@ -47,14 +47,18 @@ pub enum NegativeControl {
     StaleRead,
     /// Move one unit of money out of existence in an ok bank read (one balance minus 1).
     WrongTotal,
+    /// Make an ok list-append transaction see one of another transaction's appends but not
+    /// the other (drop it from one of its reads): a dependency cycle.
+    FracturedRead,
 }
 
 impl NegativeControl {
     /// All controls, for `--help` texts and loops.
-    pub const ALL: [NegativeControl; 3] = [
+    pub const ALL: [NegativeControl; 4] = [
         NegativeControl::LostAck,
         NegativeControl::StaleRead,
         NegativeControl::WrongTotal,
+        NegativeControl::FracturedRead,
     ];
 
     /// The command-line name.
@@ -63,6 +67,7 @@ impl NegativeControl {
             NegativeControl::LostAck => "lost-ack",
             NegativeControl::StaleRead => "stale-read",
             NegativeControl::WrongTotal => "wrong-total",
+            NegativeControl::FracturedRead => "fractured-read",
         }
     }
 }
@@ -87,7 +92,7 @@ impl FromStr for NegativeControl {
 #[derive(Debug, thiserror::Error)]
 pub enum ControlError {
     /// The name is not one of [`NegativeControl::ALL`].
-    #[error("unknown negative control {0:?} (expected lost-ack, stale-read or wrong-total)")]
+    #[error("unknown negative control {0:?} (expected lost-ack, stale-read, wrong-total or fractured-read)")]
     UnknownControl(String),
     /// The history has nothing this control can corrupt.
     #[error("negative control {control}: nothing to mutate: {reason}")]
@@ -125,7 +130,93 @@ pub fn apply(
         NegativeControl::LostAck => lost_ack(history, seed),
         NegativeControl::StaleRead => stale_read(history, seed),
         NegativeControl::WrongTotal => wrong_total(history, seed),
+        NegativeControl::FracturedRead => fractured_read(history, seed),
     }
+}
+
+/// `fractured-read`: finds an ok transaction R that read keys `a` and `b` whose lists both end
+/// with an append of one other transaction W, and drops W's element from R's read of `a` (only
+/// where another ok read of `a` still shows it, so the version order keeps it). R then saw W on
+/// `b` (W before R) and not on `a` (R before W): a cycle the append checker must find.
+pub fn fractured_read(history: &History, seed: u64) -> Result<Mutation, ControlError> {
+    use crate::checker::append::{parse_txn, txn_value, Micro};
+    let pairs = history.pairs()?;
+    // Who appended each value (by invocation index), and every ok transaction's micro-ops.
+    let mut writer: HashMap<(String, u64), usize> = HashMap::new();
+    let mut oks: Vec<(usize, usize, Vec<Micro>)> = Vec::new();
+    for p in &pairs {
+        if history.ops[p.invoke].f != OpFn::Txn {
+            continue;
+        }
+        let source = match (p.outcome, p.completion) {
+            (OpKind::Ok, Some(c)) => c,
+            _ => p.invoke,
+        };
+        let Some(micro) = parse_txn(&history.ops[source].value) else {
+            continue;
+        };
+        for m in &micro {
+            if let Micro::Append(k, v) = m {
+                writer.insert((k.clone(), *v), p.invoke);
+            }
+        }
+        if p.outcome == OpKind::Ok {
+            oks.push((p.invoke, source, micro));
+        }
+    }
+    let last_writer = |m: &Micro| match m {
+        Micro::Read(k, Some(list)) => list
+            .last()
+            .and_then(|v| writer.get(&(k.clone(), *v)))
+            .copied(),
+        _ => None,
+    };
+    // (completion index, position of the read to shorten)
+    let mut candidates: Vec<(usize, usize)> = Vec::new();
+    for (invoke, completion, micro) in &oks {
+        for (i, a) in micro.iter().enumerate() {
+            let (Micro::Read(key_a, Some(list_a)), Some(w)) = (a, last_writer(a)) else {
+                continue;
+            };
+            if w == *invoke {
+                continue;
+            }
+            let paired = micro.iter().enumerate().any(|(j, b)| {
+                j != i && matches!(b, Micro::Read(k, _) if k != key_a) && last_writer(b) == Some(w)
+            });
+            // Another transaction's read still shows the dropped element.
+            let kept = oks.iter().any(|(other_invoke, _, other)| {
+                other_invoke != invoke
+                    && other.iter().any(|m| {
+                        matches!(m, Micro::Read(k, Some(l)) if k == key_a && l.len() >= list_a.len())
+                    })
+            });
+            if paired && kept {
+                candidates.push((*completion, i));
+            }
+        }
+    }
+    if candidates.is_empty() {
+        return Err(nothing(
+            NegativeControl::FracturedRead,
+            "no ok transaction read two keys last appended by one other transaction",
+        ));
+    }
+    let (completion, i) = candidates[StdRng::seed_from_u64(seed).gen_range(0..candidates.len())];
+    let mut micro = parse_txn(&history.ops[completion].value).expect("parsed above");
+    let Micro::Read(key, Some(list)) = &mut micro[i] else {
+        unreachable!("candidates are reads");
+    };
+    let dropped = list.pop().expect("a candidate read is not empty");
+    let description = format!("dropped {dropped} from the read of {key} in op {completion}");
+    let mut mutated = history.clone();
+    mutated.ops[completion].value = txn_value(&micro);
+    Ok(Mutation {
+        control: NegativeControl::FracturedRead,
+        history: mutated,
+        ops: vec![completion],
+        description,
+    })
 }
 
 /// `wrong-total`: lowers one balance of one ok bank read (a `read_all` whose value is an
@@ -453,5 +544,45 @@ mod tests {
         let m = stale_read(&h, 0).unwrap();
         assert_eq!(m.history.ops[5].value, json!(1));
         assert_eq!(m.ops, vec![0, 1, 2, 3, 4, 5]);
+    }
+}
+
+#[cfg(test)]
+mod fractured_read_tests {
+    use super::*;
+    use crate::checker::append::check_append;
+    use crate::checker::Validity;
+    use serde_json::json;
+
+    #[test]
+    fn fractured_read_makes_a_cycle_the_append_checker_finds() {
+        let mut h = History::new();
+        for (p, txn) in [
+            json!([["append", "x", 1], ["append", "y", 1]]),
+            json!([["r", "x", [1]], ["r", "y", [1]]]),
+            json!([["r", "x", [1]]]),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            h.invoke(p as u64, OpFn::Txn, Some("append"), txn.clone());
+            h.complete(p as u64, OpKind::Ok, txn);
+        }
+        let valid = |h: &History| check_append(h).unwrap().to_check_result().valid;
+        assert_eq!(valid(&h), Validity::True);
+        let m = fractured_read(&h, 1).unwrap();
+        assert_eq!(m.ops, vec![3], "{}", m.description);
+        assert!(
+            m.description.contains("from the read of x"),
+            "{}",
+            m.description
+        );
+        assert_eq!(valid(&m.history), Validity::False);
+
+        // Without another read of x, dropping the element would also drop it from the
+        // version order (no cycle): the control refuses instead.
+        let mut short = h.clone();
+        short.ops.truncate(4);
+        assert!(fractured_read(&short, 1).is_err());
     }
 }

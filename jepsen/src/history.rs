@@ -77,6 +77,8 @@ pub enum OpFn {
     ReadAll,
     /// Bank transfer; `value` is `{"from": account, "to": account, "amount": n}`.
     Transfer,
+    /// A list-append transaction; `value` is its micro-operations (see `checker::append`).
+    Txn,
 }
 
 impl fmt::Display for OpFn {
@@ -88,6 +90,7 @@ impl fmt::Display for OpFn {
             OpFn::Add => "add",
             OpFn::ReadAll => "read_all",
             OpFn::Transfer => "transfer",
+            OpFn::Txn => "txn",
         };
         f.write_str(s)
     }

@@ -17,8 +17,11 @@
 //!   - [`checker::set`]: the set workload (lost acknowledged adds, unexpected elements, stale
 //!     intermediate reads);
 //!   - [`checker::bank`]: the bank workload (every read of all accounts keeps the total, no
-//!     negative balance).
-//! - [`controls`]: negative controls (`lost-ack`, `stale-read`, `wrong-total`): minimal
+//!     negative balance);
+//!   - [`checker::append`]: list-append transactions, Elle-style (version orders from the
+//!     lists read, a ww/wr/rw dependency graph, cycles = not serializable).
+//! - [`controls`]: negative controls (`lost-ack`, `stale-read`, `wrong-total`,
+//!   `fractured-read`): minimal
 //!   corruptions that a checker must catch, proving it is not vacuously green.
 //! - [`timeline`]: a self-contained SVG of the history, with nemesis intervals and latencies.
 //! - [`sim`]: simulated correct histories (an atomic register or set behind concurrent, faulty
@@ -26,10 +29,10 @@
 //!
 //! # What is checked, and what not yet
 //! Checked: single-key linearizability of registers (the strongest claim for single-key
-//! reads/writes/CAS, including indeterminate `Info` outcomes), and durability/no-invention of a
-//! grow-only set, and the bank invariant over transactions (total conserved, no overdraft). Not
-//! yet: list append with Elle-style cycle detection (serializability / strict
-//! serializability) and session guarantees, which need multi-shard read-write transactions.
+//! reads/writes/CAS, including indeterminate `Info` outcomes), durability/no-invention of a
+//! grow-only set, the bank invariant over transactions (total conserved, no overdraft), and
+//! serializability of list-append transactions (Elle-style cycle detection). Not yet: real-time
+//! order (strict serializability) and session guarantees.
 //! Checking is single-threaded.
 //!
 //! # Invariants

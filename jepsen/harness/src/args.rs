@@ -2,8 +2,8 @@
 //!
 //! `clap` parses the flags; [`Args::validate`] turns them into a [`RunConfig`] or a
 //! [`UsageError`] (exit status 2). Workloads and nemeses that exist in the issue but not yet in
-//! the harness (`append`, `power-loss`) are accepted by the parser so the command line is
-//! stable, and refused here with the reason.
+//! the harness (`power-loss`) are accepted by the parser so the command line is stable, and
+//! refused here with the reason.
 
 use clap::{Parser, ValueEnum};
 use meridian_jepsen::controls::NegativeControl;
@@ -18,7 +18,7 @@ pub const RESERVED_TEST_PORTS: std::ops::RangeInclusive<u32> = 21_000..=22_999;
     about = "Runs a Meridian cluster of real processes under faults and checks the history",
     long_about = "Starts a fresh local cluster of `meridian start` processes, runs a workload \
                   (register: per-key linearizability; set: no lost acknowledged inserts; \
-                  bank: transactions keep the total) while a \
+                  bank: transactions keep the total; append: transactions are serializable) while a \
                   nemesis injects real faults (SIGKILL, SIGSTOP, nftables packet drops, clock \
                   offsets), heals, reads back, checks, and writes jepsen/store/<run>/. Exit \
                   status 0 iff the history is valid."
@@ -43,8 +43,8 @@ pub struct Args {
     #[arg(long)]
     pub seed: Option<u64>,
     /// Corrupt the recorded history with this checker-library mutation before checking
-    /// (`lost-ack` for set, `stale-read` for register, `wrong-total` for bank); the run passes
-    /// only if the checker then finds it invalid.
+    /// (`lost-ack` for set, `stale-read` for register, `wrong-total` for bank,
+    /// `fractured-read` for append); the run passes only if the checker then finds it invalid.
     #[arg(long)]
     pub negative_control: Option<String>,
     /// Node i listens on 127.0.0.1:<base+i> (clients) and <base+100+i> (Raft).
@@ -159,12 +159,7 @@ impl Args {
     /// used when `--seed` is absent (passed in so this stays pure).
     pub fn validate(&self, random_seed: u64) -> Result<RunConfig, UsageError> {
         match self.workload {
-            Workload::Append => {
-                return usage(
-                    "workload append needs multi-shard read-write transactions (issue #10), not available yet",
-                )
-            }
-            Workload::Register | Workload::Set | Workload::Bank => {}
+            Workload::Register | Workload::Set | Workload::Bank | Workload::Append => {}
         }
         if self.nemesis == NemesisKind::PowerLoss {
             return usage("power-loss nemesis not implemented yet");
@@ -213,6 +208,7 @@ impl Args {
                 let expected = match self.workload {
                     Workload::Set => NegativeControl::LostAck,
                     Workload::Bank => NegativeControl::WrongTotal,
+                    Workload::Append => NegativeControl::FracturedRead,
                     _ => NegativeControl::StaleRead,
                 };
                 if control != expected {
@@ -265,15 +261,13 @@ mod tests {
         assert_eq!((c.seed, c.seed_given, c.nodes), (42, true, 5));
     }
 
-    /// `append` and power-loss parse but are refused with the reason; `bank` runs, with its
-    /// own negative control only.
+    /// Power-loss parses but is refused with the reason; `bank` and `append` run, each with
+    /// its own negative control only.
     #[test]
     fn unavailable_choices_are_refused_with_reason() {
-        let e = parse("--workload append").validate(0).unwrap_err();
-        assert!(
-            e.0.contains("needs multi-shard read-write transactions (issue #10)"),
-            "{e}"
-        );
+        assert!(parse("--workload append --negative-control fractured-read")
+            .validate(0)
+            .is_ok());
         assert!(parse("--workload bank --negative-control wrong-total")
             .validate(0)
             .is_ok());

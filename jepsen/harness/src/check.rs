@@ -4,12 +4,15 @@
 //!   runs out is `unknown`).
 //! - set: [`check_set`] (lost acknowledged adds, unexpected / failed-but-present / duplicated
 //!   elements; stale and never-read counts).
+//! - append: [`check_append`] (Elle-style: each key's version order from the lists read, the
+//!   ww/wr/rw dependency graph, a cycle = not serializable).
 //! - bank: [`check_bank`] (every ok read of all accounts: the accounts opened, no negative
 //!   balance, the opening total).
 //! - `--negative-control NAME`: [`controls::apply`] corrupts a copy of the history (seeded), the
 //!   copy is checked, and the control *fires* iff the checker finds it invalid.
 
 use crate::args::Workload;
+use meridian_jepsen::checker::append::check_append;
 use meridian_jepsen::checker::bank::check_bank;
 use meridian_jepsen::checker::linearizable::{check_linearizable, LinearizableConfig};
 use meridian_jepsen::checker::set::check_set;
@@ -52,7 +55,9 @@ pub fn check(workload: Workload, history: &History, keys: &[String]) -> anyhow::
             (report.to_check_result(), checked)
         }
         Workload::Append => {
-            anyhow::bail!("no checker for workload {}", workload.name())
+            let report = check_append(history)?;
+            let checked = report.txns_ok + report.txns_indeterminate;
+            (report.to_check_result(), checked)
         }
     };
     let results = vec![result];

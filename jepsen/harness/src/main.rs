@@ -3,9 +3,10 @@
 //! nftables if missing, builds `meridian` and this binary, and passes its arguments on:
 //!
 //! ```text
-//! jepsen/run.sh --workload register|set|bank --nemesis none|kill|pause|partition|clock|clock-chain|all
+//! jepsen/run.sh --workload register|set|bank|append --nemesis none|kill|pause|partition|clock|clock-chain|all
 //!               [--time-limit SECONDS] [--concurrency N] [--nodes 3|5] [--seed S]
-//!               [--negative-control lost-ack|stale-read|wrong-total] [--base-port P] [--store DIR]
+//!               [--negative-control lost-ack|stale-read|wrong-total|fractured-read]
+//!               [--base-port P] [--store DIR]
 //!               [--shards N] [--keys N] [--meridian-bin PATH] [--plan-only]
 //! ```
 //!
@@ -42,8 +43,13 @@
 //!   workload; each op is a transfer between the two accounts of one shard (a transaction) or
 //!   a read of every account (one read-only transaction across the shards). Checked: every ok
 //!   read shows exactly the accounts, no negative balance, the opening total.
+//! - **append** (`append.rs`): three list keys in every shard; read-write transactions of 1–4
+//!   appends and reads on one shard's keys, read-only transactions of every key. Checked with
+//!   the Elle-style list-append checker: no dependency cycle (serializable), no read of an
+//!   aborted or unknown value, reads of a key are prefixes of one another.
 //! - **negative controls** (`--negative-control`): the checker library's `lost-ack` (set),
-//!   `stale-read` (register) or `wrong-total` (bank) mutation is applied to a copy of the recorded history; the run
+//!   `stale-read` (register), `wrong-total` (bank) or `fractured-read` (append) mutation is
+//!   applied to a copy of the recorded history; the run
 //!   passes only if the checker finds the copy invalid *and* the real history valid.
 //!
 //! # Nemeses (`plan.rs` decides, `nemesis.rs` does)
@@ -80,6 +86,7 @@
 //! - Partitions of the client API, asymmetric/bridge/ring shapes, packet delay instead of loss.
 //! - Intermediate set reads and per-element visibility latency; CI wiring of the matrix.
 
+mod append;
 mod args;
 mod bank;
 mod check;
@@ -120,6 +127,7 @@ fn main() -> ExitCode {
         let keys = match cfg.workload {
             args::Workload::Register => cfg.keys,
             args::Workload::Bank => cfg.shards as usize * bank::ACCOUNTS_PER_SHARD,
+            args::Workload::Append => cfg.shards as usize * append::KEYS_PER_SHARD,
             _ => 1,
         };
         let steps = plan::plan(

@@ -7,7 +7,6 @@
 //! deleted, and what was recorded so far is written with `"valid": "unknown"`.
 
 use crate::args::{RunConfig, Workload};
-use crate::bank;
 use crate::check::{self, ControlOutcome, Verdict};
 use crate::cluster::{self, READY_TIMEOUT};
 use crate::nemesis::{IntervalRecord, Nemesis, NemesisLog, NodeExit};
@@ -16,6 +15,7 @@ use crate::output;
 use crate::plan::{self, Step, MAX_OFFSET_MS};
 use crate::replicas;
 use crate::workload::{self, Recorder};
+use crate::{append, bank};
 use meridian_cli::LocalCluster;
 use meridian_jepsen::checker::Validity;
 use meridian_jepsen::timeline::NemesisInterval;
@@ -341,6 +341,16 @@ async fn cluster_phase(
         _ => vec![workload::set_key(0)],
     };
     let bank_groups = Arc::new(bank_groups);
+    let append_groups = Arc::new(match cfg.workload {
+        Workload::Append => {
+            let client = workload::connect(&endpoints, cfg.seed, 1_000_001).await?;
+            let groups = append::keys(&client.shard_map());
+            anyhow::ensure!(!groups.is_empty(), "no shard can hold the append keys");
+            out.keys = groups.concat();
+            groups
+        }
+        _ => Vec::new(),
+    });
     let time_limit = Duration::from_secs(cfg.time_limit_s);
     out.plan = plan::plan(
         cfg.nemesis,
@@ -368,6 +378,15 @@ async fn cluster_phase(
                 client,
                 recorder,
                 keys.clone(),
+                process,
+                cfg.seed,
+                until,
+            )),
+            Workload::Append => tasks.spawn(append::append_client(
+                client,
+                recorder,
+                append_groups.clone(),
+                next.clone(),
                 process,
                 cfg.seed,
                 until,
@@ -440,6 +459,7 @@ async fn cluster_phase(
                 == out.keys.len()
         }
         Workload::Bank => bank::final_read(&client, recorder, &bank_groups, process).await,
+        Workload::Append => append::final_read(&client, recorder, &append_groups, process).await,
         _ => workload::final_set_read(&client, recorder, process).await,
     };
     if cfg.workload == Workload::Set {

@@ -23,10 +23,8 @@
 //! - A checker never mutates the history and never returns `True` for a history it did not fully
 //!   examine.
 //!
-//! # Not done yet
-//! The list-append (Elle-style) checker for serializability arrives with multi-shard
-//! transactions.
 
+pub mod append;
 pub mod bank;
 pub mod linearizable;
 mod search;
