@@ -19,7 +19,8 @@
 //!   - [`checker::bank`]: the bank workload (every read of all accounts keeps the total, no
 //!     negative balance);
 //!   - [`checker::append`]: list-append transactions, Elle-style (version orders from the
-//!     lists read, a ww/wr/rw dependency graph, cycles = not serializable).
+//!     lists read, a ww/wr/rw and real-time dependency graph, cycles = not strictly
+//!     serializable).
 //! - [`controls`]: negative controls (`lost-ack`, `stale-read`, `wrong-total`,
 //!   `fractured-read`): minimal
 //!   corruptions that a checker must catch, proving it is not vacuously green.
@@ -31,8 +32,8 @@
 //! Checked: single-key linearizability of registers (the strongest claim for single-key
 //! reads/writes/CAS, including indeterminate `Info` outcomes), durability/no-invention of a
 //! grow-only set, the bank invariant over transactions (total conserved, no overdraft), and
-//! serializability of list-append transactions (Elle-style cycle detection). Not yet: real-time
-//! order (strict serializability) and session guarantees.
+//! strict serializability of list-append transactions (Elle-style cycle detection, with
+//! real-time edges). Not yet: session guarantees.
 //! Checking is single-threaded.
 //!
 //! # Invariants

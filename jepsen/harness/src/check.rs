@@ -5,7 +5,7 @@
 //! - set: [`check_set`] (lost acknowledged adds, unexpected / failed-but-present / duplicated
 //!   elements; stale and never-read counts).
 //! - append: [`check_append`] (Elle-style: each key's version order from the lists read, the
-//!   ww/wr/rw dependency graph, a cycle = not serializable).
+//!   ww/wr/rw and real-time dependency graph, a cycle = not strictly serializable).
 //! - bank: [`check_bank`] (every ok read of all accounts: the accounts opened, no negative
 //!   balance, the opening total).
 //! - `--negative-control NAME`: [`controls::apply`] corrupts a copy of the history (seeded), the
