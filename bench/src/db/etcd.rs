@@ -78,7 +78,7 @@ impl EtcdDb {
 }
 
 /// Runs an etcd call under a deadline and maps its error.
-async fn with_deadline<T>(
+pub(crate) async fn with_deadline<T>(
     timeout: Duration,
     call: impl std::future::Future<Output = Result<T, etcd_client::Error>>,
 ) -> Result<T, DbError> {

@@ -49,6 +49,14 @@ fn backend(e: meridian_client::Error) -> DbError {
 
 /// Opens the Meridian driver against `--endpoints` (client addresses, `host:port`).
 pub async fn open(options: &DriverOptions) -> Result<Arc<dyn Db>, DbError> {
+    let client = connect(options).await?;
+    Ok(Arc::new(MeridianDb {
+        shared: Arc::new(Shared { client }),
+    }))
+}
+
+/// A client for `--endpoints` with the driver's deadlines (also the economy driver's).
+pub(crate) async fn connect(options: &DriverOptions) -> Result<Client, DbError> {
     if options.endpoints.is_empty() {
         return Err(DbError::Backend(
             "meridian driver needs --endpoints host:port[,...]".into(),
@@ -66,10 +74,7 @@ pub async fn open(options: &DriverOptions) -> Result<Arc<dyn Db>, DbError> {
     let mut config = ClientConfig::new(seeds);
     config.call_timeout = options.timeout;
     config.rpc_timeout = options.timeout.min(config.rpc_timeout);
-    let client = Client::connect(config).await.map_err(backend)?;
-    Ok(Arc::new(MeridianDb {
-        shared: Arc::new(Shared { client }),
-    }))
+    Client::connect(config).await.map_err(backend)
 }
 
 #[async_trait]

@@ -82,26 +82,7 @@ fn meridian_error(e: meridian_client::Error) -> DbError {
 
 impl MeridianEconomy {
     async fn open(options: &DriverOptions) -> Result<Self, DbError> {
-        let seeds: Vec<String> = options
-            .endpoints
-            .iter()
-            .map(|e| {
-                e.trim_start_matches("http://")
-                    .trim_end_matches('/')
-                    .to_string()
-            })
-            .collect();
-        if seeds.is_empty() {
-            return Err(DbError::Backend(
-                "meridian needs --endpoints host:port[,...]".into(),
-            ));
-        }
-        let mut config = meridian_client::ClientConfig::new(seeds);
-        config.call_timeout = options.timeout;
-        config.rpc_timeout = options.timeout.min(config.rpc_timeout);
-        let client = meridian_client::Client::connect(config)
-            .await
-            .map_err(meridian_error)?;
+        let client = crate::db::meridian::connect(options).await?;
         Ok(MeridianEconomy { client })
     }
 
@@ -185,18 +166,7 @@ struct EtcdEconomy {
     timeout: Duration,
 }
 
-async fn etcd_call<T>(
-    timeout: Duration,
-    call: impl std::future::Future<Output = Result<T, etcd_client::Error>>,
-) -> Result<T, DbError> {
-    match tokio::time::timeout(timeout, call).await {
-        Err(_) => Err(DbError::Timeout {
-            timeout_ms: u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX),
-        }),
-        Ok(Err(e)) => Err(DbError::Backend(format!("etcd: {e}"))),
-        Ok(Ok(value)) => Ok(value),
-    }
-}
+use crate::db::etcd::with_deadline as etcd_call;
 
 impl EtcdEconomy {
     async fn open(options: &DriverOptions) -> Result<Self, DbError> {

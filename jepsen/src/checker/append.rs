@@ -36,7 +36,7 @@
 //! Internal reads of a transaction's own appends beyond their being prefixes of the version
 //! order.
 
-use super::{Anomaly, CheckError, CheckResult, Validity};
+use super::{Anomaly, CheckError, CheckResult};
 use crate::history::{History, OpFn, OpKind};
 use serde::Serialize;
 use serde_json::Value;
@@ -99,28 +99,13 @@ pub struct AppendReport {
 
 impl AppendReport {
     pub fn to_check_result(&self) -> CheckResult {
-        let valid = if !self.anomalies.is_empty() {
-            Validity::False
-        } else if self.txns_ok == 0 {
-            Validity::Unknown
-        } else {
-            Validity::True
-        };
-        let mut anomalies = self.anomalies.clone();
-        if valid == Validity::Unknown {
-            anomalies.push(Anomaly {
-                kind: "unknown".into(),
-                key: None,
-                ops: vec![],
-                message: "no transaction succeeded: nothing was checked".into(),
-            });
-        }
-        CheckResult {
-            checker: "append".into(),
-            valid,
-            anomalies,
-            stats: serde_json::to_value(self).unwrap_or(Value::Null),
-        }
+        super::counted_result(
+            "append",
+            self.anomalies.clone(),
+            self.txns_ok,
+            "no transaction succeeded: nothing was checked",
+            serde_json::to_value(self).unwrap_or(Value::Null),
+        )
     }
 }
 
@@ -468,6 +453,7 @@ fn cycle_in(graph: &BTreeMap<usize, BTreeMap<usize, Edge>>, component: &[usize])
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::checker::Validity;
     use serde_json::json;
 
     /// A history of sequential transactions `(micro-ops as invoked, as completed, outcome)`.

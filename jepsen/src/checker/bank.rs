@@ -17,7 +17,7 @@
 //! # Not checked
 //! Real-time order and serializability beyond the invariant (the `append` workload's job).
 
-use super::{Anomaly, CheckError, CheckResult, Validity};
+use super::{Anomaly, CheckError, CheckResult};
 use crate::history::{History, OpFn, OpKind};
 use serde::Serialize;
 use serde_json::Value;
@@ -48,28 +48,13 @@ impl BankReport {
     /// The common result: invalid with any anomaly; unknown if no read succeeded (nothing was
     /// checked).
     pub fn to_check_result(&self) -> CheckResult {
-        let valid = if !self.anomalies.is_empty() {
-            Validity::False
-        } else if self.reads_ok == 0 {
-            Validity::Unknown
-        } else {
-            Validity::True
-        };
-        let mut anomalies = self.anomalies.clone();
-        if valid == Validity::Unknown {
-            anomalies.push(Anomaly {
-                kind: "unknown".into(),
-                key: None,
-                ops: vec![],
-                message: "no read of the accounts succeeded: nothing was checked".into(),
-            });
-        }
-        CheckResult {
-            checker: "bank".into(),
-            valid,
-            anomalies,
-            stats: serde_json::to_value(self).unwrap_or(Value::Null),
-        }
+        super::counted_result(
+            "bank",
+            self.anomalies.clone(),
+            self.reads_ok,
+            "no read of the accounts succeeded: nothing was checked",
+            serde_json::to_value(self).unwrap_or(Value::Null),
+        )
     }
 }
 
@@ -150,6 +135,7 @@ fn check_read(value: &Value, model: &BankModel, ops: Vec<usize>) -> Option<Anoma
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::checker::Validity;
     use serde_json::json;
 
     fn model() -> BankModel {

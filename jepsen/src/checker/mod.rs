@@ -120,6 +120,36 @@ pub struct CheckResult {
     pub stats: serde_json::Value,
 }
 
+/// The result of a checker that examined `checked` items: invalid with any anomaly, unknown
+/// (with an `unknown` anomaly saying `why_unknown`) if it examined none, else valid.
+pub(crate) fn counted_result(
+    checker: &str,
+    mut anomalies: Vec<Anomaly>,
+    checked: usize,
+    why_unknown: &str,
+    stats: serde_json::Value,
+) -> CheckResult {
+    let valid = if !anomalies.is_empty() {
+        Validity::False
+    } else if checked == 0 {
+        anomalies.push(Anomaly {
+            kind: "unknown".into(),
+            key: None,
+            ops: vec![],
+            message: why_unknown.into(),
+        });
+        Validity::Unknown
+    } else {
+        Validity::True
+    };
+    CheckResult {
+        checker: checker.into(),
+        valid,
+        anomalies,
+        stats,
+    }
+}
+
 /// The verdict of several checkers together (see [`Validity::and`]); `True` for none.
 pub fn overall(results: &[CheckResult]) -> Validity {
     results.iter().fold(Validity::True, |v, r| v.and(r.valid))
