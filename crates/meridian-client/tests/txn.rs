@@ -127,6 +127,18 @@ async fn read_only_transactions_span_shards_and_detect_changes() {
     let checks = fake.served().iter().filter(|(_, m)| *m == "commit").count();
     assert_eq!(checks, 2, "one check per shard read");
 
+    // One key read: that read was linearizable, so nothing is checked.
+    let mut txn = client.begin();
+    assert_eq!(txn.get("a").await.unwrap(), Some(b("1")));
+    assert_eq!(
+        txn.get("a").await.unwrap(),
+        Some(b("1")),
+        "read again from the read set"
+    );
+    fake.served();
+    assert_eq!(txn.commit().await.unwrap(), None);
+    assert!(fake.served().is_empty(), "no check for a single read");
+
     let mut txn = client.begin();
     let values = txn.batch_get(["z", "a", "nope", "z"]).await.unwrap();
     assert_eq!(values, vec![Some(b("2")), Some(b("1")), None, Some(b("2"))]);
