@@ -268,8 +268,16 @@ impl Economy for EtcdEconomy {
 type TxnDb = rocksdb::OptimisticTransactionDB<rocksdb::MultiThreaded>;
 
 struct RocksEconomy {
-    db: Arc<TxnDb>,
-    sync: bool,
+    shared: Arc<Rocks>,
+}
+
+/// The database and the option objects every transaction reuses (built once at open).
+struct Rocks {
+    db: TxnDb,
+    /// `sync` as `--sync-writes` says.
+    write: rocksdb::WriteOptions,
+    /// Transfers: conflicts checked against a snapshot taken when the transaction begins.
+    snapshot_txn: rocksdb::OptimisticTransactionOptions,
 }
 
 fn rocks_error(e: rocksdb::Error) -> DbError {
@@ -285,35 +293,36 @@ impl RocksEconomy {
         let mut opts = rocksdb::Options::default();
         opts.create_if_missing(true);
         let db = TxnDb::open(&opts, Path::new(dir).join("economy")).map_err(rocks_error)?;
+        let mut write = rocksdb::WriteOptions::default();
+        write.set_sync(options.sync_writes);
+        let mut snapshot_txn = rocksdb::OptimisticTransactionOptions::default();
+        snapshot_txn.set_snapshot(true);
         Ok(RocksEconomy {
-            db: Arc::new(db),
-            sync: options.sync_writes,
+            shared: Arc::new(Rocks {
+                db,
+                write,
+                snapshot_txn,
+            }),
         })
     }
 
     async fn blocking<T: Send + 'static>(
         &self,
-        f: impl FnOnce(&TxnDb, bool) -> Result<T, DbError> + Send + 'static,
+        f: impl FnOnce(&Rocks) -> Result<T, DbError> + Send + 'static,
     ) -> Result<T, DbError> {
-        let (db, sync) = (self.db.clone(), self.sync);
-        tokio::task::spawn_blocking(move || f(&db, sync))
+        let shared = self.shared.clone();
+        tokio::task::spawn_blocking(move || f(&shared))
             .await
             .map_err(|e| DbError::Backend(format!("rocksdb task: {e}")))?
     }
-}
-
-fn write_options(sync: bool) -> rocksdb::WriteOptions {
-    let mut w = rocksdb::WriteOptions::default();
-    w.set_sync(sync);
-    w
 }
 
 #[async_trait]
 impl Economy for RocksEconomy {
     async fn open_accounts(&self, accounts: &[(String, i64)]) -> Result<(), DbError> {
         let accounts = accounts.to_vec();
-        self.blocking(move |db, sync| {
-            let txn = db.transaction_opt(&write_options(sync), &Default::default());
+        self.blocking(move |rocks| {
+            let txn = rocks.db.transaction_opt(&rocks.write, &Default::default());
             for (a, b) in &accounts {
                 txn.put(account_key(a), b.to_string())
                     .map_err(rocks_error)?;
@@ -325,11 +334,9 @@ impl Economy for RocksEconomy {
 
     async fn transfer(&self, from: &str, to: &str, amount: i64) -> Result<u32, DbError> {
         let keys = [account_key(from), account_key(to)];
-        self.blocking(move |db, sync| {
-            let mut txn_options = rocksdb::OptimisticTransactionOptions::default();
-            txn_options.set_snapshot(true);
+        self.blocking(move |rocks| {
             for attempt in 1..=MAX_TXN_ATTEMPTS {
-                let txn = db.transaction_opt(&write_options(sync), &txn_options);
+                let txn = rocks.db.transaction_opt(&rocks.write, &rocks.snapshot_txn);
                 let a = txn.get_for_update(&keys[0], true).map_err(rocks_error)?;
                 let b = txn.get_for_update(&keys[1], true).map_err(rocks_error)?;
                 let (a, b) = (
@@ -361,8 +368,8 @@ impl Economy for RocksEconomy {
 
     async fn read(&self, accounts: &[String]) -> Result<(Vec<i64>, u32), DbError> {
         let keys: Vec<String> = accounts.iter().map(|a| account_key(a)).collect();
-        self.blocking(move |db, _| {
-            let snapshot = db.snapshot();
+        self.blocking(move |rocks| {
+            let snapshot = rocks.db.snapshot();
             let balances = keys
                 .iter()
                 .map(|k| {

@@ -62,7 +62,9 @@ const MAX_REGROUPS: u32 = 3;
 pub struct TxnOptions {
     /// Most attempts (runs of the closure); the last conflict is returned after them.
     pub max_attempts: u32,
-    /// Time budget of the whole call (all attempts); `None`: the client's `call_timeout`.
+    /// No new attempt starts once this much time has passed since the call began (`None`: the
+    /// client's `call_timeout`). An attempt already running is not cut short: each of its
+    /// reads and its commit has the client's own per-call deadline.
     pub deadline: Option<Duration>,
     /// Delay before the second attempt; it doubles per conflict up to `backoff_max`, each
     /// delay jittered over its upper half. Short by default: the transaction that won the
@@ -344,7 +346,7 @@ impl Txn {
                 "the transaction's writes would be {bytes} bytes, over MAX_BATCH_BYTES ({MAX_BATCH_BYTES})"
             )));
         }
-        if old_size == 0 && !self.writes.contains_key(&key) && self.writes.len() >= MAX_BATCH_KEYS {
+        if !self.writes.contains_key(&key) && self.writes.len() >= MAX_BATCH_KEYS {
             return Err(Error::invalid(format!(
                 "the transaction writes more than MAX_BATCH_KEYS ({MAX_BATCH_KEYS}) keys"
             )));
@@ -370,11 +372,10 @@ impl Txn {
     pub async fn commit(self) -> Result<Option<Timestamp>> {
         let mut regroups = 0;
         loop {
-            let map = self.client.shard_map();
             let outcome = if self.writes.is_empty() {
-                self.check_reads(&map).await.map(|()| None)
+                self.check_reads().await.map(|()| None)
             } else {
-                self.commit_writes(&map).await.map(Some)
+                self.commit_writes().await.map(Some)
             };
             match outcome {
                 Err(Error::WrongShard { .. }) if regroups < MAX_REGROUPS => {
@@ -389,11 +390,12 @@ impl Txn {
     /// Read-only: every shard read checks its part of the read set, in parallel. A read set
     /// of one key needs no check: it was one linearizable read, whose moment is the
     /// transaction's serialization point.
-    async fn check_reads(&self, map: &ShardMap) -> Result<()> {
+    async fn check_reads(&self) -> Result<()> {
         if self.ranges.is_empty() && self.reads.len() <= 1 {
             return Ok(());
         }
-        let groups = group(map, &self.reads, &self.ranges)?;
+        // The cached map's lock is held for this statement only, never across an await.
+        let groups = group(&self.client.state().map, &self.reads, &self.ranges)?;
         if groups.is_empty() {
             return Ok(());
         }
@@ -416,7 +418,21 @@ impl Txn {
     }
 
     /// With writes: one shard must hold everything; one `Kv.Commit` with a write id.
-    async fn commit_writes(&self, map: &ShardMap) -> Result<Timestamp> {
+    async fn commit_writes(&self) -> Result<Timestamp> {
+        // The cached map's lock is held for this statement only, never across an await.
+        let (write_shard, message) = self.write_message(&self.client.state().map)?;
+        let deadline = self.client.deadline();
+        let response = self
+            .client
+            .write_call(Route::Shard(write_shard), &deadline, |channel, timeout| {
+                send_commit(channel, timeout, message.clone())
+            })
+            .await?;
+        outcome(response)
+    }
+
+    /// The write shard and its `Kv.Commit` request: reads, ranges and writes, all in one shard.
+    fn write_message(&self, map: &ShardMap) -> Result<(u64, proto::CommitRequest)> {
         let mut groups = group(map, &self.reads, &self.ranges)?;
         let write_shard = one_write_shard(map, &self.writes)?;
         if let Some((&other, _)) = groups.iter().find(|(&shard, _)| shard != write_shard) {
@@ -438,14 +454,7 @@ impl Txn {
             })
             .collect();
         message.write_id = Some(self.client.next_write_id());
-        let deadline = self.client.deadline();
-        let response = self
-            .client
-            .write_call(Route::Shard(write_shard), &deadline, |channel, timeout| {
-                send_commit(channel, timeout, message.clone())
-            })
-            .await?;
-        outcome(response)
+        Ok((write_shard, message))
     }
 }
 

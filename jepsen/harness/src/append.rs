@@ -16,7 +16,7 @@
 //! lists it read) are the completion. Outcomes as for bank transfers: `Ok` if committed,
 //! `Error::Ambiguous` or no answer → `Info`, other errors → `Fail`.
 
-use crate::workload::{Recorder, CALL_TIMEOUT};
+use crate::workload::{retry_final, Recorder, CALL_TIMEOUT};
 use bytes::Bytes;
 use meridian_client::{Client, Error as ClientError, ShardMap, Txn, TxnOptions};
 use meridian_jepsen::checker::append::{txn_value, Micro};
@@ -37,8 +37,6 @@ const MAX_MICRO_OPS: usize = 4;
 const TXN_BOUND: Duration = Duration::from_secs(15);
 /// Most think time between a client's transactions.
 const MAX_THINK_MS: u64 = 10;
-/// Final-read attempts.
-const FINAL_ATTEMPTS: usize = 30;
 
 /// The keys, grouped by shard (each group full).
 pub fn keys(map: &ShardMap) -> Vec<Vec<String>> {
@@ -186,13 +184,7 @@ pub async fn final_read(
     groups: &[Vec<String>],
     process: u64,
 ) -> bool {
-    for _ in 0..FINAL_ATTEMPTS {
-        if run_txn(client, recorder, read_everything(groups), process).await {
-            return true;
-        }
-        tokio::time::sleep(Duration::from_millis(1_000)).await;
-    }
-    false
+    retry_final(|| run_txn(client, recorder, read_everything(groups), process)).await
 }
 
 #[cfg(test)]

@@ -14,7 +14,7 @@
 //! - read (`read_all` of the bank, value `{account: balance}`): `Ok` with the balances if the
 //!   read-only transaction committed; any error → `Fail`.
 
-use crate::workload::{Recorder, CALL_TIMEOUT};
+use crate::workload::{retry_final, Recorder, CALL_TIMEOUT};
 use bytes::Bytes;
 use meridian_client::{Client, Error as ClientError, ShardMap, TxnOptions};
 use meridian_jepsen::checker::bank::BankModel;
@@ -39,8 +39,8 @@ const TXN_BOUND: Duration = Duration::from_secs(15);
 const READ_SHARE: f64 = 0.3;
 /// Most think time between a client's operations.
 const MAX_THINK_MS: u64 = 10;
-/// Final-read attempts.
-const FINAL_ATTEMPTS: usize = 30;
+/// Attempts at opening the accounts.
+const OPEN_ATTEMPTS: u32 = 5;
 
 /// The accounts, grouped by shard (each group non-empty).
 pub fn accounts(map: &ShardMap) -> Vec<Vec<String>> {
@@ -76,15 +76,18 @@ pub async fn open(client: &Client, groups: &[Vec<String>]) -> anyhow::Result<()>
         .flatten()
         .map(|k| (k.clone(), INITIAL_BALANCE.to_string()))
         .collect();
-    for attempt in 1..=5 {
+    let mut attempt = 1;
+    loop {
         match client.batch_put(entries.clone()).await {
             Ok(()) => return Ok(()),
-            Err(e) if attempt < 5 => eprintln!("  opening the accounts failed (retrying): {e}"),
+            Err(e) if attempt < OPEN_ATTEMPTS => {
+                eprintln!("  opening the accounts failed (retrying): {e}");
+                attempt += 1;
+            }
             Err(e) => return Err(anyhow::anyhow!("opening the accounts: {e}")),
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
-    unreachable!("the loop returns on its last attempt")
 }
 
 fn balance(value: Option<Bytes>) -> Result<i64, ClientError> {
@@ -220,13 +223,7 @@ pub async fn final_read(
     process: u64,
 ) -> bool {
     let all: Arc<Vec<String>> = Arc::new(groups.iter().flatten().cloned().collect());
-    for _ in 0..FINAL_ATTEMPTS {
-        if record_read(client, recorder, &all, process).await {
-            return true;
-        }
-        tokio::time::sleep(Duration::from_millis(1_000)).await;
-    }
-    false
+    retry_final(|| record_read(client, recorder, &all, process)).await
 }
 
 #[cfg(test)]

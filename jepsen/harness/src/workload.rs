@@ -47,6 +47,22 @@ const FINAL_BOUND: Duration = Duration::from_secs(90);
 /// Rows per scan call of the final read (MAX_SCAN_LIMIT).
 const SCAN_PAGE: u32 = 10_000;
 
+/// Runs one final-read `attempt` until it succeeds, at most [`FINAL_ATTEMPTS`] times a second
+/// apart (the bank and append workloads' final reads); returns whether one did.
+pub async fn retry_final<F, Fut>(mut attempt: F) -> bool
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    for _ in 0..FINAL_ATTEMPTS {
+        if attempt().await {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(1_000)).await;
+    }
+    false
+}
+
 /// The shared, ordered history of a run.
 pub struct Recorder {
     start: Mutex<Instant>,
