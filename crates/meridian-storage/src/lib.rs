@@ -28,6 +28,7 @@ pub mod keys;
 pub mod memory;
 pub mod mvcc;
 pub mod rocks;
+pub mod uncertainty;
 
 #[cfg(any(test, feature = "testing"))]
 pub mod conformance;

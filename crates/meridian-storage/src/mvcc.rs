@@ -208,7 +208,7 @@ fn encode_slot(newest: Timestamp, version: &[u8]) -> Vec<u8> {
 
 /// Splits a latest-version slot value into the newest version's timestamp and its encoding
 /// (checked: a Put or a tombstone), without copying the value.
-fn split_slot(raw: &[u8]) -> Result<(Timestamp, Option<&[u8]>)> {
+pub(crate) fn split_slot(raw: &[u8]) -> Result<(Timestamp, Option<&[u8]>)> {
     const WHAT: &str = "latest-version slot";
     match raw.split_first() {
         Some((&TAG_LATEST, rest)) => {
@@ -311,7 +311,7 @@ fn visible_at(ts: Timestamp, raw: &[u8]) -> Result<Option<Versioned>> {
 /// `[start, end)` of a bounded seek for the newest version of `key` at or below `read_ts`.
 /// `read_ts` is clamped to [`keys::MAX_VERSION_TS`] (no version is newer) so the seek never
 /// starts at the slot.
-fn seek_bounds(shard: ShardId, key: &[u8], read_ts: Timestamp) -> KvPair {
+pub(crate) fn seek_bounds(shard: ShardId, key: &[u8], read_ts: Timestamp) -> KvPair {
     let start = keys::data_key(shard, key, read_ts.min(keys::MAX_VERSION_TS));
     let (_, end) = keys::data_key_versions_range(shard, key);
     (start, end)
@@ -472,8 +472,32 @@ pub fn scan_with_budget(
     if reverse {
         scan_reverse(iter, read_ts, limit, budget)
     } else {
-        scan_forward(iter, read_ts, limit, budget)
+        scan_forward(iter, (read_ts, read_ts), limit, budget).map(|(page, _)| page)
     }
+}
+
+/// A forward [`scan`] at `read_ts` that also reports the newest version timestamp of the
+/// examined keys in the window `(read_ts, window_end]` (tombstones included), if any: a
+/// snapshot read's uncertainty check (see `uncertainty`).
+pub fn scan_in_window(
+    engine: &dyn Engine,
+    shard: ShardId,
+    (start, end): (&[u8], Option<&[u8]>),
+    (read_ts, window_end): (Timestamp, Timestamp),
+    limit: usize,
+) -> Result<(ScanPage, Option<Timestamp>)> {
+    let lower = keys::data_key_seek(shard, start);
+    let upper = match end {
+        Some(end) => keys::data_key_seek(shard, end),
+        None => keys::shard_data_range(shard).1,
+    };
+    let iter = engine.scan(Cf::Data, &lower, Some(&upper), false);
+    scan_forward(
+        iter,
+        (read_ts, window_end),
+        limit.max(1),
+        MAX_SCAN_ENTRIES_PER_PAGE,
+    )
 }
 
 type RawIter<'a> = KvIter<'a>;
@@ -492,11 +516,12 @@ fn decode_user_key(prefix: &[u8]) -> Result<Vec<u8>> {
 
 fn scan_forward(
     iter: RawIter<'_>,
-    read_ts: Timestamp,
+    (read_ts, window_end): (Timestamp, Timestamp),
     limit: usize,
     budget: usize,
-) -> Result<ScanPage> {
+) -> Result<(ScanPage, Option<Timestamp>)> {
     let mut page = ScanPage::default();
+    let mut uncertain: Option<Timestamp> = None;
     // The version prefix of the key whose visible version was already decided.
     let mut done_prefix: Option<Vec<u8>> = None;
     // The key group the iterator is in, and how many entries were examined.
@@ -517,7 +542,13 @@ fn scan_forward(
         }
         // The slot sorts first in its key's group; `ts > read_ts` alone would not skip it at
         // `read_ts = Timestamp::MAX`.
-        if keys::is_slot_ts(ts) || done_prefix.as_deref() == Some(prefix) || ts > read_ts {
+        if keys::is_slot_ts(ts) || done_prefix.as_deref() == Some(prefix) {
+            continue;
+        }
+        if ts > read_ts {
+            if ts <= window_end {
+                uncertain = uncertain.max(Some(ts));
+            }
             continue;
         }
         // First version of this key at or below read_ts: the visible one.
@@ -531,7 +562,7 @@ fn scan_forward(
             page.rows.push((user_key, ts, value));
         }
     }
-    Ok(page)
+    Ok((page, uncertain))
 }
 
 fn scan_reverse(
