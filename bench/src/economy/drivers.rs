@@ -76,6 +76,10 @@ fn meridian_error(e: meridian_client::Error) -> DbError {
             key: String::from_utf8_lossy(&key).into_owned(),
             attempts: MAX_TXN_ATTEMPTS,
         },
+        meridian_client::Error::TxnUncertain { version_ts } => DbError::Contended {
+            key: format!("(uncertain version at {version_ts})"),
+            attempts: MAX_TXN_ATTEMPTS,
+        },
         other => DbError::Backend(other.to_string()),
     }
 }

@@ -5,7 +5,7 @@
 //!    ─► --bank-secs of --concurrency tasks: 90% transfers between two accounts of one shard
 //!       (read both, move up to MAX_TRANSFER, never below zero: a single-shard transaction,
 //!       one Raft entry), 10% read-only sums of every account (a transaction across all
-//!       shards: one BatchGet per shard, then one check per shard)
+//!       shards: one snapshot BatchGet per shard, all at one timestamp)
 //!    ─► throughput and p50/p99 per kind, conflicts retried ─► a final sum must equal the total
 //! ```
 //!

@@ -205,7 +205,7 @@ async fn scenario() {
         async move {
             c.batch_get(BatchGetRequest {
                 keys,
-                consistency: 0,
+                ..Default::default()
             })
             .await
         }

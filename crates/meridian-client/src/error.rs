@@ -126,6 +126,12 @@ pub enum Error {
     /// runs the transaction again; a caller of `Txn::commit` should too.
     #[error("transaction conflict: {} changed after it was read", crate::client::display_key(.key))]
     TxnConflict { key: bytes::Bytes },
+    /// A transaction's snapshot read met a version it cannot order against the transaction
+    /// (written within the clocks' uncertainty of its read timestamp; see the `txn` module
+    /// docs). Nothing was written. `Client::txn` runs the transaction again at that version's
+    /// timestamp; a caller of `Txn` by hand should start a new one.
+    #[error("transaction restart: a version at {version_ts} is within the clock uncertainty of its snapshot")]
+    TxnUncertain { version_ts: meridian_types::Timestamp },
 }
 
 fn leader_suffix(leader: &Option<LeaderHint>) -> String {
@@ -166,7 +172,10 @@ impl Error {
             Error::DeadlineExceeded { .. } => ErrorCode::DeadlineExceeded,
             Error::Internal { .. } => ErrorCode::Internal,
             Error::Ambiguous { .. } => ErrorCode::Ambiguous,
-            Error::Transport { .. } | Error::NoSeeds | Error::TxnConflict { .. } => return None,
+            Error::Transport { .. }
+            | Error::NoSeeds
+            | Error::TxnConflict { .. }
+            | Error::TxnUncertain { .. } => return None,
         })
     }
 

@@ -52,9 +52,12 @@
 //! - Single-key operations are linearizable (reads use [`ReadConsistency::Linearizable`]
 //!   unless configured otherwise).
 //! - `compare_and_swap` is linearizable: the shard checks the condition and writes in one step.
-//! - `txn` is strictly serializable: a transaction commits only if everything it read still
-//!   holds at its commit point. Read-write transactions must stay within one shard for now;
-//!   read-only ones may span shards.
+//! - `txn` is serializable and sees every write acknowledged before it began, while the nodes'
+//!   clocks stay within `max_offset`: every attempt reads one snapshot (all shards at one
+//!   timestamp; restarted past a version within the clock uncertainty), and one that writes
+//!   commits only if everything it read still holds at its commit point. Under clock skew two
+//!   later writes to different shards may be seen out of real-time order (see `txn`). Read-write transactions must stay within one shard for now;
+//!   read-only ones may span shards and commit nothing.
 //! - Writes carry a write id on every attempt, so a retry never applies a write twice; a call
 //!   that ends without knowing the outcome returns [`Error::Ambiguous`].
 //! - `batch_put` is atomic per shard only; `batch_get` reads each shard at its own timestamp;
@@ -62,7 +65,8 @@
 //! - Inputs over `meridian_types::limits` fail fast with [`Error::InvalidArgument`].
 //!
 //! # Not done yet
-//! - Multi-shard read-write transactions, snapshot isolation, follower reads, snapshot scans.
+//! - Multi-shard read-write transactions, snapshot isolation, follower reads, snapshot scans
+//!   outside transactions.
 
 mod backoff;
 pub mod cas;
@@ -70,6 +74,7 @@ pub mod client;
 pub mod config;
 pub mod error;
 mod multi;
+mod snapshot;
 pub mod routing;
 pub mod txn;
 mod validate;

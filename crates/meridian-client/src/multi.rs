@@ -9,10 +9,13 @@
 //! Each page is read at its own linearizable timestamp on its shard's leader: a page sees every
 //! write acknowledged before the page was requested, and is consistent within itself (one
 //! storage iterator), but two pages may reflect different moments. A write acknowledged while
-//! the scan runs may appear in a later page and not an earlier one.
+//! the scan runs may appear in a later page and not an earlier one. A transaction's scans and
+//! batches (`scan_pages` and `batch_get_at` with a snapshot) read every page and every shard
+//! at its snapshot instead (see `snapshot` and the `txn` module).
 
 use crate::client::{display_key, kv_client, request, Deadline, Route, MAX_SCAN_PAGES};
 use crate::error::{Error, Result};
+use crate::snapshot::{SnapRead, SnapshotState};
 use crate::{validate, Client, KeyValue, Versioned};
 use bytes::Bytes;
 use futures::stream::{self, StreamExt};
@@ -34,12 +37,30 @@ impl Client {
         limit: u32,
         reverse: bool,
     ) -> Result<Vec<KeyValue>> {
-        let start: Bytes = start.into();
+        match self
+            .scan_pages(start.into(), end, limit, reverse, None)
+            .await?
+        {
+            SnapRead::Done(rows) => Ok(rows),
+            SnapRead::Uncertain(_) => Err(Error::internal("uncertain reply to a plain scan")),
+        }
+    }
+
+    /// [`Client::scan`], every page at `snapshot`'s timestamp when one is given (forward
+    /// only; a transaction's scan).
+    pub(crate) async fn scan_pages(
+        &self,
+        start: Bytes,
+        end: Option<Bytes>,
+        limit: u32,
+        reverse: bool,
+        mut snapshot: Option<&mut SnapshotState>,
+    ) -> Result<SnapRead<Vec<KeyValue>>> {
         let end: Bytes = end.unwrap_or_default();
         validate::scan(&start, Some(&end), limit)?;
         let mut rows: Vec<KeyValue> = Vec::new();
         if !end.is_empty() && start == end {
-            return Ok(rows);
+            return Ok(SnapRead::Done(rows));
         }
         let deadline = self.deadline();
         let consistency = self.config().read_consistency.to_proto();
@@ -54,6 +75,7 @@ impl Client {
                 limit: wanted,
                 reverse,
                 consistency,
+                snapshot: snapshot.as_ref().map(|s| s.spec()),
             };
             let route = if reverse {
                 Route::Below(&cursor_end)
@@ -71,6 +93,11 @@ impl Client {
                     }
                 })
                 .await?;
+            if let Some(snap) = snapshot.as_mut() {
+                if let Some(uncertain) = snap.absorb(page.read_ts, page.snapshot)? {
+                    return Ok(SnapRead::Uncertain(uncertain));
+                }
+            }
             rows.extend(
                 page.rows
                     .into_iter()
@@ -82,7 +109,7 @@ impl Client {
                     }),
             );
             if !page.more || rows.len() >= limit as usize {
-                return Ok(rows);
+                return Ok(SnapRead::Done(rows));
             }
             let resume = page.resume_key;
             if resume.is_empty() {
@@ -100,7 +127,7 @@ impl Client {
                     )));
                 }
                 if resume <= start && !start.is_empty() {
-                    return Ok(rows);
+                    return Ok(SnapRead::Done(rows));
                 }
                 cursor_end = resume;
             } else {
@@ -112,7 +139,7 @@ impl Client {
                     )));
                 }
                 if !end.is_empty() && resume >= end {
-                    return Ok(rows);
+                    return Ok(SnapRead::Done(rows));
                 }
                 cursor_start = resume;
             }
@@ -139,22 +166,77 @@ impl Client {
         keys: impl IntoIterator<Item = K>,
     ) -> Result<Vec<Option<Versioned>>> {
         let keys: Vec<Bytes> = keys.into_iter().map(Into::into).collect();
+        match self.batch_get_at(&keys, None).await? {
+            SnapRead::Done(found) => Ok(found),
+            SnapRead::Uncertain(_) => Err(Error::internal("uncertain reply to a plain batch_get")),
+        }
+    }
+
+    /// [`Client::batch_get_versioned`], at `snapshot`'s timestamp when one is given (a
+    /// transaction's read). A snapshot without a timestamp yet gets one from the first shard's
+    /// keys before the other shards are asked.
+    pub(crate) async fn batch_get_at(
+        &self,
+        keys: &[Bytes],
+        snapshot: Option<&mut SnapshotState>,
+    ) -> Result<SnapRead<Vec<Option<Versioned>>>> {
         validate::batch_len(keys.len())?;
-        for key in &keys {
+        for key in keys {
             validate::key(key)?;
         }
-        let mut out: Vec<Option<Versioned>> = vec![None; keys.len()];
         if keys.is_empty() {
-            return Ok(out);
+            return Ok(SnapRead::Done(Vec::new()));
         }
+        let snap = match snapshot {
+            Some(snap) if snap.read_ts.is_none() => snap,
+            other => return self.batch_get_round(keys, other).await,
+        };
+        // The first shard's keys pick the timestamp (the cached map's lock is held for this
+        // statement only); the rest are read at it.
+        let first: Vec<usize> = self
+            .state()
+            .map
+            .group_by_shard(keys.iter().map(|k| k.as_ref()))
+            .ok()
+            .and_then(|groups| groups.into_iter().next())
+            .map_or_else(|| vec![0], |(_, positions)| positions);
+        let mut in_first = vec![false; keys.len()];
+        first.iter().for_each(|&p| in_first[p] = true);
+        let rest: Vec<usize> = (0..keys.len()).filter(|&p| !in_first[p]).collect();
+        let mut out: Vec<Option<Versioned>> = vec![None; keys.len()];
+        for positions in [first, rest] {
+            if positions.is_empty() {
+                continue;
+            }
+            let part: Vec<Bytes> = positions.iter().map(|&p| keys[p].clone()).collect();
+            match self.batch_get_round(&part, Some(&mut *snap)).await? {
+                SnapRead::Done(found) => {
+                    for (position, value) in positions.into_iter().zip(found) {
+                        out[position] = value;
+                    }
+                }
+                uncertain => return Ok(uncertain),
+            }
+        }
+        Ok(SnapRead::Done(out))
+    }
+
+    /// One round of a batch read: every shard's keys at once, at `snapshot` if given.
+    async fn batch_get_round(
+        &self,
+        keys: &[Bytes],
+        mut snapshot: Option<&mut SnapshotState>,
+    ) -> Result<SnapRead<Vec<Option<Versioned>>>> {
+        let mut out: Vec<Option<Versioned>> = vec![None; keys.len()];
         let deadline = self.deadline();
         let consistency = self.config().read_consistency.to_proto();
-        let keys_ref = &keys;
+        let spec = snapshot.as_ref().map(|s| s.spec());
         let groups = self
-            .run_grouped(&keys, &deadline, |shard_id, positions: Vec<usize>| {
+            .run_grouped(keys, &deadline, |shard_id, positions: Vec<usize>| {
                 let message = proto::BatchGetRequest {
-                    keys: positions.iter().map(|&p| keys_ref[p].clone()).collect(),
+                    keys: positions.iter().map(|&p| keys[p].clone()).collect(),
                     consistency,
+                    snapshot: spec.clone(),
                 };
                 async move {
                     self.call(Route::Shard(shard_id), &deadline, |channel, timeout| {
@@ -170,7 +252,14 @@ impl Client {
                 }
             })
             .await?;
+        let mut uncertain: Option<meridian_types::Timestamp> = None;
         for (positions, response) in groups {
+            if let Some(snap) = snapshot.as_mut() {
+                if let Some(ts) = snap.absorb(response.read_ts, response.snapshot)? {
+                    uncertain = uncertain.max(Some(ts));
+                    continue;
+                }
+            }
             if response.results.len() != positions.len() {
                 return Err(Error::internal(format!(
                     "batch_get asked {} keys, got {} results",
@@ -185,7 +274,10 @@ impl Client {
                 });
             }
         }
-        Ok(out)
+        Ok(match uncertain {
+            Some(ts) => SnapRead::Uncertain(ts),
+            None => SnapRead::Done(out),
+        })
     }
 
     /// Writes many key-value pairs.

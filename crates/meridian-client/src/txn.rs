@@ -1,29 +1,46 @@
 //! Optimistic transactions: [`Client::txn`] and [`Txn`].
 //!
 //! # How a transaction runs
-//! The closure given to [`Client::txn`] reads with ordinary linearizable reads (each read is
-//! remembered with the version it returned: the *read set*) and buffers its writes in the
-//! client (the *write buffer*; reads of a key it wrote return the buffered value, scans merge
-//! the buffer). Nothing is sent for a write until commit. At commit the client sends the read
-//! set with the writes to the shard (`Kv.Commit`), and the shard applies the writes only if
-//! every read still holds — each key still at the version read, each scanned range still
-//! holding exactly the rows read — checked inside its state machine at the commit's place in
-//! the Raft log. So a committed transaction behaves as if it ran entirely at that point:
-//! **serializable**, and strictly so (the point lies inside the call). On a conflict the
-//! *whole closure* runs again with an empty read set and write buffer (never a replay of the
-//! old writes), after a jittered backoff, up to [`TxnOptions::max_attempts`] and the deadline.
+//! Every read of an attempt is a *snapshot read* at one timestamp, `read_ts`, on whichever
+//! shards it touches: the first read lets its node pick `read_ts` (that node's clock), every
+//! later one sends it. A shard answers a snapshot read only once its state at `read_ts` is
+//! final — no write at or below `read_ts` can still be applied there (see `meridian-server`'s
+//! `kv_snapshot`) — so all the reads of an attempt see one consistent snapshot. Each read is
+//! remembered with the version it returned (the *read set*); writes are buffered in the client
+//! (the *write buffer*; reads of a key it wrote return the buffered value, scans merge the
+//! buffer). Nothing is sent for a write until commit.
 //!
-//! A read-only transaction proposes nothing: after its last read, each shard it read checks
-//! its part of the read set with a linearizable read (lease or ReadIndex), all in parallel
-//! (one that read a single key skips this: that one read was linearizable).
-//! Every read happened before every check, and every key was unchanged from its read to its
-//! check, so all the values held together at the moment the last read was served.
+//! - **Read-only**: nothing to commit. The reads were one snapshot, so the transaction is
+//!   serializable at `read_ts` without a commit round.
+//! - **With writes**: the client sends the read set with the writes to the shard
+//!   (`Kv.Commit`), and the shard applies the writes only if every read still holds — each key
+//!   still at the version read, each scanned range still holding exactly the rows read —
+//!   checked inside its state machine at the commit's place in the Raft log. So a committed
+//!   transaction behaves as if it ran entirely at that point: **serializable**.
+//!
+//! On a conflict the *whole closure* runs again with an empty read set and write buffer (never
+//! a replay of the old writes) at a new snapshot, after a jittered backoff, up to
+//! [`TxnOptions::max_attempts`] and the deadline.
+//!
+//! # Clock uncertainty and real time
+//! `read_ts` comes from one node's clock, and another node's clock may be ahead by up to
+//! `max_offset`: a write acknowledged before the transaction began can carry a timestamp
+//! above `read_ts`. A shard that finds a version within that window of `read_ts` (narrowed
+//! per node by the first clock reading the transaction took there) answers "uncertain"
+//! instead; the attempt ends ([`Error::TxnUncertain`] from the read) and the next attempt
+//! reads at that version's timestamp. So, as long as the nodes' clocks stay within
+//! `max_offset` of each other, a transaction sees every write acknowledged before it began
+//! (no stale reads). What skewed clocks still allow is a *causal reverse* across shards (as in
+//! CockroachDB): two writes to different shards that both finished after the transaction
+//! began, the second stamped below the first by a slower clock, can be seen in the wrong
+//! order. With clocks in step (one host) the history is strictly serializable.
 //!
 //! # What the closure may see
-//! Reads inside an attempt are each linearizable but not one snapshot: an attempt that is
-//! about to fail its commit check may have seen a mix of states. The closure must not act on
-//! what it read outside Meridian (print, send, write elsewhere) before [`Client::txn`]
-//! returns; the value it returns is handed back only once the attempt committed.
+//! One attempt's reads are one snapshot, but an attempt that writes may still fail its commit
+//! check, and an attempt can end at an uncertain read. The closure must not act on what it
+//! read outside Meridian (print, send, write elsewhere) before [`Client::txn`] returns; the
+//! value it returns is handed back only once the attempt committed. An error the closure
+//! returns from an attempt that ended uncertain is dropped and the attempt runs again.
 //!
 //! # Limits and errors
 //! - A transaction that writes must keep every key it reads, scans and writes in one shard
@@ -41,6 +58,7 @@
 use crate::client::{kv_client, request, Route};
 use crate::error::{Error, Result};
 use crate::routing::ShardMap;
+use crate::snapshot::{SnapRead, SnapshotState};
 use crate::{validate, Client, KeyValue};
 use bytes::Bytes;
 use meridian_proto::kv::{self as proto, txn_write};
@@ -112,6 +130,10 @@ pub struct Txn {
     /// The write buffer: `None` = delete.
     writes: BTreeMap<Bytes, Option<Bytes>>,
     write_bytes: usize,
+    /// The attempt's snapshot timestamp and the transaction's clock readings.
+    snapshot: SnapshotState,
+    /// Set when a read was uncertain: the attempt is over, and the next one reads here.
+    restart: Option<Timestamp>,
 }
 
 /// The closure type of [`Client::txn`]: it borrows the attempt's [`Txn`] for the future it
@@ -157,10 +179,24 @@ impl Client {
             options.backoff_max.max(options.backoff_initial),
         );
         let mut attempt = 0u32;
+        let mut snapshot = SnapshotState::default();
         loop {
             attempt += 1;
-            let mut txn = self.begin();
-            let value = body(&mut txn).await?;
+            let mut txn = self.begin_at(snapshot);
+            let value = body(&mut txn).await;
+            snapshot = txn.snapshot.clone();
+            if let Some(version_ts) = txn.restart {
+                // The attempt ended at an uncertain read (whatever the closure made of it):
+                // run it again at that version's timestamp, without backoff.
+                if attempt >= options.max_attempts.max(1) || Instant::now() >= give_up {
+                    return Err(Error::TxnUncertain { version_ts }.into());
+                }
+                tracing::debug!(attempt, %version_ts, "uncertain read; running the transaction again");
+                snapshot = snapshot.next_attempt(Some(version_ts));
+                continue;
+            }
+            let value = value?;
+            snapshot = snapshot.next_attempt(None);
             match txn.commit().await {
                 Ok(commit_ts) => {
                     return Ok((
@@ -187,19 +223,25 @@ impl Client {
     /// Starts one transaction attempt by hand; [`Txn::commit`] ends it. [`Client::txn`] is
     /// usually what you want: it re-runs the attempt on conflicts.
     pub fn begin(&self) -> Txn {
+        self.begin_at(SnapshotState::default())
+    }
+
+    fn begin_at(&self, snapshot: SnapshotState) -> Txn {
         Txn {
             client: self.clone(),
             reads: BTreeMap::new(),
             ranges: Vec::new(),
             writes: BTreeMap::new(),
             write_bytes: 0,
+            snapshot,
+            restart: None,
         }
     }
 }
 
 impl Txn {
     /// Reads `key`: this transaction's own write if it wrote it, else the value it read
-    /// before, else a linearizable read (remembered for the commit check).
+    /// before, else a snapshot read (remembered for the commit check).
     pub async fn get(&mut self, key: impl Into<Bytes>) -> Result<Option<Bytes>> {
         let key: Bytes = key.into();
         validate::key(&key)?;
@@ -210,10 +252,41 @@ impl Txn {
             return Ok(read.as_ref().map(|(value, _)| value.clone()));
         }
         self.check_read_budget(1)?;
-        let found = self.client.get_versioned(key.clone()).await?;
-        let read = found.map(|v| (v.value, v.version_ts.0));
-        self.reads.insert(key, read.clone());
+        self.read_keys(vec![key.clone()]).await?;
+        let read = self.reads.get(&key).cloned().flatten();
         Ok(read.map(|(value, _)| value))
+    }
+
+    /// Snapshot-reads `keys` (sorted, not yet read) into the read set.
+    async fn read_keys(&mut self, keys: Vec<Bytes>) -> Result<()> {
+        self.check_not_restarting()?;
+        match self
+            .client
+            .batch_get_at(&keys, Some(&mut self.snapshot))
+            .await?
+        {
+            SnapRead::Done(found) => {
+                for (key, read) in keys.into_iter().zip(found) {
+                    self.reads
+                        .insert(key, read.map(|v| (v.value, v.version_ts.0)));
+                }
+                Ok(())
+            }
+            SnapRead::Uncertain(version_ts) => Err(self.uncertain(version_ts)),
+        }
+    }
+
+    /// Ends the attempt at an uncertain read of a version at `version_ts`.
+    fn uncertain(&mut self, version_ts: Timestamp) -> Error {
+        self.restart = Some(self.restart.map_or(version_ts, |t| t.max(version_ts)));
+        Error::TxnUncertain { version_ts }
+    }
+
+    fn check_not_restarting(&self) -> Result<()> {
+        match self.restart {
+            Some(version_ts) => Err(Error::TxnUncertain { version_ts }),
+            None => Ok(()),
+        }
     }
 
     /// [`Txn::get`] for many keys at once (in input order): the keys not yet read are read
@@ -232,11 +305,7 @@ impl Txn {
         missing.dedup();
         if !missing.is_empty() {
             self.check_read_budget(missing.len())?;
-            let found = self.client.batch_get_versioned(missing.clone()).await?;
-            for (key, read) in missing.into_iter().zip(found) {
-                self.reads
-                    .insert(key, read.map(|v| (v.value, v.version_ts.0)));
-            }
+            self.read_keys(missing).await?;
         }
         let mut out = Vec::with_capacity(keys.len());
         for key in keys {
@@ -277,10 +346,21 @@ impl Txn {
             )));
         }
         self.check_read_budget(fetch as usize)?;
-        let stored = self
+        self.check_not_restarting()?;
+        let stored = match self
             .client
-            .scan(start.clone(), end.clone(), fetch, false)
-            .await?;
+            .scan_pages(
+                start.clone(),
+                end.clone(),
+                fetch,
+                false,
+                Some(&mut self.snapshot),
+            )
+            .await?
+        {
+            SnapRead::Done(rows) => rows,
+            SnapRead::Uncertain(version_ts) => return Err(self.uncertain(version_ts)),
+        };
         // What the read covers: all of the range, or (when the scan filled) up to its last row.
         let covered_end = match stored.last() {
             Some(last) if stored.len() as u32 == fetch => {
@@ -367,54 +447,24 @@ impl Txn {
     }
 
     /// Commits this attempt: `Ok(Some(commit_ts))` after writes, `Ok(None)` for a read-only
-    /// transaction whose reads held, [`Error::TxnConflict`] if a read no longer held (nothing
-    /// was written; run the transaction again).
+    /// transaction (its reads were one snapshot: nothing to check), [`Error::TxnConflict`] if
+    /// a read no longer held and [`Error::TxnUncertain`] if a read was uncertain (nothing was
+    /// written in either case; run the transaction again).
     pub async fn commit(self) -> Result<Option<Timestamp>> {
+        self.check_not_restarting()?;
+        if self.writes.is_empty() {
+            return Ok(None);
+        }
         let mut regroups = 0;
         loop {
-            let outcome = if self.writes.is_empty() {
-                self.check_reads().await.map(|()| None)
-            } else {
-                self.commit_writes().await.map(Some)
-            };
-            match outcome {
+            match self.commit_writes().await {
                 Err(Error::WrongShard { .. }) if regroups < MAX_REGROUPS => {
                     regroups += 1;
                     self.client.refresh_shard_map().await?;
                 }
-                other => return other,
+                other => return other.map(Some),
             }
         }
-    }
-
-    /// Read-only: every shard read checks its part of the read set, in parallel. A read set
-    /// of one key needs no check: it was one linearizable read, whose moment is the
-    /// transaction's serialization point.
-    async fn check_reads(&self) -> Result<()> {
-        if self.ranges.is_empty() && self.reads.len() <= 1 {
-            return Ok(());
-        }
-        // The cached map's lock is held for this statement only, never across an await.
-        let groups = group(&self.client.state().map, &self.reads, &self.ranges)?;
-        if groups.is_empty() {
-            return Ok(());
-        }
-        let checks = groups.into_iter().map(|(shard, message)| {
-            let client = self.client.clone();
-            async move {
-                let deadline = client.deadline();
-                let response = client
-                    .call(Route::Shard(shard), &deadline, |channel, timeout| {
-                        send_commit(channel, timeout, message.clone())
-                    })
-                    .await?;
-                outcome(response).map(|_| ())
-            }
-        });
-        for result in futures::future::join_all(checks).await {
-            result?;
-        }
-        Ok(())
     }
 
     /// With writes: one shard must hold everything; one `Kv.Commit` with a write id.

@@ -1,7 +1,8 @@
 //! `Client::txn` against the in-process fake cluster (`fake`), whose commit checks reads the
 //! way a shard's state machine does: buffered writes, read-your-writes, re-runs on conflicts
-//! (point reads and phantoms in scanned ranges), read-only transactions across shards, and
-//! the single-shard limit for transactions that write.
+//! (point reads and phantoms in scanned ranges), read-only transactions at one snapshot across
+//! shards, restarts after uncertain reads, and the single-shard limit for transactions that
+//! write.
 
 mod fake;
 
@@ -114,7 +115,7 @@ async fn a_phantom_in_a_scanned_range_is_a_conflict() {
 }
 
 #[tokio::test]
-async fn read_only_transactions_span_shards_and_detect_changes() {
+async fn read_only_transactions_read_one_snapshot_across_shards_and_commit_nothing() {
     let (fake, client) = setup().await;
     client.put("a", "1").await.unwrap();
     client.put("z", "2").await.unwrap();
@@ -122,32 +123,64 @@ async fn read_only_transactions_span_shards_and_detect_changes() {
     txn.get("a").await.unwrap();
     txn.get("z").await.unwrap();
     txn.scan("", None, 100).await.unwrap();
-    fake.served();
-    assert_eq!(txn.commit().await.unwrap(), None);
-    let checks = fake.served().iter().filter(|(_, m)| *m == "commit").count();
-    assert_eq!(checks, 2, "one check per shard read");
-
-    // One key read: that read was linearizable, so nothing is checked.
-    let mut txn = client.begin();
-    assert_eq!(txn.get("a").await.unwrap(), Some(b("1")));
-    assert_eq!(
-        txn.get("a").await.unwrap(),
-        Some(b("1")),
-        "read again from the read set"
-    );
-    fake.served();
-    assert_eq!(txn.commit().await.unwrap(), None);
-    assert!(fake.served().is_empty(), "no check for a single read");
-
-    let mut txn = client.begin();
     let values = txn.batch_get(["z", "a", "nope", "z"]).await.unwrap();
     assert_eq!(values, vec![Some(b("2")), Some(b("1")), None, Some(b("2"))]);
-    client.put("z", "3").await.unwrap();
-    let e = txn.commit().await.unwrap_err();
+    fake.served();
+    assert_eq!(txn.commit().await.unwrap(), None);
+    assert!(fake.served().is_empty(), "a read-only commit sends nothing");
+    let reads = std::mem::take(&mut *fake.world.snapshot_reads.lock().unwrap());
+    assert_eq!(reads[0], 0, "the first read lets its node pick: {reads:?}");
     assert!(
-        matches!(&e, Error::TxnConflict { key } if key == "z"),
-        "{e}"
+        reads.len() >= 4 && reads[1] != 0 && reads[1..].iter().all(|&t| t == reads[1]),
+        "every later read, on both shards, at the picked timestamp: {reads:?}"
     );
+
+    // A multi-shard batch as the first read: one shard picks, then the others read there.
+    let mut txn = client.begin();
+    txn.batch_get(["a", "z"]).await.unwrap();
+    let reads = std::mem::take(&mut *fake.world.snapshot_reads.lock().unwrap());
+    assert_eq!(reads.len(), 2, "{reads:?}");
+    assert!(reads[0] == 0 && reads[1] != 0, "{reads:?}");
+}
+
+#[tokio::test]
+async fn an_uncertain_read_reruns_the_closure_at_the_newer_version() {
+    let (_fake, client) = setup().await;
+    client.put("a", "1").await.unwrap();
+    client.put("z", "2").await.unwrap();
+    let runs = Arc::new(AtomicU32::new(0));
+    let (other, runs2) = (client.clone(), runs.clone());
+    let (values, info) = client
+        .txn(TxnOptions::default(), move |txn| {
+            let (other, runs) = (other.clone(), runs2.clone());
+            Box::pin(async move {
+                let a = txn.get_str("a").await?;
+                if runs.fetch_add(1, Ordering::SeqCst) == 0 {
+                    // Written after the snapshot was picked: the fake answers "uncertain".
+                    other.put("z", "3").await?;
+                }
+                let z = match txn.get_str("z").await {
+                    Ok(z) => z,
+                    // Whatever the closure makes of the restart, the attempt is over.
+                    Err(Error::TxnUncertain { .. }) => "swallowed".to_string(),
+                    Err(e) => return Err(e),
+                };
+                Ok::<_, Error>((a, z))
+            })
+        })
+        .await
+        .unwrap();
+    assert_eq!(values, ("1".to_string(), "3".to_string()));
+    assert_eq!((info.attempts, info.commit_ts), (2, None));
+
+    // By hand: the attempt reports the restart and refuses further reads and the commit.
+    let mut txn = client.begin();
+    txn.get("a").await.unwrap();
+    client.put("z", "4").await.unwrap();
+    let e = txn.get("z").await.unwrap_err();
+    assert!(matches!(e, Error::TxnUncertain { .. }), "{e}");
+    assert!(matches!(txn.get("q").await, Err(Error::TxnUncertain { .. })));
+    assert!(matches!(txn.commit().await, Err(Error::TxnUncertain { .. })));
 }
 
 #[tokio::test]

@@ -73,13 +73,27 @@ impl<'a> ApplyBatch<'a> {
         }
     }
 
-    /// Applies one command to the batch; never panics on any command a peer can send.
-    pub fn apply(&mut self, cmd: Command) -> io::Result<CommandResult> {
+    /// Applies one command, from an entry of `entry_term`, to the batch; never panics on any
+    /// command a peer can send.
+    pub fn apply(&mut self, cmd: Command, entry_term: u64) -> io::Result<CommandResult> {
         if let Err(reason) = cmd.validate() {
             tracing::warn!(shard = %self.shard, %reason, "rejected a committed command at apply");
             return Ok(rejected(reason));
         }
+        let cmd = match cmd {
+            Command::Fenced { term, cmd } if term == entry_term => *cmd,
+            Command::Fenced { .. } => {
+                return Ok(CommandResult {
+                    fenced: true,
+                    ..Default::default()
+                })
+            }
+            other => other,
+        };
         match cmd {
+            // Unreachable after the unwrap above (validate refuses nesting); answered like
+            // any other invalid command rather than trusted.
+            Command::Fenced { .. } => Ok(rejected("nested fenced command".into())),
             Command::Write {
                 ts,
                 puts,
@@ -287,7 +301,7 @@ mod tests {
         for group in groups {
             let mut work = ApplyBatch::new(SHARD, engine, &mut floor, &mut dedup);
             for cmd in group {
-                results.push(work.apply(cmd).expect("apply"));
+                results.push(work.apply(cmd, 1).expect("apply"));
             }
             engine.write(work.batch, false).expect("write");
         }
@@ -298,6 +312,28 @@ mod tests {
         mvcc::get(engine, SHARD, key.as_bytes(), Timestamp::MAX)
             .unwrap()
             .map(|(ts, v)| (ts.0, v))
+    }
+
+    #[test]
+    fn a_fenced_command_applies_only_in_the_term_it_was_issued_in() {
+        let engine = MemoryEngine::new();
+        let fenced = |term, ts, value: &str| Command::Fenced {
+            term,
+            cmd: Box::new(put(ts, "k", value)),
+        };
+        // `run` applies every entry as term 1.
+        let r = run(&engine, vec![vec![fenced(2, 10, "stale"), fenced(1, 11, "ok")]]);
+        assert!(r[0].fenced && r[0].commit_ts == 0, "{:?}", r[0]);
+        assert!(!r[1].fenced && r[1].commit_ts == 11, "{:?}", r[1]);
+        assert_eq!(latest(&engine, "k"), Some((11, b"ok".to_vec())));
+        // Nesting is refused by validation, whatever the terms.
+        let nested = Command::Fenced {
+            term: 1,
+            cmd: Box::new(fenced(1, 12, "inner")),
+        };
+        let r = run(&engine, vec![vec![nested]]);
+        assert!(r[0].rejected.is_some(), "{:?}", r[0]);
+        assert_eq!(latest(&engine, "k"), Some((11, b"ok".to_vec())));
     }
 
     #[test]
@@ -381,10 +417,10 @@ mod tests {
         };
         let (mut floor, mut dedup) = (0u64, DedupTable::new());
         let mut work = ApplyBatch::new(SHARD, &engine, &mut floor, &mut dedup);
-        let first = work.apply(with_id(10, Expect::Absent, "a")).unwrap();
+        let first = work.apply(with_id(10, Expect::Absent, "a"), 1).unwrap();
         // Another client's write, then the retry of the first swap: answered from the table.
-        work.apply(put(11, "k", "z")).unwrap();
-        let retry = work.apply(with_id(12, Expect::Absent, "a")).unwrap();
+        work.apply(put(11, "k", "z"), 1).unwrap();
+        let retry = work.apply(with_id(12, Expect::Absent, "a"), 1).unwrap();
         assert_eq!((first.commit_ts, first.duplicate), (10, false));
         assert_eq!((retry.commit_ts, retry.duplicate), (10, true));
         assert!(retry.mismatch.is_none());
@@ -404,10 +440,10 @@ mod tests {
             value: Some(b("w")),
             request: Some(other),
         };
-        let miss = work.apply(cmd(20)).unwrap();
+        let miss = work.apply(cmd(20), 1).unwrap();
         assert_eq!(miss.mismatch, Some(Some((11, b("z")))));
-        work.apply(put(21, "k", "y")).unwrap();
-        let hit = work.apply(cmd(22)).unwrap();
+        work.apply(put(21, "k", "y"), 1).unwrap();
+        let hit = work.apply(cmd(22), 1).unwrap();
         assert_eq!(
             (hit.commit_ts, hit.duplicate, hit.mismatch),
             (22, false, None)

@@ -47,6 +47,8 @@ pub struct ShardReplica {
     pub sm: ShardStateMachine,
     /// Quiescence state (see `quiesce`).
     pub quiet: crate::quiesce::Quiet,
+    /// Proposal timestamps issued as leader and not yet settled (see `issued`).
+    pub issued: Arc<crate::issued::Issued>,
 }
 
 pub struct MultiRaft {
@@ -139,6 +141,7 @@ impl MultiRaft {
             raft,
             sm,
             quiet: crate::quiesce::Quiet::new(self.node_id),
+            issued: Arc::default(),
         });
         self.shards
             .write()
@@ -456,6 +459,15 @@ impl RaftTransport for TransportService {
     async fn propose(&self, request: Request<RaftRequest>) -> Result<Response<RaftReply>, Status> {
         let req = request.into_inner();
         let replica = self.admit(req.shard_id, req.hlc, req.from_node)?;
+        // Data shards take writes only through the `Kv` service, which issues their timestamps
+        // under the shard's `issued` tracker (snapshot reads rely on that); a timestamp chosen
+        // on another node would bypass it.
+        if !ShardId(req.shard_id).is_meta() {
+            return self.reply(Err::<CommandResult, String>(format!(
+                "shard {}: peers may propose only to the metadata shard",
+                req.shard_id
+            )));
+        }
         let cmd: Command = decode_payload(&req)?;
         let result = match replica.raft.client_write(cmd).await {
             Ok(resp) => Ok(resp.data),

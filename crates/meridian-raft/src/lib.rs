@@ -25,6 +25,7 @@
 mod apply;
 pub mod dedup;
 pub mod host;
+pub mod issued;
 pub mod log_store;
 pub mod log_writer;
 pub mod network;

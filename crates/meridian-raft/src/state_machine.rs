@@ -353,7 +353,7 @@ fn apply_entries(inner: &mut Inner, entries: Vec<Entry>) -> io::Result<Vec<Comma
         let mut result = CommandResult::default();
         match entry.payload {
             EntryPayload::Blank => {}
-            EntryPayload::Normal(cmd) => result = work.apply(cmd)?,
+            EntryPayload::Normal(cmd) => result = work.apply(cmd, entry.log_id.leader_id.term)?,
             EntryPayload::Membership(m) => {
                 inner.membership = StoredMembership::new(Some(entry.log_id), m);
             }

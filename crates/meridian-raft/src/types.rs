@@ -70,6 +70,13 @@ pub enum Command {
         writes: Vec<(Bytes, Option<Bytes>)>,
         request: Option<RequestId>,
     },
+    /// `cmd`, applied only if its entry was appended by the leader of `term`: the term in
+    /// which its timestamp was issued. A leader issues data-shard timestamps above a low-water
+    /// mark it sets when its term begins (see `issued`); a command whose timestamp was taken
+    /// before this node became leader but that reached the log after would escape that mark,
+    /// so apply rejects it (deterministically: the entry's term is part of the log) and the
+    /// writer gets a definite "not applied". Never nested.
+    Fenced { term: u64, cmd: Box<Command> },
 }
 
 /// A transaction's point read: `key` had the live version `version` (`None`: absent or
@@ -113,10 +120,37 @@ impl Expect {
 }
 
 impl Command {
+    /// This command with its proposed version timestamp set to `new_ts`.
+    pub fn with_ts(mut self, new_ts: u64) -> Command {
+        match &mut self {
+            Command::Write { ts, .. } | Command::Cas { ts, .. } | Command::Txn { ts, .. } => {
+                *ts = new_ts
+            }
+            Command::Fenced { cmd, .. } => {
+                let inner = std::mem::replace(cmd, Box::new(Command::placeholder()));
+                *cmd = Box::new(inner.with_ts(new_ts));
+            }
+        }
+        self
+    }
+
+    fn placeholder() -> Command {
+        Command::Write {
+            ts: 0,
+            puts: Vec::new(),
+            deletes: Vec::new(),
+            request: None,
+        }
+    }
+
     /// Checks the limits every write must meet, so apply never meets a command it cannot
     /// apply. Pure: every replica reaches the same verdict.
     pub fn validate(&self) -> Result<(), String> {
         match self {
+            Command::Fenced { cmd, .. } => match **cmd {
+                Command::Fenced { .. } => Err("a fenced command inside a fenced command".into()),
+                ref inner => inner.validate(),
+            },
             Command::Write {
                 ts, puts, deletes, ..
             } => {
@@ -270,6 +304,7 @@ fn check_value(value: &Bytes) -> Result<(), String> {
 impl std::fmt::Display for Command {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
+            Command::Fenced { term, cmd } => write!(f, "Fenced(term={term}, {cmd})"),
             Command::Write {
                 ts,
                 puts,
@@ -329,6 +364,10 @@ pub struct CommandResult {
     /// A [`Command::Txn`] whose reads no longer held: nothing was written, and this is the
     /// first key (or range start) found changed.
     pub conflict: Option<Bytes>,
+    /// A [`Command::Fenced`] whose entry was appended in another term than the one its
+    /// timestamp was issued in: nothing was written (and nothing remembered), so it is safe to
+    /// send again.
+    pub fenced: bool,
 }
 
 openraft::declare_raft_types!(

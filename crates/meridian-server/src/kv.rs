@@ -2,9 +2,11 @@
 //!
 //! # Writes
 //! Validated against the limits first (nothing is proposed for a bad request), then proposed to
-//! the shard's Raft with a timestamp from this node's HLC and the request's `WriteId`; the reply
-//! carries the commit timestamp the state machine applied (for a retry of an applied write, the
-//! first application's). A node that is not the leader answers `NOT_LEADER` with a hint; a key
+//! the shard's Raft with a timestamp issued by the shard's tracker (`meridian_raft::issued`:
+//! this node's HLC, fenced to the leader's term) and the
+//! request's `WriteId`; the reply carries the commit timestamp the state machine applied (for
+//! a retry of an applied write, the first application's). A leader's first writes of a term
+//! wait up to `max_offset` for their timestamp (see `meridian_raft::issued`). A node that is not the leader answers `NOT_LEADER` with a hint; a key
 //! outside every local shard answers `WRONG_SHARD`. Both mean "not proposed".
 //!
 //! Once a proposal may have reached the log, a failure is `AMBIGUOUS`, never `NOT_LEADER`:
@@ -23,6 +25,9 @@
 //! past that a read runs the quorum round. A restarted node refuses votes for a full lease
 //! (`meridian-raft`'s `MultiRaft::refuses_votes`), so it cannot help elect a second leader
 //! while a lease it acknowledged before the restart is still being read from.
+//!
+//! Transactions read with *snapshot reads* instead (`BatchGet` and `Scan` carrying a
+//! `TxnSnapshot`): every shard at one timestamp, see `kv_snapshot`.
 //!
 //! # Causality tokens
 //! A request's `meridian-hlc` metadata is the largest timestamp its client has seen. It never
@@ -77,7 +82,7 @@ pub(crate) fn request_id(write_id: Option<WriteId>) -> Option<RequestId> {
 }
 
 pub struct KvService {
-    node: Arc<Node>,
+    pub(crate) node: Arc<Node>,
     admission: Admission,
     /// How long after the last quorum acknowledgement lease reads are used (see
     /// [`KvService::lease_has_margin`]).
@@ -118,7 +123,8 @@ impl KvService {
             .commit_ts)
     }
 
-    /// Proposes `cmd` and returns what apply produced (a CAS may report a mismatch).
+    /// Proposes `cmd` (its timestamp is replaced by one issued for this shard, see
+    /// `meridian_raft::issued`) and returns what apply produced (a CAS may report a mismatch).
     async fn propose_for_result(
         &self,
         shard: ShardId,
@@ -126,7 +132,34 @@ impl KvService {
         cmd: Command,
     ) -> Result<CommandResult> {
         use openraft::errors::{ClientWriteError, RaftError};
-        match replica.raft.client_write(cmd).await {
+        // Timestamps are issued only by a node that knows it leads (see `issued`: a candidate
+        // must not issue before it was elected).
+        let (term, leader) = {
+            let metrics = replica.raft.metrics();
+            let metrics = metrics.borrow_watched();
+            (metrics.current_term, metrics.current_leader)
+        };
+        if leader != Some(self.node.config.node_id) {
+            return Err(self.node.not_leader(shard, leader).await);
+        }
+        let issued = replica.issued.issue(&self.node.clock, term).await;
+        let cmd = Command::Fenced {
+            term,
+            cmd: Box::new(cmd.with_ts(issued.ts)),
+        };
+        // The task owns the issued timestamp until the proposal settles, so a request that is
+        // dropped (its client went away) does not untrack a proposal still in the log.
+        let raft = replica.raft.clone();
+        let written = tokio::spawn(async move {
+            let written = raft.client_write(cmd).await;
+            drop(issued);
+            written
+        })
+        .await
+        .map_err(|e| ServerError::Ambiguous(format!("shard {shard}: proposal task: {e}")))?;
+        match written {
+            // Issued in another term than it was appended in: not applied.
+            Ok(resp) if resp.data.fenced => Err(self.node.not_leader(shard, None).await),
             Ok(resp) => match resp.data.rejected {
                 // The service validated the command, so only a bug lands here.
                 Some(reason) => Err(ServerError::Internal(format!(
@@ -159,27 +192,33 @@ impl KvService {
             .and_then(|s| s.parse::<u64>().ok())
             .map(Timestamp)
             .ok_or_else(|| invalid("malformed meridian-hlc metadata: want a decimal u64"))?;
+        self.wait_past(token, "causality token").await
+    }
+
+    /// Waits (at most `max_offset`) until this node's physical clock has passed `ts`, a
+    /// timestamp from another node's clock (`what` names it in errors); never moves the clock.
+    pub(crate) async fn wait_past(&self, ts: Timestamp, what: &str) -> Result<()> {
         let clock = &self.node.clock;
         let max_offset_ms = clock.max_offset().as_millis() as u64;
-        let ahead_ms = |now: Timestamp| token.physical_ms().saturating_sub(now.physical_ms());
+        let ahead_ms = |now: Timestamp| ts.physical_ms().saturating_sub(now.physical_ms());
         let first = ahead_ms(clock.physical_now());
         if first > max_offset_ms {
             return Err(ServerError::ClockOffset(format!(
-                "causality token {} is {first} ms ahead of this node's clock, beyond max_offset {max_offset_ms} ms",
-                token.0
+                "{what} {} is {first} ms ahead of this node's clock, beyond max_offset {max_offset_ms} ms",
+                ts.0
             )));
         }
         // Bounded: the physical clock advances, and the first wait covers the whole gap.
         for _ in 0..MAX_TOKEN_WAITS {
-            if clock.physical_now() > token {
+            if clock.physical_now() > ts {
                 return Ok(());
             }
             let ahead = ahead_ms(clock.physical_now()).max(1);
             tokio::time::sleep(std::time::Duration::from_millis(ahead)).await;
         }
-        Err(ServerError::Unavailable(
-            "clock did not pass the causality token in time".into(),
-        ))
+        Err(ServerError::Unavailable(format!(
+            "clock did not pass the {what} in time"
+        )))
     }
 
     /// Whether this leader's lease has at least [`LEASE_DRIFT_MARGIN`] of its length left.
@@ -189,7 +228,7 @@ impl KvService {
     /// from it. Both sides measure with their own monotonic clocks, whose rates may differ; the
     /// leader uses only the first 90% so a slightly fast follower clock cannot end the
     /// followers' promise while the leader still reads from it. Past that, ReadIndex.
-    fn lease_has_margin(&self, replica: &ShardReplica) -> bool {
+    pub(crate) fn lease_has_margin(&self, replica: &ShardReplica) -> bool {
         let acked = replica
             .raft
             .data_metrics()
@@ -200,7 +239,7 @@ impl KvService {
     }
 
     /// Makes a read on `replica` linearizable; returns the timestamp to read at.
-    async fn linearize(
+    pub(crate) async fn linearize(
         &self,
         shard: ShardId,
         replica: &ShardReplica,
@@ -237,7 +276,7 @@ impl KvService {
         }
     }
 
-    async fn read<T: Send + 'static>(
+    pub(crate) async fn read<T: Send + 'static>(
         &self,
         f: impl FnOnce(&dyn meridian_storage::Engine) -> meridian_storage::Result<T> + Send + 'static,
     ) -> Result<T> {
@@ -250,7 +289,7 @@ impl KvService {
 }
 
 /// The reply for one key read at `read_ts` (found or not).
-fn get_response(
+pub(crate) fn get_response(
     found: Option<(Timestamp, Vec<u8>)>,
     read_ts: Timestamp,
     shard: ShardId,
@@ -326,7 +365,7 @@ impl Kv for KvService {
         let (desc, replica) = self.node.route(&req.key)?;
         let shard = desc.id;
         let cmd = Command::Write {
-            ts: self.node.clock.now().0,
+            ts: 0,
             puts: vec![(req.key, req.value)],
             deletes: Vec::new(),
             request: request_id(req.write_id),
@@ -348,7 +387,7 @@ impl Kv for KvService {
         let (desc, replica) = self.node.route(&req.key)?;
         let shard = desc.id;
         let cmd = Command::Write {
-            ts: self.node.clock.now().0,
+            ts: 0,
             puts: Vec::new(),
             deletes: vec![req.key],
             request: request_id(req.write_id),
@@ -377,8 +416,22 @@ impl Kv for KvService {
         // Every page at its own linearizable timestamp: an earlier page's timestamp is not a
         // stable snapshot (a write below it may be applied after it was chosen), so reusing it
         // could miss acknowledged writes or show half of a batch. One page is one RocksDB
-        // iterator, so it is consistent within itself.
-        let read_ts = self.linearize(shard, &replica, req.consistency).await?;
+        // iterator, so it is consistent within itself. A transaction's page is read at its
+        // snapshot instead (see `kv_snapshot`).
+        let snapshot = match &req.snapshot {
+            Some(_) if req.reverse => {
+                return Err(invalid("snapshot scans go forward only").into());
+            }
+            Some(spec) => Some(
+                self.snapshot(shard, &replica, spec, req.consistency)
+                    .await?,
+            ),
+            None => None,
+        };
+        let read_ts = match snapshot {
+            Some(snap) => snap.read_ts,
+            None => self.linearize(shard, &replica, req.consistency).await?,
+        };
         // Clamp [start, end) to the shard's range.
         let start = std::cmp::max(req.start.to_vec(), desc.start.clone());
         let end: Option<Vec<u8>> = match (req.end.is_empty(), desc.end.is_empty()) {
@@ -389,9 +442,21 @@ impl Kv for KvService {
         };
         let limit = req.limit as usize;
         let reverse = req.reverse;
-        let page = self
-            .read(move |e| mvcc::scan(e, shard, &start, end.as_deref(), read_ts, limit, reverse))
+        let window_end = snapshot.map_or(read_ts, |s| s.window_end);
+        let (page, uncertain) = self
+            .read(move |e| match snapshot {
+                Some(_) => mvcc::scan_in_window(
+                    e,
+                    shard,
+                    (&start, end.as_deref()),
+                    (read_ts, window_end),
+                    limit,
+                ),
+                None => mvcc::scan(e, shard, &start, end.as_deref(), read_ts, limit, reverse)
+                    .map(|page| (page, None)),
+            })
             .await?;
+        let snapshot = snapshot.map(|s| s.reply(self.node.config.node_id, uncertain));
         let rows: Vec<KeyValue> = page
             .rows
             .into_iter()
@@ -421,6 +486,7 @@ impl Kv for KvService {
             more,
             read_ts: read_ts.0,
             shard_id: shard.0,
+            snapshot,
         }))
     }
 
@@ -442,6 +508,12 @@ impl Kv for KvService {
         }
         let shard = one_shard(&self.node, req.keys.iter().map(|k| &k[..]))?;
         let replica = self.node.replica(shard)?;
+        if let Some(spec) = &req.snapshot {
+            return Ok(Response::new(
+                self.snapshot_batch_get(shard, &replica, req.keys, spec, req.consistency)
+                    .await?,
+            ));
+        }
         let read_ts = self.linearize(shard, &replica, req.consistency).await?;
         let keys = req.keys;
         let found = self
@@ -457,6 +529,7 @@ impl Kv for KvService {
         Ok(Response::new(BatchGetResponse {
             results,
             read_ts: read_ts.0,
+            snapshot: None,
         }))
     }
 
@@ -498,7 +571,7 @@ impl Kv for KvService {
         )?;
         let replica = self.node.replica(shard)?;
         let cmd = Command::Write {
-            ts: self.node.clock.now().0,
+            ts: 0,
             puts: req
                 .entries
                 .into_iter()
@@ -521,7 +594,7 @@ impl Kv for KvService {
         let _permit = self.admit(&request).await?;
         let req = request.into_inner();
         let key = req.key.clone();
-        let cmd = cas_command(req, self.node.clock.now().0)?;
+        let cmd = cas_command(req, 0)?;
         let (desc, replica) = self.node.route(&key)?;
         let shard = desc.id;
         let result = self.propose_for_result(shard, &replica, cmd).await?;
@@ -561,7 +634,7 @@ impl Kv for KvService {
                 .await?;
             (read_ts.0, conflict)
         } else {
-            let cmd = txn.into_command(self.node.clock.now().0);
+            let cmd = txn.into_command(0);
             let result = self.propose_for_result(shard, &replica, cmd).await?;
             (result.commit_ts, result.conflict)
         };

@@ -1,8 +1,9 @@
 //! The `Kv.Commit` request: validation, the shard it belongs to, and its replicated form.
 //!
 //! A commit names one shard: every key it read, every range it scanned and every key it writes
-//! must lie in that shard (the client splits ranges at shard boundaries and sends read-only
-//! checks per shard). A request spanning shards is `WRONG_SHARD` — a stale client map, or a
+//! must lie in that shard (the client splits ranges at shard boundaries). Today's client sends
+//! a commit only for transactions that write; a read-only commit (no writes) is still served:
+//! its reads are checked against the shard's latest versions at a linearizable point. A request spanning shards is `WRONG_SHARD` — a stale client map, or a
 //! multi-shard read-write transaction, which is not implemented yet. Every limit is checked
 //! before anything is read or proposed (`INVALID_ARGUMENT` naming the limit).
 

@@ -22,6 +22,7 @@ pub mod error;
 pub mod hlc_ceiling;
 pub mod kv;
 pub mod kv_check;
+pub mod kv_snapshot;
 pub mod kv_txn;
 pub mod node;
 pub mod shard_map;

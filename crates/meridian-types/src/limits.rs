@@ -48,3 +48,9 @@ pub const MAX_TXN_READ_KEYS: usize = 10_000;
 pub const MAX_TXN_RANGES: usize = 64;
 /// Most attempts `Client::txn` makes by default before returning the last conflict.
 pub const DEFAULT_TXN_MAX_ATTEMPTS: u32 = 10;
+/// Most per-node clock readings (observed timestamps) one snapshot read may carry: one per
+/// node the transaction has read from.
+pub const MAX_OBSERVED_NODES: usize = 256;
+/// Longest a snapshot read waits for the shard's in-flight writes at or below its timestamp
+/// to be applied before it fails with `UNAVAILABLE`.
+pub const SNAPSHOT_SETTLE_TIMEOUT_MS: u64 = 2_000;

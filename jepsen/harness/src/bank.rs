@@ -5,7 +5,7 @@
 //! [`INITIAL_BALANCE`] each, written before the workload starts. Transfers move money between
 //! two accounts *of one shard* (a single-shard transaction: read-write transactions across
 //! shards are not implemented yet, issue #10); reads take every account of every shard in one
-//! read-only transaction (one `BatchGet` and one check per shard).
+//! read-only transaction (one snapshot `BatchGet` per shard, all at one timestamp).
 //!
 //! # Outcomes
 //! - transfer (`Client::txn`: read both, move `min(amount, balance)`, write both): `Ok` if it

@@ -30,6 +30,8 @@ pub struct World {
     /// (node, method) of every request that reached a leader check.
     pub served: Mutex<Vec<(u64, &'static str)>>,
     pub scan_read_ts: Mutex<Vec<u64>>,
+    /// The `read_ts` of every snapshot read (0 = the node picks).
+    pub snapshot_reads: Mutex<Vec<u64>>,
 }
 
 pub fn error(code: &str, message: &str, hint: Option<String>) -> Status {
@@ -94,6 +96,31 @@ impl FakeNode {
 
     fn tick(&self) -> u64 {
         self.world.clock.fetch_add(1, Ordering::SeqCst) + 1
+    }
+
+    /// The read timestamp and snapshot reply of a read that found `versions`. The fake keeps
+    /// no history, so a snapshot read at a timestamp below a version it finds is answered
+    /// "uncertain" at that version (the restart then reads it); a real shard reads the older
+    /// version unless the newer one is inside the uncertainty window.
+    fn snapshot_read(
+        &self,
+        snapshot: Option<&TxnSnapshot>,
+        versions: impl Iterator<Item = u64>,
+    ) -> (u64, Option<SnapshotReply>) {
+        let now = self.tick();
+        let Some(spec) = snapshot else {
+            return (now, None);
+        };
+        self.world.snapshot_reads.lock().unwrap().push(spec.read_ts);
+        let read_ts = if spec.read_ts == 0 { now } else { spec.read_ts };
+        let uncertain = versions.filter(|&v| v > read_ts).max().unwrap_or(0);
+        let reply = SnapshotReply {
+            node_id: self.id,
+            observed_ts: now,
+            uncertain_ts: uncertain,
+            uncertainty_limit: spec.uncertainty_limit.max(read_ts + 1_000),
+        };
+        (read_ts, Some(reply))
     }
 }
 
@@ -251,9 +278,18 @@ impl Kv for FakeNode {
         } else {
             self.lead("scan", &r.start, false)?
         };
-        let read_ts = self.tick();
-        self.world.scan_read_ts.lock().unwrap().push(read_ts);
         let store = self.world.store.lock().unwrap();
+        let upper_bound = |k: &Bytes| {
+            (r.end.is_empty() || k < &r.end) && (shard.end.is_empty() || k < &shard.end)
+        };
+        let (read_ts, snapshot) = self.snapshot_read(
+            r.snapshot.as_ref(),
+            store
+                .range(r.start.clone()..)
+                .take_while(|(k, _)| upper_bound(k))
+                .map(|(_, v)| v.1),
+        );
+        self.world.scan_read_ts.lock().unwrap().push(read_ts);
         let limit = r.limit as usize;
         let row = |(k, (v, ts)): (&Bytes, &(Bytes, u64))| KeyValue {
             key: k.clone(),
@@ -305,6 +341,7 @@ impl Kv for FakeNode {
             more,
             read_ts,
             shard_id: shard.shard_id,
+            snapshot,
         }))
     }
 
@@ -319,7 +356,10 @@ impl Kv for FakeNode {
             return Err(error("WRONG_SHARD", "keys span shards", None));
         }
         let store = self.world.store.lock().unwrap();
-        let read_ts = self.tick();
+        let (read_ts, snapshot) = self.snapshot_read(
+            request.snapshot.as_ref(),
+            request.keys.iter().filter_map(|k| store.get(k).map(|v| v.1)),
+        );
         let results = request
             .keys
             .iter()
@@ -334,7 +374,11 @@ impl Kv for FakeNode {
                 }
             })
             .collect();
-        Ok(Response::new(BatchGetResponse { results, read_ts }))
+        Ok(Response::new(BatchGetResponse {
+            results,
+            read_ts,
+            snapshot,
+        }))
     }
 
     async fn batch_put(

@@ -1,0 +1,274 @@
+//! The proposal timestamps a shard's leader has issued and not yet seen settled, so a read at
+//! a snapshot timestamp can know that no write at or below it is still to come.
+//!
+//! # Why
+//! A transaction reads every shard at one timestamp `T` (the `Kv` service's snapshot reads).
+//! That is a snapshot only if, on each shard, the state at `T` is final when it is read: every
+//! write that will ever be applied with a version `<= T` has already been applied. Writes are
+//! proposed with a timestamp from the leader's HLC and applied at `max(proposed, floor + 1)`
+//! (see `apply`), so a version can land at or below `T` only if its *proposed* timestamp was.
+//! Three sources of such writes, and what closes each:
+//! 1. **Proposals of this leader still in flight** (issued, not yet applied): [`Issued`]
+//!    tracks them; a snapshot read waits until none issued at or below `T` is left
+//!    ([`Issued::settle`]).
+//! 2. **Proposals this leader issues later**: a timestamp is issued under the same lock that
+//!    `settle` checks the clock under, and `settle` first makes sure the clock is past `T`, so
+//!    every later timestamp is above `T` (the HLC never repeats or goes back).
+//! 3. **Proposals of a later leader**, whose clock may be behind `T`: a leader issues nothing
+//!    in a new term until its physical clock has passed `max_offset` beyond where it was at
+//!    its first issue in that term, and issues plain HLC
+//!    readings after that. A snapshot read is served only under a valid leader lease (the
+//!    `Kv` service checks), so it happened before the next leader was elected; and `T` was
+//!    below the old leader's HLC then (`settle` checks), which never exceeds the fastest
+//!    node's physical clock, which is at most `max_offset` ahead of the next leader's. So the
+//!    next leader's first timestamp is above `T`. The cost: a new leader's first writes wait
+//!    up to `max_offset`. (Issuing `now + max_offset` at once instead would put versions ahead
+//!    of every clock, and their merge into the HLC would push the leader's clock toward the
+//!    point where its followers reject it.)
+//!
+//!    The caller issues only while its metrics say it leads `term`, so the first issue of a
+//!    term comes after that term's election (a candidate of the term must not issue: it could
+//!    be elected while its proposal waits). The metrics can lag the Raft core by an instant,
+//!    though: a proposal issued as "leader of term 7" could reach the log in term 9. So
+//!    every data command is proposed as [`Command::Fenced`] with the term it was issued in,
+//!    and apply rejects it if its entry's term differs (definitely not applied; retried).
+//!
+//! Entries of earlier terms are covered by the read barrier (`ensure_linearizable` waits for
+//! the new term's first entry, which follows them, to be applied).
+//!
+//! # Invariants
+//! - An issued timestamp stays tracked until its proposal's `client_write` returned (applied,
+//!   or failed as a whole): the `Kv` service runs the proposal in a task that owns the
+//!   [`IssueGuard`], so a caller that gives up does not untrack a live proposal.
+//! - Issued timestamps are HLC readings (strictly increasing); none is issued in a term before
+//!   the physical clock passed that term's start mark.
+//!
+//! [`Command::Fenced`]: crate::types::Command::Fenced
+
+use meridian_types::Clock;
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+use tokio::sync::Notify;
+
+#[derive(Debug, Default)]
+struct State {
+    /// The term of the last issue, and the physical time (ms) before which it issues nothing.
+    term: u64,
+    not_before_ms: u64,
+    /// Issued timestamps not yet settled, with how many proposals hold each.
+    inflight: BTreeMap<u64, usize>,
+    /// `(term, HLC reading)` at the first read barrier this node passed in that term.
+    led_since: (u64, u64),
+}
+
+/// One shard's issued, unsettled proposal timestamps (see the module docs).
+#[derive(Debug, Default)]
+pub struct Issued {
+    state: Mutex<State>,
+    settled: Notify,
+}
+
+/// An issued timestamp; dropping it settles it.
+#[derive(Debug)]
+pub struct IssueGuard {
+    issued: Arc<Issued>,
+    pub ts: u64,
+    pub term: u64,
+}
+
+impl Drop for IssueGuard {
+    fn drop(&mut self) {
+        let mut state = self.issued.lock();
+        if let Some(count) = state.inflight.get_mut(&self.ts) {
+            *count -= 1;
+            if *count == 0 {
+                state.inflight.remove(&self.ts);
+            }
+        }
+        drop(state);
+        self.issued.settled.notify_waiters();
+    }
+}
+
+/// Why [`Issued::settle`] did not finish.
+#[derive(Debug, PartialEq, Eq)]
+pub enum SettleError {
+    /// The clock is not past the read timestamp; the caller must wait for it first.
+    ClockBehind { now: u64, read_ts: u64 },
+    /// Proposals at or below the read timestamp were still in flight at the deadline.
+    Timeout { oldest: u64 },
+}
+
+impl Issued {
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        // A panic while holding this lock leaves only counters behind; keep serving.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Issues a timestamp for a proposal by the leader of `term` (the caller's metrics say it
+    /// leads `term`), waiting first (at most about `max_offset`) if `term` has just begun (see
+    /// the module docs).
+    pub async fn issue(self: &Arc<Self>, clock: &Clock, term: u64) -> IssueGuard {
+        loop {
+            let wait_ms = {
+                let mut state = self.lock();
+                let physical_ms = clock.physical_now().physical_ms();
+                if term != state.term {
+                    state.term = term;
+                    // +1: `physical_ms` is truncated to whole milliseconds.
+                    state.not_before_ms =
+                        physical_ms + clock.max_offset().as_millis() as u64 + 1;
+                }
+                if physical_ms >= state.not_before_ms {
+                    let ts = clock.now().0;
+                    *state.inflight.entry(ts).or_default() += 1;
+                    return IssueGuard {
+                        issued: self.clone(),
+                        ts,
+                        term,
+                    };
+                }
+                state.not_before_ms - physical_ms
+            };
+            tokio::time::sleep(std::time::Duration::from_millis(wait_ms)).await;
+        }
+    }
+
+    /// This node's HLC reading at the first read barrier it passed as leader of the current
+    /// term: every version acknowledged by an earlier leader is at or below it (the barrier
+    /// applied them, and apply merges versions into the clock). `term_before` and `term_after`
+    /// are the metrics' terms around the barrier that took `reading`; if they differ the
+    /// reading itself is returned (and kept), which is only ever later than the true mark.
+    pub fn led_since(&self, term_before: u64, term_after: u64, reading: u64) -> u64 {
+        let mut state = self.lock();
+        if term_before != term_after || state.led_since.0 != term_after {
+            state.led_since = (term_after, reading);
+        }
+        state.led_since.1
+    }
+
+    /// The oldest issued timestamp not yet settled.
+    pub fn oldest(&self) -> Option<u64> {
+        self.lock().inflight.keys().next().copied()
+    }
+
+    /// Waits until no proposal issued at or below `read_ts` is in flight. The clock must
+    /// already be past `read_ts` (so nothing issued from now on is at or below it); checked
+    /// under the lock that issuing takes.
+    pub async fn settle(
+        &self,
+        clock: &Clock,
+        read_ts: u64,
+        deadline: Instant,
+    ) -> Result<(), SettleError> {
+        {
+            let state = self.lock();
+            let now = clock.now().0;
+            if now <= read_ts {
+                return Err(SettleError::ClockBehind { now, read_ts });
+            }
+            drop(state);
+        }
+        loop {
+            let notified = self.settled.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            let oldest = match self.oldest() {
+                Some(oldest) if oldest <= read_ts => oldest,
+                _ => return Ok(()),
+            };
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() || tokio::time::timeout(left, notified).await.is_err() {
+                return Err(SettleError::Timeout { oldest });
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use meridian_types::Timestamp;
+    use std::time::Duration;
+
+    fn clock() -> Arc<Clock> {
+        Arc::new(Clock::new(Duration::from_millis(500)))
+    }
+
+    #[tokio::test]
+    async fn a_new_term_issues_nothing_until_max_offset_has_passed() {
+        let (clock, issued) = (clock(), Arc::new(Issued::default()));
+        let start = clock.physical_now().physical_ms();
+        let a = issued.issue(&clock, 1).await;
+        let b = issued.issue(&clock, 1).await;
+        assert!(Timestamp(a.ts).physical_ms() >= start + 500, "first issue of a term");
+        assert!(b.ts > a.ts);
+        // Later in the same term: no wait.
+        let t0 = std::time::Instant::now();
+        let c = issued.issue(&clock, 1).await;
+        assert!(t0.elapsed() < Duration::from_millis(400));
+        // A new term waits again.
+        let d = issued.issue(&clock, 2).await;
+        assert!(Timestamp(d.ts).physical_ms() >= Timestamp(c.ts).physical_ms() + 500);
+        assert_eq!(issued.oldest(), Some(a.ts));
+    }
+
+    #[tokio::test]
+    async fn settle_waits_for_proposals_at_or_below_the_read_and_no_others() {
+        let (clock, issued) = (clock(), Arc::new(Issued::default()));
+        let low = issued.issue(&clock, 1).await;
+        let high = issued.issue(&clock, 1).await;
+        let deadline = || Instant::now() + Duration::from_millis(50);
+        // The clock must be past the read timestamp.
+        let far = Timestamp::from_physical_ms(clock.physical_now().physical_ms() + 60_000).0;
+        assert!(matches!(
+            issued.settle(&clock, far, deadline()).await,
+            Err(SettleError::ClockBehind { .. })
+        ));
+        // Below every issued timestamp: nothing to wait for.
+        let (low_ts, high_ts) = (low.ts, high.ts);
+        assert_eq!(issued.settle(&clock, low_ts - 1, deadline()).await, Ok(()));
+        // At `low`: times out while it is in flight...
+        assert_eq!(
+            issued.settle(&clock, low_ts, deadline()).await,
+            Err(SettleError::Timeout { oldest: low_ts })
+        );
+        // ...and finishes when it settles, though `high` is still in flight.
+        let waiter = {
+            let issued = Arc::clone(&issued);
+            let clock = clock.clone();
+            tokio::spawn(async move {
+                issued
+                    .settle(&clock, low_ts, Instant::now() + Duration::from_secs(5))
+                    .await
+            })
+        };
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        drop(low);
+        assert_eq!(waiter.await.unwrap(), Ok(()));
+        assert_eq!(issued.oldest(), Some(high_ts));
+        drop(high);
+        assert_eq!(issued.oldest(), None);
+    }
+
+    #[test]
+    fn the_term_start_mark_is_kept_per_term_and_never_trusted_across_a_change() {
+        let issued = Issued::default();
+        assert_eq!(issued.led_since(4, 4, 100), 100, "first barrier of term 4");
+        assert_eq!(issued.led_since(4, 4, 150), 100, "kept for the term");
+        assert_eq!(issued.led_since(4, 5, 170), 170, "a term change around the barrier");
+        assert_eq!(issued.led_since(5, 5, 180), 170);
+        assert_eq!(issued.led_since(6, 6, 200), 200, "a new term");
+    }
+
+    #[tokio::test]
+    async fn a_timestamp_issued_after_settle_checked_the_clock_is_above_the_read() {
+        let (clock, issued) = (clock(), Arc::new(Issued::default()));
+        drop(issued.issue(&clock, 3).await);
+        let read_ts = clock.now().0;
+        for _ in 0..1_000 {
+            assert!(issued.issue(&clock, 3).await.ts > read_ts);
+        }
+    }
+}

@@ -1,0 +1,208 @@
+//! Snapshot reads: a transaction's `BatchGet` and `Scan` at one timestamp on every shard.
+//!
+//! # What a snapshot read promises
+//! A request carrying a [`TxnSnapshot`] is served at its `read_ts` (or, when that is 0, at
+//! this node's clock after the read barrier, returned to the client to use on every other
+//! shard). The answer is the shard's state at `read_ts`, and that state is final: every write
+//! that will ever be applied to the shard at a version `<= read_ts` has been, before the read.
+//! So reads of many shards at one `read_ts` together form one consistent snapshot, with no
+//! commit-time check: a read-only transaction is serializable on its reads alone.
+//!
+//! # How (steps, in order)
+//! 1. A given `read_ts` came from another node's clock: unless this node's HLC is already past
+//!    it, wait, at most `max_offset`, until the physical clock passes it (a `read_ts` further
+//!    ahead is `CLOCK_OFFSET`). The clock is never moved by it.
+//! 2. The linearizable read barrier (lease or ReadIndex): this node leads the shard and has
+//!    applied every entry committed before the request — in particular every entry of earlier
+//!    terms. Its clock reading after the barrier is the *observed* timestamp.
+//! 3. [`Issued::settle`]: every proposal this leader issued at or below `read_ts` is applied
+//!    (or failed); everything it issues from now on is above `read_ts`.
+//! 4. The lease must still be held (else one more ReadIndex round): no other leader was
+//!    elected before step 3 finished, and the next one issues above `read_ts` (it issues
+//!    nothing until `max_offset` after its first write of the term, see
+//!    `meridian_raft::issued`).
+//!
+//! # Uncertainty
+//! `read_ts` came from one node's clock; a write acknowledged before the transaction began
+//! may carry a timestamp up to `max_offset` above it (another node's clock). Versions in the
+//! window `(read_ts, window_end]` are therefore *uncertain*: the reply names the newest one
+//! (`uncertain_ts`) instead of answering, and the client restarts the transaction at that
+//! timestamp. `window_end = min(limit, observed)`: `limit` is the transaction's first
+//! `read_ts + max_offset` (kept across its restarts), `observed` this node's clock reading the
+//! transaction took first (carried in the request; raised to the HLC reading at this node's
+//! first read barrier as leader of the current term, since versions an earlier leader
+//! acknowledged may have reached this node only after that reading), or this request's own.
+//! Every version acknowledged before the transaction began and applied here is at or below such
+//! a reading (the barrier applied it, and apply merges versions into the clock), so newer
+//! versions were written after the transaction began and cannot be uncertain. A transaction
+//! whose `read_ts` this node picked, after its barrier, has an empty window here.
+//!
+//! # What this does not give
+//! A *causal reverse* across shards is possible while clocks are skewed (as in CockroachDB):
+//! a write to one shard stamped above `read_ts` by a fast clock, acknowledged, then a write to
+//! another shard stamped below `read_ts` by a slow clock; a transaction reading both at
+//! `read_ts` sees the second and not the first. Every write acknowledged before the
+//! transaction *began* is seen; the order of two writes that both finished after it began is
+//! not guaranteed to agree with real time across shards. With clocks in step (one host) no
+//! stamp is out of real-time order.
+//!
+//! # Not done yet
+//! - Snapshot scans go forward only (`reverse` with a snapshot is `INVALID_ARGUMENT`).
+//! - Step 3 waits for every in-flight write of the shard at or below `read_ts`, not only
+//!   those on the keys read (CockroachDB's latches are per key).
+//! - A leader's first writes of a term wait up to `max_offset` (see `meridian_raft::issued`).
+
+use crate::error::{invalid, Result, ServerError};
+use crate::kv::{get_response, KvService};
+use meridian_proto::kv::{ReadConsistency, SnapshotReply, TxnSnapshot};
+use meridian_raft::issued::SettleError;
+use meridian_raft::ShardReplica;
+use meridian_storage::{mvcc, uncertainty};
+use meridian_types::limits::{MAX_OBSERVED_NODES, SNAPSHOT_SETTLE_TIMEOUT_MS};
+use meridian_types::{ShardId, Timestamp};
+use openraft::type_config::async_runtime::WatchReceiver;
+use std::time::{Duration, Instant};
+
+/// A snapshot read made ready on one shard.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Snapshot {
+    pub read_ts: Timestamp,
+    /// The uncertainty window is `(read_ts, window_end]`.
+    pub window_end: Timestamp,
+    /// This node's clock reading after the read barrier.
+    pub observed: Timestamp,
+    /// The transaction's uncertainty limit (first `read_ts + max_offset`).
+    pub limit: Timestamp,
+}
+
+impl Snapshot {
+    /// The reply's snapshot part; `uncertain` is the newest version found in the window.
+    pub fn reply(&self, node_id: u64, uncertain: Option<Timestamp>) -> SnapshotReply {
+        SnapshotReply {
+            node_id,
+            observed_ts: self.observed.0,
+            uncertain_ts: uncertain.map_or(0, |t| t.0),
+            uncertainty_limit: self.limit.0,
+        }
+    }
+}
+
+fn current_term(replica: &ShardReplica) -> u64 {
+    replica.raft.metrics().borrow_watched().current_term
+}
+
+impl KvService {
+    /// Steps 1–4 of the module docs: after it returns, the shard's state at `read_ts` is final.
+    /// `consistency` chooses the barrier as for plain reads (lease or ReadIndex).
+    pub(crate) async fn snapshot(
+        &self,
+        shard: ShardId,
+        replica: &ShardReplica,
+        spec: &TxnSnapshot,
+        consistency: i32,
+    ) -> Result<Snapshot> {
+        if spec.observed.len() > MAX_OBSERVED_NODES {
+            return Err(invalid(format!(
+                "{} observed timestamps, over MAX_OBSERVED_NODES ({MAX_OBSERVED_NODES})",
+                spec.observed.len()
+            )));
+        }
+        let requested = Timestamp(spec.read_ts);
+        if requested != Timestamp::ZERO && self.node.clock.now() <= requested {
+            self.wait_past(requested, "snapshot read_ts").await?;
+        }
+        let term_before = current_term(replica);
+        let observed = self.linearize(shard, replica, consistency).await?;
+        let led_since = replica
+            .issued
+            .led_since(term_before, current_term(replica), observed.0);
+        let max_offset =
+            Timestamp::from_physical_ms(self.node.clock.max_offset().as_millis() as u64);
+        let read_ts = if requested == Timestamp::ZERO {
+            observed
+        } else {
+            requested
+        };
+        let limit = match spec.uncertainty_limit {
+            0 => Timestamp(read_ts.0.saturating_add(max_offset.0)),
+            given => Timestamp(given),
+        };
+        let window_end = if requested == Timestamp::ZERO {
+            // Picked here, after the barrier: nothing acknowledged before is above it.
+            read_ts
+        } else {
+            // The transaction's first reading of this node counts only if this node has led
+            // the shard since before it; otherwise the start of its leadership does.
+            let node_id = self.node.config.node_id;
+            let first_seen = spec
+                .observed
+                .iter()
+                .find(|o| o.node_id == node_id && o.ts != 0)
+                .map_or(observed, |o| Timestamp(o.ts.max(led_since)));
+            limit.min(first_seen).max(read_ts)
+        };
+        let deadline = Instant::now() + Duration::from_millis(SNAPSHOT_SETTLE_TIMEOUT_MS);
+        match replica
+            .issued
+            .settle(&self.node.clock, read_ts.0, deadline)
+            .await
+        {
+            Ok(()) => {}
+            Err(SettleError::ClockBehind { now, read_ts }) => {
+                return Err(ServerError::Unavailable(format!(
+                    "shard {shard}: this node's clock ({}) is not past the snapshot ({})",
+                    Timestamp(now),
+                    Timestamp(read_ts)
+                )))
+            }
+            Err(SettleError::Timeout { oldest }) => {
+                return Err(ServerError::Unavailable(format!(
+                    "shard {shard}: a write issued at {} was still in flight after {SNAPSHOT_SETTLE_TIMEOUT_MS} ms",
+                    Timestamp(oldest)
+                )))
+            }
+        }
+        if !self.lease_has_margin(replica) {
+            let read_index = ReadConsistency::LinearizableReadIndex as i32;
+            self.linearize(shard, replica, read_index).await?;
+        }
+        Ok(Snapshot {
+            read_ts,
+            window_end,
+            observed,
+            limit,
+        })
+    }
+
+    /// A snapshot `BatchGet` of `keys`, all in `shard`.
+    pub(crate) async fn snapshot_batch_get(
+        &self,
+        shard: ShardId,
+        replica: &ShardReplica,
+        keys: Vec<bytes::Bytes>,
+        spec: &TxnSnapshot,
+        consistency: i32,
+    ) -> Result<meridian_proto::kv::BatchGetResponse> {
+        let snap = self.snapshot(shard, replica, spec, consistency).await?;
+        let node_id = self.node.config.node_id;
+        let (found, uncertain) = self
+            .read(move |e| {
+                let refs: Vec<&[u8]> = keys.iter().map(|k| &k[..]).collect();
+                let uncertain =
+                    uncertainty::newest_in_window(e, shard, &refs, snap.read_ts, snap.window_end)?;
+                if uncertain.is_some() {
+                    return Ok((Vec::new(), uncertain));
+                }
+                Ok((mvcc::multi_get(e, shard, &refs, snap.read_ts)?, None))
+            })
+            .await?;
+        Ok(meridian_proto::kv::BatchGetResponse {
+            results: found
+                .into_iter()
+                .map(|f| get_response(f, snap.read_ts, shard))
+                .collect(),
+            read_ts: snap.read_ts.0,
+            snapshot: Some(snap.reply(node_id, uncertain)),
+        })
+    }
+}
