@@ -119,7 +119,7 @@ pub enum KvOp {
         #[arg(long, group = "expect")]
         expect_absent: bool,
     },
-    /// Run a serializable transaction of steps `get KEY`, `put KEY VALUE`, `del KEY` (one per
+    /// Run a transaction of steps `get KEY`, `put KEY VALUE`, `del KEY` (one per
     /// argument, or per line of --file), re-run on conflicts. After the commit prints each get
     /// as `KEY<TAB>VALUE` (or `KEY<TAB>(absent)`), then the commit timestamp and the attempts.
     /// Writes and reads must stay in one shard; a read-only transaction may span shards.
@@ -132,6 +132,10 @@ pub enum KvOp {
         /// Most runs of the transaction before giving up on conflicts.
         #[arg(long, default_value_t = meridian_types::limits::DEFAULT_TXN_MAX_ATTEMPTS)]
         max_attempts: u32,
+        /// What a transaction that writes is checked for at commit: every read
+        /// (serializable) or only the keys it writes (snapshot; write skew possible).
+        #[arg(long, value_enum, default_value = "serializable")]
+        isolation: IsolationArg,
     },
     /// Print `key<TAB>value` lines of a key range.
     Scan {
@@ -232,7 +236,15 @@ impl KvCommand {
                 steps,
                 file,
                 max_attempts,
-            } => self.run_txn(steps, file.as_deref(), *max_attempts).await?,
+                isolation,
+            } => {
+                let options = TxnOptions {
+                    max_attempts: (*max_attempts).max(1),
+                    isolation: isolation.into_client(),
+                    ..TxnOptions::default()
+                };
+                self.run_txn(steps, file.as_deref(), options).await?
+            }
         }
         Ok(())
     }
@@ -241,7 +253,7 @@ impl KvCommand {
         &self,
         args: &[String],
         file: Option<&std::path::Path>,
-        max_attempts: u32,
+        options: TxnOptions,
     ) -> anyhow::Result<()> {
         let text = match file {
             Some(path) => std::fs::read_to_string(path)
@@ -259,10 +271,6 @@ impl KvCommand {
             ops.push((step, key, value));
         }
         let client = self.connect.connect().await?;
-        let options = TxnOptions {
-            max_attempts: max_attempts.max(1),
-            ..TxnOptions::default()
-        };
         let ops = std::sync::Arc::new(ops);
         let (reads, info) = client
             .txn(options, move |txn| {
@@ -293,6 +301,22 @@ impl KvCommand {
             None => println!("OK read-only attempts={}", info.attempts),
         }
         Ok(())
+    }
+}
+
+/// `--isolation` of `meridian kv txn`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum IsolationArg {
+    Serializable,
+    Snapshot,
+}
+
+impl IsolationArg {
+    fn into_client(self) -> meridian_client::Isolation {
+        match self {
+            IsolationArg::Serializable => meridian_client::Isolation::Serializable,
+            IsolationArg::Snapshot => meridian_client::Isolation::Snapshot,
+        }
     }
 }
 

@@ -65,8 +65,7 @@
 //! - Inputs over `meridian_types::limits` fail fast with [`Error::InvalidArgument`].
 //!
 //! # Not done yet
-//! - Multi-shard read-write transactions, snapshot isolation, follower reads, snapshot scans
-//!   outside transactions.
+//! - Multi-shard read-write transactions, follower reads, snapshot scans outside transactions.
 
 mod backoff;
 pub mod cas;
@@ -77,6 +76,7 @@ mod multi;
 mod snapshot;
 pub mod routing;
 pub mod txn;
+mod txn_commit;
 mod validate;
 mod write_retry;
 
@@ -87,4 +87,4 @@ pub use error::{Error, LeaderHint, Result};
 pub use meridian_proto::kv as proto;
 pub use meridian_types::Timestamp;
 pub use routing::{NodeRoute, ShardMap, ShardRoute};
-pub use txn::{CommitInfo, Txn, TxnBody, TxnOptions};
+pub use txn::{CommitInfo, Isolation, Txn, TxnBody, TxnOptions};

@@ -16,7 +16,11 @@
 //!   (`Kv.Commit`), and the shard applies the writes only if every read still holds — each key
 //!   still at the version read, each scanned range still holding exactly the rows read —
 //!   checked inside its state machine at the commit's place in the Raft log. So a committed
-//!   transaction behaves as if it ran entirely at that point: **serializable**.
+//!   transaction behaves as if it ran entirely at that point: **serializable**. Under
+//!   [`Isolation::Snapshot`] only the reads of the keys it writes are sent (keys written
+//!   without being read are read at the snapshot first): first committer wins on every
+//!   written key, so no lost update, but two transactions that read the same keys and write
+//!   different ones can both commit (write skew).
 //!
 //! On a conflict the *whole closure* runs again with an empty read set and write buffer (never
 //! a replay of the old writes) at a new snapshot, after a jittered backoff, up to
@@ -55,16 +59,14 @@
 //!   a write id, so its own retries are deduplicated, but re-running the closure could apply
 //!   the transaction twice.
 
-use crate::client::{kv_client, request, Route};
+use crate::client::Route;
 use crate::error::{Error, Result};
-use crate::routing::ShardMap;
 use crate::snapshot::{SnapRead, SnapshotState};
+use crate::txn_commit::{outcome, send_commit, write_message, CommitParts, ScannedRange};
 use crate::{validate, Client, KeyValue};
 use bytes::Bytes;
-use meridian_proto::kv::{self as proto, txn_write};
 use meridian_types::limits::{
-    DEFAULT_TXN_MAX_ATTEMPTS, MAX_BATCH_BYTES, MAX_BATCH_KEYS, MAX_SCAN_LIMIT, MAX_TXN_RANGES,
-    MAX_TXN_READ_KEYS,
+    DEFAULT_TXN_MAX_ATTEMPTS, MAX_BATCH_BYTES, MAX_BATCH_KEYS, MAX_SCAN_LIMIT, MAX_TXN_READ_KEYS,
 };
 use meridian_types::Timestamp;
 use std::collections::BTreeMap;
@@ -75,9 +77,25 @@ use std::time::{Duration, Instant};
 /// Most times a commit regroups its checks after `WRONG_SHARD` (a stale shard map).
 const MAX_REGROUPS: u32 = 3;
 
+/// What a transaction that writes is checked for at commit.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Isolation {
+    /// Every read and scanned range must still hold: no lost update, no write skew, no
+    /// phantom.
+    #[default]
+    Serializable,
+    /// Only the keys it writes must be unchanged since its snapshot (first committer wins): no
+    /// lost update, but *write skew* is possible — two transactions that read overlapping keys
+    /// and write different ones can both commit.
+    Snapshot,
+}
+
 /// How [`Client::txn`] retries.
 #[derive(Clone, Debug)]
 pub struct TxnOptions {
+    /// What a transaction that writes is checked for (read-only ones read one snapshot either
+    /// way).
+    pub isolation: Isolation,
     /// Most attempts (runs of the closure); the last conflict is returned after them.
     pub max_attempts: u32,
     /// No new attempt starts once this much time has passed since the call began (`None`: the
@@ -94,6 +112,7 @@ pub struct TxnOptions {
 impl Default for TxnOptions {
     fn default() -> TxnOptions {
         TxnOptions {
+            isolation: Isolation::Serializable,
             max_attempts: DEFAULT_TXN_MAX_ATTEMPTS,
             deadline: None,
             backoff_initial: Duration::from_millis(2),
@@ -111,15 +130,6 @@ pub struct CommitInfo {
     pub attempts: u32,
 }
 
-/// A range a transaction scanned: every live key of `[start, end)` (`end = None`: +inf) and
-/// its version.
-#[derive(Clone, Debug)]
-struct ScannedRange {
-    start: Bytes,
-    end: Option<Bytes>,
-    rows: Vec<(Bytes, u64)>,
-}
-
 /// One attempt of a transaction: its read set and write buffer. See the
 /// [module docs](crate::txn).
 pub struct Txn {
@@ -134,6 +144,7 @@ pub struct Txn {
     snapshot: SnapshotState,
     /// Set when a read was uncertain: the attempt is over, and the next one reads here.
     restart: Option<Timestamp>,
+    isolation: Isolation,
 }
 
 /// The closure type of [`Client::txn`]: it borrows the attempt's [`Txn`] for the future it
@@ -182,7 +193,7 @@ impl Client {
         let mut snapshot = SnapshotState::default();
         loop {
             attempt += 1;
-            let mut txn = self.begin_at(snapshot);
+            let mut txn = self.begin_at(snapshot, options.isolation);
             let value = body(&mut txn).await;
             snapshot = txn.snapshot.clone();
             if let Some(version_ts) = txn.restart {
@@ -215,6 +226,13 @@ impl Client {
                     tracing::debug!(attempt, %conflict, "transaction conflict; running it again");
                     tokio::time::sleep(delay).await;
                 }
+                // A blind write's key, read at commit under snapshot isolation, was
+                // uncertain: as for an uncertain read in the closure.
+                Err(Error::TxnUncertain { version_ts })
+                    if attempt < options.max_attempts.max(1) && Instant::now() < give_up =>
+                {
+                    snapshot = snapshot.next_attempt(Some(version_ts));
+                }
                 Err(other) => return Err(other.into()),
             }
         }
@@ -223,10 +241,15 @@ impl Client {
     /// Starts one transaction attempt by hand; [`Txn::commit`] ends it. [`Client::txn`] is
     /// usually what you want: it re-runs the attempt on conflicts.
     pub fn begin(&self) -> Txn {
-        self.begin_at(SnapshotState::default())
+        self.begin_with(Isolation::Serializable)
     }
 
-    fn begin_at(&self, snapshot: SnapshotState) -> Txn {
+    /// [`Client::begin`] at another isolation level.
+    pub fn begin_with(&self, isolation: Isolation) -> Txn {
+        self.begin_at(SnapshotState::default(), isolation)
+    }
+
+    fn begin_at(&self, snapshot: SnapshotState, isolation: Isolation) -> Txn {
         Txn {
             client: self.clone(),
             reads: BTreeMap::new(),
@@ -235,6 +258,7 @@ impl Client {
             write_bytes: 0,
             snapshot,
             restart: None,
+            isolation,
         }
     }
 }
@@ -450,10 +474,24 @@ impl Txn {
     /// transaction (its reads were one snapshot: nothing to check), [`Error::TxnConflict`] if
     /// a read no longer held and [`Error::TxnUncertain`] if a read was uncertain (nothing was
     /// written in either case; run the transaction again).
-    pub async fn commit(self) -> Result<Option<Timestamp>> {
+    pub async fn commit(mut self) -> Result<Option<Timestamp>> {
         self.check_not_restarting()?;
         if self.writes.is_empty() {
             return Ok(None);
+        }
+        if self.isolation == Isolation::Snapshot {
+            // First committer wins on every written key: read the ones written blind (at the
+            // snapshot) so the commit can check them too.
+            let mut blind: Vec<Bytes> = self
+                .writes
+                .keys()
+                .filter(|k| !self.reads.contains_key(*k))
+                .cloned()
+                .collect();
+            blind.sort();
+            if !blind.is_empty() {
+                self.read_keys(blind).await?;
+            }
         }
         let mut regroups = 0;
         loop {
@@ -469,8 +507,15 @@ impl Txn {
 
     /// With writes: one shard must hold everything; one `Kv.Commit` with a write id.
     async fn commit_writes(&self) -> Result<Timestamp> {
+        let parts = CommitParts {
+            reads: &self.reads,
+            ranges: &self.ranges,
+            writes: &self.writes,
+            isolation: self.isolation,
+            write_id: self.client.next_write_id(),
+        };
         // The cached map's lock is held for this statement only, never across an await.
-        let (write_shard, message) = self.write_message(&self.client.state().map)?;
+        let (write_shard, message) = write_message(&self.client.state().map, parts)?;
         let deadline = self.client.deadline();
         let response = self
             .client
@@ -480,157 +525,4 @@ impl Txn {
             .await?;
         outcome(response)
     }
-
-    /// The write shard and its `Kv.Commit` request: reads, ranges and writes, all in one shard.
-    fn write_message(&self, map: &ShardMap) -> Result<(u64, proto::CommitRequest)> {
-        let mut groups = group(map, &self.reads, &self.ranges)?;
-        let write_shard = one_write_shard(map, &self.writes)?;
-        if let Some((&other, _)) = groups.iter().find(|(&shard, _)| shard != write_shard) {
-            return Err(Error::invalid(format!(
-                "the transaction reads shard {other} but writes shard {write_shard}: \
-                 multi-shard read-write transactions are not implemented yet"
-            )));
-        }
-        let mut message = groups.remove(&write_shard).unwrap_or_default();
-        message.writes = self
-            .writes
-            .iter()
-            .map(|(key, value)| proto::TxnWrite {
-                key: key.clone(),
-                action: Some(match value {
-                    Some(v) => txn_write::Action::PutValue(v.clone()),
-                    None => txn_write::Action::Delete(true),
-                }),
-            })
-            .collect();
-        message.write_id = Some(self.client.next_write_id());
-        Ok((write_shard, message))
-    }
-}
-
-/// One `Kv.Commit` attempt.
-async fn send_commit(
-    channel: tonic::transport::Channel,
-    timeout: Duration,
-    message: proto::CommitRequest,
-) -> std::result::Result<proto::CommitResponse, tonic::Status> {
-    kv_client(channel)
-        .commit(request(message, timeout))
-        .await
-        .map(|r| r.into_inner())
-}
-
-/// The commit timestamp of a committed answer, or the conflict.
-fn outcome(response: proto::CommitResponse) -> Result<Timestamp> {
-    if response.committed {
-        Ok(Timestamp(response.commit_ts))
-    } else {
-        Err(Error::TxnConflict {
-            key: response.conflict_key,
-        })
-    }
-}
-
-fn read_message(key: &Bytes, read: Option<u64>) -> proto::TxnRead {
-    proto::TxnRead {
-        key: key.clone(),
-        found: read.is_some(),
-        version_ts: read.unwrap_or(0),
-    }
-}
-
-/// The read set split by shard: point reads by owner, ranges cut at shard boundaries.
-fn group(
-    map: &ShardMap,
-    reads: &BTreeMap<Bytes, Option<(Bytes, u64)>>,
-    ranges: &[ScannedRange],
-) -> Result<BTreeMap<u64, proto::CommitRequest>> {
-    let mut groups: BTreeMap<u64, proto::CommitRequest> = BTreeMap::new();
-    let unowned = |key: &[u8]| Error::WrongShard {
-        message: format!("no shard in the cached map owns key {key:?}"),
-    };
-    for (key, read) in reads {
-        let shard = map.shard_for_key(key).ok_or_else(|| unowned(key))?;
-        groups
-            .entry(shard.shard_id)
-            .or_default()
-            .reads
-            .push(read_message(key, read.as_ref().map(|(_, ts)| *ts)));
-    }
-    for range in ranges {
-        for piece in split_range(map, range)? {
-            let group = groups.entry(piece.0).or_default();
-            group.ranges.push(piece.1);
-            if group.ranges.len() > MAX_TXN_RANGES {
-                return Err(Error::invalid(format!(
-                    "the transaction scanned more than MAX_TXN_RANGES ({MAX_TXN_RANGES}) ranges of shard {}",
-                    piece.0
-                )));
-            }
-        }
-    }
-    Ok(groups)
-}
-
-/// Cuts a scanned range at the shard boundaries of `map`: one piece per shard it overlaps,
-/// each with its rows.
-fn split_range(map: &ShardMap, range: &ScannedRange) -> Result<Vec<(u64, proto::TxnRange)>> {
-    let mut pieces = Vec::new();
-    let mut cursor = range.start.clone();
-    loop {
-        let shard = map
-            .shard_for_key(&cursor)
-            .ok_or_else(|| Error::WrongShard {
-                message: format!("no shard in the cached map owns key {cursor:?}"),
-            })?;
-        let shard_end = (!shard.end.is_empty()).then(|| shard.end.clone());
-        let (piece_end, last) = match (&range.end, &shard_end) {
-            (None, None) => (None, true),
-            (Some(end), None) => (Some(end.clone()), true),
-            (None, Some(se)) => (Some(se.clone()), false),
-            (Some(end), Some(se)) if end <= se => (Some(end.clone()), true),
-            (Some(_), Some(se)) => (Some(se.clone()), false),
-        };
-        let rows = range
-            .rows
-            .iter()
-            .filter(|(k, _)| *k >= cursor && piece_end.as_ref().is_none_or(|e| k < e))
-            .map(|(k, ts)| read_message(k, Some(*ts)))
-            .collect();
-        pieces.push((
-            shard.shard_id,
-            proto::TxnRange {
-                start: cursor.clone(),
-                end: piece_end.clone().unwrap_or_default(),
-                rows,
-            },
-        ));
-        if last {
-            return Ok(pieces);
-        }
-        cursor = piece_end.expect("a piece that is not the last ends at its shard's end");
-    }
-}
-
-/// The one shard every write belongs to.
-fn one_write_shard(map: &ShardMap, writes: &BTreeMap<Bytes, Option<Bytes>>) -> Result<u64> {
-    let mut shard = None;
-    for key in writes.keys() {
-        let owner = map
-            .shard_for_key(key)
-            .ok_or_else(|| Error::WrongShard {
-                message: format!("no shard in the cached map owns key {key:?}"),
-            })?
-            .shard_id;
-        match shard {
-            Some(prev) if prev != owner => {
-                return Err(Error::invalid(format!(
-                    "the transaction writes shards {prev} and {owner}: multi-shard read-write \
-                     transactions are not implemented yet"
-                )))
-            }
-            _ => shard = Some(owner),
-        }
-    }
-    shard.ok_or_else(|| Error::internal("commit_writes without writes"))
 }

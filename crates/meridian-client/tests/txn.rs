@@ -8,7 +8,7 @@ mod fake;
 
 use bytes::Bytes;
 use fake::*;
-use meridian_client::{Client, Error, TxnOptions};
+use meridian_client::{Client, Error, Isolation, TxnOptions};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -249,4 +249,50 @@ async fn conflicts_stop_after_max_attempts_and_closure_errors_end_the_call() {
         None,
         "an aborted closure writes nothing"
     );
+}
+
+#[tokio::test]
+async fn snapshot_isolation_allows_write_skew_and_serializable_does_not() {
+    let (_fake, client) = setup().await;
+    for isolation in [Isolation::Snapshot, Isolation::Serializable] {
+        client.put("x", "on").await.unwrap();
+        client.put("y", "on").await.unwrap();
+        // Two on-call doctors: each goes off call only if the other is still on.
+        let mut first = client.begin_with(isolation);
+        let mut second = client.begin_with(isolation);
+        for txn in [&mut first, &mut second] {
+            assert_eq!(txn.get("x").await.unwrap(), Some(b("on")));
+            assert_eq!(txn.get("y").await.unwrap(), Some(b("on")));
+        }
+        first.put("x", "off").unwrap();
+        second.put("y", "off").unwrap();
+        first.commit().await.expect("the first commits");
+        let second = second.commit().await;
+        let both_off = client.get("x").await.unwrap() == Some(b("off"))
+            && client.get("y").await.unwrap() == Some(b("off"));
+        match isolation {
+            Isolation::Snapshot => {
+                assert!(second.is_ok(), "{second:?}");
+                assert!(both_off, "write skew under snapshot isolation");
+            }
+            Isolation::Serializable => {
+                assert!(
+                    matches!(&second, Err(Error::TxnConflict { key }) if key == "x"),
+                    "{second:?}"
+                );
+                assert!(!both_off, "no write skew when serializable");
+            }
+        }
+    }
+
+    // Snapshot isolation still prevents lost updates: both read and write the same key.
+    client.put("n", "0").await.unwrap();
+    let mut first = client.begin_with(Isolation::Snapshot);
+    let mut second = client.begin_with(Isolation::Snapshot);
+    first.get("n").await.unwrap();
+    second.get("n").await.unwrap();
+    first.put("n", "1").unwrap();
+    second.put("n", "1").unwrap();
+    first.commit().await.unwrap();
+    assert!(matches!(second.commit().await, Err(Error::TxnConflict { .. })));
 }

@@ -1,0 +1,201 @@
+//! The commit message of a transaction that writes: its read set and writes grouped into one
+//! shard's `Kv.Commit` (see the `txn` module docs), and the reply's reading.
+
+use crate::client::kv_client;
+use crate::client::request;
+use crate::error::{Error, Result};
+use crate::routing::ShardMap;
+use crate::txn::Isolation;
+use bytes::Bytes;
+use meridian_proto::kv::{self as proto, txn_write};
+use meridian_types::limits::MAX_TXN_RANGES;
+use meridian_types::Timestamp;
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+/// A range a transaction scanned: every live key of `[start, end)` (`end = None`: +inf) and
+/// its version.
+#[derive(Clone, Debug)]
+pub(crate) struct ScannedRange {
+    pub start: Bytes,
+    pub end: Option<Bytes>,
+    pub rows: Vec<(Bytes, u64)>,
+}
+
+/// What a transaction hands to its commit.
+pub(crate) struct CommitParts<'a> {
+    pub reads: &'a BTreeMap<Bytes, Option<(Bytes, u64)>>,
+    pub ranges: &'a [ScannedRange],
+    pub writes: &'a BTreeMap<Bytes, Option<Bytes>>,
+    pub isolation: Isolation,
+    pub write_id: proto::WriteId,
+}
+
+/// The write shard and its `Kv.Commit` request: reads, ranges and writes, all in one shard.
+/// Under [`Isolation::Snapshot`] only the reads of written keys are checked (first committer
+/// wins on every written key: the caller has read each one), and no range.
+pub(crate) fn write_message(
+    map: &ShardMap,
+    parts: CommitParts<'_>,
+) -> Result<(u64, proto::CommitRequest)> {
+    let write_shard = one_write_shard(map, parts.writes)?;
+    let mut groups = match parts.isolation {
+        Isolation::Serializable => group(map, parts.reads, parts.ranges)?,
+        Isolation::Snapshot => {
+            let written: BTreeMap<Bytes, Option<(Bytes, u64)>> = parts
+                .reads
+                .iter()
+                .filter(|(key, _)| parts.writes.contains_key(*key))
+                .map(|(key, read)| (key.clone(), read.clone()))
+                .collect();
+            group(map, &written, &[])?
+        }
+    };
+    if let Some((&other, _)) = groups.iter().find(|(&shard, _)| shard != write_shard) {
+        return Err(Error::invalid(format!(
+            "the transaction reads shard {other} but writes shard {write_shard}: \
+             multi-shard read-write transactions are not implemented yet"
+        )));
+    }
+    let mut message = groups.remove(&write_shard).unwrap_or_default();
+    message.writes = parts
+        .writes
+        .iter()
+        .map(|(key, value)| proto::TxnWrite {
+            key: key.clone(),
+            action: Some(match value {
+                Some(v) => txn_write::Action::PutValue(v.clone()),
+                None => txn_write::Action::Delete(true),
+            }),
+        })
+        .collect();
+    message.write_id = Some(parts.write_id);
+    Ok((write_shard, message))
+}
+
+/// One `Kv.Commit` attempt.
+pub(crate) async fn send_commit(
+    channel: tonic::transport::Channel,
+    timeout: Duration,
+    message: proto::CommitRequest,
+) -> std::result::Result<proto::CommitResponse, tonic::Status> {
+    kv_client(channel)
+        .commit(request(message, timeout))
+        .await
+        .map(|r| r.into_inner())
+}
+
+/// The commit timestamp of a committed answer, or the conflict.
+pub(crate) fn outcome(response: proto::CommitResponse) -> Result<Timestamp> {
+    if response.committed {
+        Ok(Timestamp(response.commit_ts))
+    } else {
+        Err(Error::TxnConflict {
+            key: response.conflict_key,
+        })
+    }
+}
+
+fn read_message(key: &Bytes, read: Option<u64>) -> proto::TxnRead {
+    proto::TxnRead {
+        key: key.clone(),
+        found: read.is_some(),
+        version_ts: read.unwrap_or(0),
+    }
+}
+
+/// The read set split by shard: point reads by owner, ranges cut at shard boundaries.
+fn group(
+    map: &ShardMap,
+    reads: &BTreeMap<Bytes, Option<(Bytes, u64)>>,
+    ranges: &[ScannedRange],
+) -> Result<BTreeMap<u64, proto::CommitRequest>> {
+    let mut groups: BTreeMap<u64, proto::CommitRequest> = BTreeMap::new();
+    let unowned = |key: &[u8]| Error::WrongShard {
+        message: format!("no shard in the cached map owns key {key:?}"),
+    };
+    for (key, read) in reads {
+        let shard = map.shard_for_key(key).ok_or_else(|| unowned(key))?;
+        groups
+            .entry(shard.shard_id)
+            .or_default()
+            .reads
+            .push(read_message(key, read.as_ref().map(|(_, ts)| *ts)));
+    }
+    for range in ranges {
+        for piece in split_range(map, range)? {
+            let group = groups.entry(piece.0).or_default();
+            group.ranges.push(piece.1);
+            if group.ranges.len() > MAX_TXN_RANGES {
+                return Err(Error::invalid(format!(
+                    "the transaction scanned more than MAX_TXN_RANGES ({MAX_TXN_RANGES}) ranges of shard {}",
+                    piece.0
+                )));
+            }
+        }
+    }
+    Ok(groups)
+}
+
+/// Cuts a scanned range at the shard boundaries of `map`: one piece per shard it overlaps,
+/// each with its rows.
+fn split_range(map: &ShardMap, range: &ScannedRange) -> Result<Vec<(u64, proto::TxnRange)>> {
+    let mut pieces = Vec::new();
+    let mut cursor = range.start.clone();
+    loop {
+        let shard = map
+            .shard_for_key(&cursor)
+            .ok_or_else(|| Error::WrongShard {
+                message: format!("no shard in the cached map owns key {cursor:?}"),
+            })?;
+        let shard_end = (!shard.end.is_empty()).then(|| shard.end.clone());
+        let (piece_end, last) = match (&range.end, &shard_end) {
+            (None, None) => (None, true),
+            (Some(end), None) => (Some(end.clone()), true),
+            (None, Some(se)) => (Some(se.clone()), false),
+            (Some(end), Some(se)) if end <= se => (Some(end.clone()), true),
+            (Some(_), Some(se)) => (Some(se.clone()), false),
+        };
+        let rows = range
+            .rows
+            .iter()
+            .filter(|(k, _)| *k >= cursor && piece_end.as_ref().is_none_or(|e| k < e))
+            .map(|(k, ts)| read_message(k, Some(*ts)))
+            .collect();
+        pieces.push((
+            shard.shard_id,
+            proto::TxnRange {
+                start: cursor.clone(),
+                end: piece_end.clone().unwrap_or_default(),
+                rows,
+            },
+        ));
+        if last {
+            return Ok(pieces);
+        }
+        cursor = piece_end.expect("a piece that is not the last ends at its shard's end");
+    }
+}
+
+/// The one shard every write belongs to.
+fn one_write_shard(map: &ShardMap, writes: &BTreeMap<Bytes, Option<Bytes>>) -> Result<u64> {
+    let mut shard = None;
+    for key in writes.keys() {
+        let owner = map
+            .shard_for_key(key)
+            .ok_or_else(|| Error::WrongShard {
+                message: format!("no shard in the cached map owns key {key:?}"),
+            })?
+            .shard_id;
+        match shard {
+            Some(prev) if prev != owner => {
+                return Err(Error::invalid(format!(
+                    "the transaction writes shards {prev} and {owner}: multi-shard read-write \
+                     transactions are not implemented yet"
+                )))
+            }
+            _ => shard = Some(owner),
+        }
+    }
+    shard.ok_or_else(|| Error::internal("commit_writes without writes"))
+}
