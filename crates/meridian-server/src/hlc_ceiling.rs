@@ -20,14 +20,35 @@
 //! that went back by up to `max_offset` explains means the node cannot safely wait it out: it
 //! refuses to start and says by how much.
 //!
-//! # Not done yet
-//! Issuing is not gated on the ceiling: if the persist task stalls for longer than `LEAD`
-//! (a disk stall), timestamps can pass the last persisted ceiling.
+//! # Issuing is gated on it
+//! A persist that stalls (a disk stall) must not let the clock run past the last persisted
+//! ceiling: [`CeilingGate`] holds the last ceiling that reached the disk, and the `Kv` service
+//! hands out no timestamp at or above it — neither a write's (refused before it is proposed)
+//! nor a read's — answering `UNAVAILABLE` until the keeper catches up.
 
 use meridian_storage::{keys, Cf, Engine, WriteBatch};
 use meridian_types::{Clock, Timestamp};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
+
+/// The last ceiling known to be on disk; no timestamp at or above it may be handed out.
+#[derive(Debug, Default)]
+pub struct CeilingGate {
+    ms: AtomicU64,
+}
+
+impl CeilingGate {
+    /// Records a persisted ceiling (in ms); never lowers it.
+    pub fn persisted(&self, ceiling_ms: u64) {
+        self.ms.fetch_max(ceiling_ms, Ordering::AcqRel);
+    }
+
+    /// Whether `ts` may be handed out: strictly below the last persisted ceiling.
+    pub fn admits(&self, ts: Timestamp) -> bool {
+        ts < Timestamp::from_physical_ms(self.ms.load(Ordering::Acquire))
+    }
+}
 
 /// How often the ceiling is persisted.
 pub const CEILING_INTERVAL: Duration = Duration::from_millis(250);
@@ -103,8 +124,13 @@ pub async fn wait_past_ceiling(engine: &dyn Engine, clock: &Clock) -> anyhow::Re
     Ok(started.elapsed())
 }
 
-/// Persists the ceiling every [`CEILING_INTERVAL`] until the node stops.
-pub fn spawn_keeper(engine: Arc<dyn Engine>, clock: Arc<Clock>) -> tokio::task::JoinHandle<()> {
+/// Persists the ceiling every [`CEILING_INTERVAL`] until the node stops, opening `gate` to
+/// each one that reached the disk.
+pub fn spawn_keeper(
+    engine: Arc<dyn Engine>,
+    clock: Arc<Clock>,
+    gate: Arc<CeilingGate>,
+) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         let mut interval = tokio::time::interval(CEILING_INTERVAL);
         interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -114,7 +140,7 @@ pub fn spawn_keeper(engine: Arc<dyn Engine>, clock: Arc<Clock>) -> tokio::task::
             let result =
                 tokio::task::spawn_blocking(move || persist_ceiling(&*engine, &clock)).await;
             match result {
-                Ok(Ok(_)) => {}
+                Ok(Ok(ceiling_ms)) => gate.persisted(ceiling_ms),
                 Ok(Err(e)) => tracing::error!(error = %e, "persisting the HLC ceiling failed"),
                 Err(e) => tracing::error!(error = %e, "HLC ceiling task failed"),
             }
@@ -158,6 +184,22 @@ mod tests {
             clock.now() > Timestamp::from_physical_ms(ceiling_ms),
             "every timestamp issued after the wait is above the ceiling"
         );
+    }
+
+    #[test]
+    fn the_gate_admits_only_timestamps_below_the_last_persisted_ceiling() {
+        let engine = MemoryEngine::new();
+        let clock = clock();
+        let gate = CeilingGate::default();
+        assert!(!gate.admits(clock.now()), "nothing persisted yet: nothing admitted");
+        let ceiling_ms = persist_ceiling(&engine, &clock).unwrap();
+        gate.persisted(ceiling_ms);
+        assert!(gate.admits(clock.now()));
+        // A stalled keeper: the clock (or a merged peer timestamp) reaches the ceiling.
+        let at = Timestamp::from_physical_ms(ceiling_ms);
+        assert!(!gate.admits(at) && gate.admits(Timestamp(at.0 - 1)));
+        gate.persisted(ceiling_ms - 1_000);
+        assert!(gate.admits(Timestamp(at.0 - 1)), "a late, lower ceiling never lowers it");
     }
 
     #[tokio::test]

@@ -38,7 +38,8 @@
 //!
 //! # Back pressure
 //! At most `MAX_INFLIGHT_PROPOSALS_PER_SHARD × shards` requests, and at most
-//! `MAX_INFLIGHT_REQUEST_BYTES_PER_NODE` bytes of request messages, are in flight per node;
+//! `MAX_INFLIGHT_REQUEST_BYTES_PER_NODE` bytes of request messages
+//! (`MAX_INFLIGHT_REQUEST_BYTES_PER_CONNECTION` per connection), are in flight per node;
 //! beyond either, requests fail fast with `UNAVAILABLE` rather than queueing without bound
 //! (see `admission`).
 
@@ -95,7 +96,11 @@ impl KvService {
         let lease_read_window = lease_read_window(node.config.raft.election_timeout_max_ms);
         KvService {
             node,
-            admission: Admission::new(permits, MAX_INFLIGHT_REQUEST_BYTES_PER_NODE),
+            admission: Admission::new(
+                permits,
+                MAX_INFLIGHT_REQUEST_BYTES_PER_NODE,
+                MAX_INFLIGHT_REQUEST_BYTES_PER_CONNECTION,
+            ),
             lease_read_window,
         }
     }
@@ -110,26 +115,37 @@ impl KvService {
     /// message's encoded bytes (see `admission`), then the wait for its causality token (see
     /// the module docs). Every handler starts here.
     async fn admit<T: prost::Message>(&self, request: &Request<T>) -> Result<Admitted> {
-        let permit = self.admission.try_admit(request.get_ref().encoded_len())?;
+        let permit = self
+            .admission
+            .try_admit(request.get_ref().encoded_len(), request.remote_addr())?;
         self.wait_for_token(request).await?;
         Ok(permit)
     }
 
     /// Proposes `cmd` and returns its commit timestamp.
-    async fn propose(&self, shard: ShardId, replica: &ShardReplica, cmd: Command) -> Result<u64> {
+    async fn propose(
+        &self,
+        shard: ShardId,
+        replica: &ShardReplica,
+        cmd: Command,
+        permit: Admitted,
+    ) -> Result<u64> {
         Ok(self
-            .propose_for_result(shard, replica, cmd)
+            .propose_for_result(shard, replica, cmd, permit)
             .await?
             .commit_ts)
     }
 
     /// Proposes `cmd` (its timestamp is replaced by one issued for this shard, see
     /// `meridian_raft::issued`) and returns what apply produced (a CAS may report a mismatch).
+    /// The request's admission `permit` is held until the proposal settles, even if the request
+    /// is dropped first.
     async fn propose_for_result(
         &self,
         shard: ShardId,
         replica: &ShardReplica,
         cmd: Command,
+        permit: Admitted,
     ) -> Result<CommandResult> {
         use openraft::errors::{ClientWriteError, RaftError};
         // Timestamps are issued only by a node that knows it leads (see `issued`: a candidate
@@ -143,16 +159,18 @@ impl KvService {
             return Err(self.node.not_leader(shard, leader).await);
         }
         let issued = replica.issued.issue(&self.node.clock, term).await;
+        self.check_ceiling(Timestamp(issued.ts))?;
         let cmd = Command::Fenced {
             term,
             cmd: Box::new(cmd.with_ts(issued.ts)),
         };
-        // The task owns the issued timestamp until the proposal settles, so a request that is
-        // dropped (its client went away) does not untrack a proposal still in the log.
+        // The task owns the issued timestamp and the admission permit until the proposal
+        // settles, so a request that is dropped (its client went away) neither untracks a
+        // proposal still in the log nor frees its place in the node's budgets early.
         let raft = replica.raft.clone();
         let written = tokio::spawn(async move {
             let written = raft.client_write(cmd).await;
-            drop(issued);
+            drop((issued, permit));
             written
         })
         .await
@@ -178,6 +196,17 @@ impl KvService {
             }
             Err(e) => Err(ServerError::Ambiguous(format!("shard {shard}: {e}"))),
         }
+    }
+
+    /// Refuses to hand out `ts` unless it is below the last persisted HLC ceiling (see
+    /// `hlc_ceiling`: a restart must never issue below a timestamp issued before it).
+    fn check_ceiling(&self, ts: Timestamp) -> Result<()> {
+        if self.node.ceiling.admits(ts) {
+            return Ok(());
+        }
+        Err(ServerError::Unavailable(format!(
+            "timestamp {ts} is not below the persisted HLC ceiling yet (a storage stall?)"
+        )))
     }
 
     /// Waits until this node's clock has passed the request's causality token (see the module
@@ -263,7 +292,9 @@ impl KvService {
         match result {
             Ok(_) => {
                 let now = self.node.clock.now();
-                Ok(now.max(replica.sm.applied_floor()))
+                let read_ts = now.max(replica.sm.applied_floor());
+                self.check_ceiling(read_ts)?;
+                Ok(read_ts)
             }
             Err(e) => {
                 if let Some(f) = e.forward_to_leader() {
@@ -358,7 +389,7 @@ impl Kv for KvService {
         &self,
         request: Request<PutRequest>,
     ) -> std::result::Result<Response<PutResponse>, Status> {
-        let _permit = self.admit(&request).await?;
+        let permit = self.admit(&request).await?;
         let req = request.into_inner();
         check_key(&req.key, "key")?;
         check_value(&req.value)?;
@@ -370,7 +401,7 @@ impl Kv for KvService {
             deletes: Vec::new(),
             request: request_id(req.write_id),
         };
-        let commit_ts = self.propose(shard, &replica, cmd).await?;
+        let commit_ts = self.propose(shard, &replica, cmd, permit).await?;
         Ok(Response::new(PutResponse {
             commit_ts,
             shard_id: shard.0,
@@ -381,7 +412,7 @@ impl Kv for KvService {
         &self,
         request: Request<DeleteRequest>,
     ) -> std::result::Result<Response<DeleteResponse>, Status> {
-        let _permit = self.admit(&request).await?;
+        let permit = self.admit(&request).await?;
         let req = request.into_inner();
         check_key(&req.key, "key")?;
         let (desc, replica) = self.node.route(&req.key)?;
@@ -392,7 +423,7 @@ impl Kv for KvService {
             deletes: vec![req.key],
             request: request_id(req.write_id),
         };
-        let commit_ts = self.propose(shard, &replica, cmd).await?;
+        let commit_ts = self.propose(shard, &replica, cmd, permit).await?;
         Ok(Response::new(DeleteResponse {
             commit_ts,
             shard_id: shard.0,
@@ -537,7 +568,7 @@ impl Kv for KvService {
         &self,
         request: Request<BatchPutRequest>,
     ) -> std::result::Result<Response<BatchPutResponse>, Status> {
-        let _permit = self.admit(&request).await?;
+        let permit = self.admit(&request).await?;
         let req = request.into_inner();
         let count = req.entries.len() + req.deletes.len();
         if count > MAX_BATCH_KEYS {
@@ -580,7 +611,7 @@ impl Kv for KvService {
             deletes: req.deletes,
             request: request_id(req.write_id),
         };
-        let commit_ts = self.propose(shard, &replica, cmd).await?;
+        let commit_ts = self.propose(shard, &replica, cmd, permit).await?;
         Ok(Response::new(BatchPutResponse {
             commit_ts,
             shard_id: shard.0,
@@ -591,13 +622,13 @@ impl Kv for KvService {
         &self,
         request: Request<CasRequest>,
     ) -> std::result::Result<Response<CasResponse>, Status> {
-        let _permit = self.admit(&request).await?;
+        let permit = self.admit(&request).await?;
         let req = request.into_inner();
         let key = req.key.clone();
         let cmd = cas_command(req, 0)?;
         let (desc, replica) = self.node.route(&key)?;
         let shard = desc.id;
-        let result = self.propose_for_result(shard, &replica, cmd).await?;
+        let result = self.propose_for_result(shard, &replica, cmd, permit).await?;
         let mut response = CasResponse {
             succeeded: result.mismatch.is_none(),
             commit_ts: result.commit_ts,
@@ -616,7 +647,7 @@ impl Kv for KvService {
         &self,
         request: Request<CommitRequest>,
     ) -> std::result::Result<Response<CommitResponse>, Status> {
-        let _permit = self.admit(&request).await?;
+        let permit = self.admit(&request).await?;
         let txn = TxnCommit::parse(request.into_inner(), &self.node.shard_map)?;
         let shard = txn.shard;
         let replica = self.node.replica(shard)?;
@@ -635,7 +666,7 @@ impl Kv for KvService {
             (read_ts.0, conflict)
         } else {
             let cmd = txn.into_command(0);
-            let result = self.propose_for_result(shard, &replica, cmd).await?;
+            let result = self.propose_for_result(shard, &replica, cmd, permit).await?;
             (result.commit_ts, result.conflict)
         };
         Ok(Response::new(CommitResponse {

@@ -60,6 +60,8 @@ pub struct Node {
     pub host: Arc<MultiRaft>,
     pub clock: Arc<Clock>,
     pub shard_map: Arc<ShardMap>,
+    /// No timestamp at or above the last persisted HLC ceiling is handed out (`hlc_ceiling`).
+    pub ceiling: Arc<crate::hlc_ceiling::CeilingGate>,
     registry_cache: RwLock<HashMap<NodeId, NodeRecord>>,
     /// Persists the HLC ceiling (see `hlc_ceiling`); aborted on shutdown.
     ceiling_keeper: tokio::task::JoinHandle<()>,
@@ -155,8 +157,13 @@ impl Node {
                 "clock passed the HLC ceiling"
             );
         }
-        crate::hlc_ceiling::persist_ceiling(&*dyn_engine, &clock)?;
-        let ceiling_keeper = crate::hlc_ceiling::spawn_keeper(dyn_engine.clone(), clock.clone());
+        let ceiling = Arc::new(crate::hlc_ceiling::CeilingGate::default());
+        ceiling.persisted(crate::hlc_ceiling::persist_ceiling(&*dyn_engine, &clock)?);
+        let ceiling_keeper = crate::hlc_ceiling::spawn_keeper(
+            dyn_engine.clone(),
+            clock.clone(),
+            ceiling.clone(),
+        );
         let host = MultiRaft::new(
             config.node_id,
             dyn_engine,
@@ -184,6 +191,7 @@ impl Node {
             host,
             clock,
             shard_map,
+            ceiling,
             registry_cache: RwLock::new(HashMap::new()),
             config,
             ceiling_keeper,

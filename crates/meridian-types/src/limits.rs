@@ -21,6 +21,9 @@ pub const MAX_INITIAL_SHARDS: u32 = 1_024;
 pub const MAX_INFLIGHT_PROPOSALS_PER_SHARD: usize = 4_096;
 /// Most bytes of client request messages a node holds in flight; more is `Unavailable`.
 pub const MAX_INFLIGHT_REQUEST_BYTES_PER_NODE: usize = 256 * 1024 * 1024;
+/// Most bytes of request messages one client connection may have in flight at a node (a
+/// quarter of the node's budget); beyond it its requests fail fast with `UNAVAILABLE`.
+pub const MAX_INFLIGHT_REQUEST_BYTES_PER_CONNECTION: usize = 64 * 1024 * 1024;
 /// Most Raft log items (appends, truncations, purges) the node's log writer merges into one
 /// RocksDB write and one fsync.
 pub const MAX_LOG_BATCH_ENTRIES: usize = 4_096;
