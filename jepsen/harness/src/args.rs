@@ -116,6 +116,15 @@ impl NemesisKind {
     }
 
     /// Whether this nemesis may cut the network (needs nftables and per-node uids).
+    /// Whether it runs nodes with skewed clocks: the append checker then requires real-time
+    /// order per key only (see `meridian_jepsen::checker::append::RealTime`).
+    pub fn skews_clocks(self) -> bool {
+        matches!(
+            self,
+            NemesisKind::Clock | NemesisKind::ClockChain | NemesisKind::All
+        )
+    }
+
     pub fn partitions(self) -> bool {
         matches!(self, NemesisKind::Partition | NemesisKind::All)
     }

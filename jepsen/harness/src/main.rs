@@ -46,8 +46,9 @@
 //! - **append** (`append.rs`): three list keys in every shard; read-write transactions of 1–4
 //!   appends and reads on one shard's keys, read-only transactions of every key. Checked with
 //!   the Elle-style list-append checker: no dependency cycle, real-time edges included
-//!   (strictly serializable), no read of an
-//!   aborted or unknown value, reads of a key are prefixes of one another.
+//!   (strictly serializable; under a nemesis that skews clocks, real-time edges only between
+//!   transactions sharing a key), no read of an aborted or unknown value, reads of a key are
+//!   prefixes of one another.
 //! - **negative controls** (`--negative-control`): the checker library's `lost-ack` (set),
 //!   `stale-read` (register), `wrong-total` (bank) or `fractured-read` (append) mutation is
 //!   applied to a copy of the recorded history; the run

@@ -157,9 +157,19 @@ pub async fn run(cfg: RunConfig, meridian: PathBuf) -> anyhow::Result<u8> {
     drop(cluster);
 
     let history = recorder.snapshot();
+    let real_time = if cfg.nemesis.skews_clocks() {
+        meridian_jepsen::checker::append::RealTime::PerKey
+    } else {
+        meridian_jepsen::checker::append::RealTime::Strict
+    };
     let mut verdict = match interrupted {
         Some(_) => None,
-        None => Some(check::check(cfg.workload, &history, &collected.keys)?),
+        None => Some(check::check(
+            cfg.workload,
+            &history,
+            &collected.keys,
+            real_time,
+        )?),
     };
     // Every replica of the set's shard must hold every acknowledged add, not only the one
     // that served the final read (see `replicas`).
@@ -212,6 +222,7 @@ pub async fn run(cfg: RunConfig, meridian: PathBuf) -> anyhow::Result<u8> {
             &history,
             &collected.keys,
             cfg.seed,
+            real_time,
         )?),
         _ => None,
     };
