@@ -95,7 +95,12 @@ fn check_cli(endpoints: &[String]) {
 
     let out = cli(
         endpoints,
-        &["--isolation", "snapshot", "get user1cli/a", "put user1cli/s 1"],
+        &[
+            "--isolation",
+            "snapshot",
+            "get user1cli/a",
+            "put user1cli/s 1",
+        ],
     );
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     assert!(text(&out.stdout).contains("OK commit_ts="), "{out:?}");
@@ -221,7 +226,10 @@ async fn write_skew(client: &Client) {
         .into_iter()
         .enumerate()
     {
-        let (x, y) = (format!("user1oncall{round}/x"), format!("user1oncall{round}/y"));
+        let (x, y) = (
+            format!("user1oncall{round}/x"),
+            format!("user1oncall{round}/y"),
+        );
         client.put(x.clone(), "on").await.expect("put");
         client.put(y.clone(), "on").await.expect("put");
         let mut a = client.begin_with(isolation);

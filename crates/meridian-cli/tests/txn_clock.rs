@@ -99,7 +99,10 @@ async fn uncertainty_window(client: &Client, cluster: &meridian_cli::LocalCluste
         w,
         "the acknowledged version lies in the uncertainty window"
     );
-    assert!(uncertain.results.is_empty(), "an uncertain read answers nothing");
+    assert!(
+        uncertain.results.is_empty(),
+        "an uncertain read answers nothing"
+    );
 
     // Control: the same read with the window closed at T reads below the write.
     let closed = snapshot_get(&addr, &key, before, Some((reply.node_id, before))).await;
@@ -121,7 +124,11 @@ async fn meta_log(cluster: &meridian_cli::LocalCluster) -> Vec<u64> {
         let status = meridian_client::fetch_status(&addr, std::time::Duration::from_secs(5))
             .await
             .expect("status");
-        let meta = status.shards.iter().find(|s| s.shard_id == 0).expect("meta");
+        let meta = status
+            .shards
+            .iter()
+            .find(|s| s.shard_id == 0)
+            .expect("meta");
         out.push(meta.last_log_index);
     }
     out

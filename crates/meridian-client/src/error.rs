@@ -131,7 +131,9 @@ pub enum Error {
     /// docs). Nothing was written. `Client::txn` runs the transaction again at that version's
     /// timestamp; a caller of `Txn` by hand should start a new one.
     #[error("transaction restart: a version at {version_ts} is within the clock uncertainty of its snapshot")]
-    TxnUncertain { version_ts: meridian_types::Timestamp },
+    TxnUncertain {
+        version_ts: meridian_types::Timestamp,
+    },
 }
 
 fn leader_suffix(leader: &Option<LeaderHint>) -> String {

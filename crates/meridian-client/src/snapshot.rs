@@ -82,7 +82,9 @@ impl SnapshotState {
             return Ok(Some(Timestamp(reply.uncertain_ts)));
         }
         if read_ts == 0 {
-            return Err(Error::internal("a snapshot read was answered without its read_ts"));
+            return Err(Error::internal(
+                "a snapshot read was answered without its read_ts",
+            ));
         }
         match self.read_ts {
             None => self.read_ts = Some(Timestamp(read_ts)),
@@ -123,10 +125,17 @@ mod tests {
         );
         let spec = snap.spec();
         assert_eq!((spec.read_ts, spec.observed.len()), (100, 2));
-        assert_eq!(snap.limit, Some(Timestamp(600)), "the first reply's limit is kept");
+        assert_eq!(
+            snap.limit,
+            Some(Timestamp(600)),
+            "the first reply's limit is kept"
+        );
         assert_eq!(snap.spec().uncertainty_limit, 600);
         // An answer at another timestamp (two shards picked one each): restart at the later.
-        assert_eq!(snap.absorb(101, reply(3, 101, 0)).unwrap(), Some(Timestamp(101)));
+        assert_eq!(
+            snap.absorb(101, reply(3, 101, 0)).unwrap(),
+            Some(Timestamp(101))
+        );
         assert!(snap.absorb(100, None).is_err());
         assert!(snap.absorb(0, reply(3, 101, 0)).is_err());
     }
@@ -141,7 +150,11 @@ mod tests {
         );
         let next = snap.next_attempt(Some(Timestamp(120)));
         assert_eq!(next.read_ts, Some(Timestamp(120)));
-        assert_eq!(next.limit, Some(Timestamp(600)), "a restart does not widen the window");
+        assert_eq!(
+            next.limit,
+            Some(Timestamp(600)),
+            "a restart does not widen the window"
+        );
         assert_eq!(next.observed, BTreeMap::from([(1, 100), (2, 150)]));
     }
 }

@@ -179,8 +179,14 @@ async fn an_uncertain_read_reruns_the_closure_at_the_newer_version() {
     client.put("z", "4").await.unwrap();
     let e = txn.get("z").await.unwrap_err();
     assert!(matches!(e, Error::TxnUncertain { .. }), "{e}");
-    assert!(matches!(txn.get("q").await, Err(Error::TxnUncertain { .. })));
-    assert!(matches!(txn.commit().await, Err(Error::TxnUncertain { .. })));
+    assert!(matches!(
+        txn.get("q").await,
+        Err(Error::TxnUncertain { .. })
+    ));
+    assert!(matches!(
+        txn.commit().await,
+        Err(Error::TxnUncertain { .. })
+    ));
 }
 
 #[tokio::test]
@@ -294,5 +300,8 @@ async fn snapshot_isolation_allows_write_skew_and_serializable_does_not() {
     first.put("n", "1").unwrap();
     second.put("n", "1").unwrap();
     first.commit().await.unwrap();
-    assert!(matches!(second.commit().await, Err(Error::TxnConflict { .. })));
+    assert!(matches!(
+        second.commit().await,
+        Err(Error::TxnConflict { .. })
+    ));
 }

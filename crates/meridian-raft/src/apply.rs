@@ -322,7 +322,10 @@ mod tests {
             cmd: Box::new(put(ts, "k", value)),
         };
         // `run` applies every entry as term 1.
-        let r = run(&engine, vec![vec![fenced(2, 10, "stale"), fenced(1, 11, "ok")]]);
+        let r = run(
+            &engine,
+            vec![vec![fenced(2, 10, "stale"), fenced(1, 11, "ok")]],
+        );
         assert!(r[0].fenced && r[0].commit_ts == 0, "{:?}", r[0]);
         assert!(!r[1].fenced && r[1].commit_ts == 11, "{:?}", r[1]);
         assert_eq!(latest(&engine, "k"), Some((11, b"ok".to_vec())));

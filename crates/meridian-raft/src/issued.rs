@@ -117,8 +117,7 @@ impl Issued {
                 if term != state.term {
                     state.term = term;
                     // +1: `physical_ms` is truncated to whole milliseconds.
-                    state.not_before_ms =
-                        physical_ms + clock.max_offset().as_millis() as u64 + 1;
+                    state.not_before_ms = physical_ms + clock.max_offset().as_millis() as u64 + 1;
                 }
                 if physical_ms >= state.not_before_ms {
                     let ts = clock.now().0;
@@ -202,7 +201,10 @@ mod tests {
         let start = clock.physical_now().physical_ms();
         let a = issued.issue(&clock, 1).await;
         let b = issued.issue(&clock, 1).await;
-        assert!(Timestamp(a.ts).physical_ms() >= start + 500, "first issue of a term");
+        assert!(
+            Timestamp(a.ts).physical_ms() >= start + 500,
+            "first issue of a term"
+        );
         assert!(b.ts > a.ts);
         // Later in the same term: no wait.
         let t0 = std::time::Instant::now();
@@ -257,7 +259,11 @@ mod tests {
         let issued = Issued::default();
         assert_eq!(issued.led_since(4, 4, 100), 100, "first barrier of term 4");
         assert_eq!(issued.led_since(4, 4, 150), 100, "kept for the term");
-        assert_eq!(issued.led_since(4, 5, 170), 170, "a term change around the barrier");
+        assert_eq!(
+            issued.led_since(4, 5, 170),
+            170,
+            "a term change around the barrier"
+        );
         assert_eq!(issued.led_since(5, 5, 180), 170);
         assert_eq!(issued.led_since(6, 6, 200), 200, "a new term");
     }

@@ -171,16 +171,26 @@ mod tests {
     #[test]
     fn one_connection_cannot_take_the_whole_byte_budget() {
         let admission = Admission::new(100, 1_000, 300);
-        let (a, b): (SocketAddr, SocketAddr) =
-            ("127.0.0.1:5000".parse().unwrap(), "127.0.0.1:5001".parse().unwrap());
+        let (a, b): (SocketAddr, SocketAddr) = (
+            "127.0.0.1:5000".parse().unwrap(),
+            "127.0.0.1:5001".parse().unwrap(),
+        );
         let held = admission.try_admit(200, Some(a)).unwrap();
         let e = admission.try_admit(200, Some(a)).unwrap_err();
         assert!(e.to_string().contains("connection overloaded"), "{e}");
-        let other = admission.try_admit(300, Some(b)).expect("another connection's budget");
+        let other = admission
+            .try_admit(300, Some(b))
+            .expect("another connection's budget");
         assert_eq!(admission.connections_in_flight(), 2);
-        let small = admission.try_admit(100, Some(a)).expect("what is left of a's budget");
+        let small = admission
+            .try_admit(100, Some(a))
+            .expect("what is left of a's budget");
         drop((held, small));
-        assert_eq!(admission.connections_in_flight(), 1, "a's entry goes with its last request");
+        assert_eq!(
+            admission.connections_in_flight(),
+            1,
+            "a's entry goes with its last request"
+        );
         let _again = admission.try_admit(300, Some(a)).unwrap();
         drop(other);
         // The node's budget still binds across connections.
@@ -190,7 +200,11 @@ mod tests {
         let _d1 = admission.try_admit(300, Some(d)).unwrap();
         let e = admission.try_admit(200, Some("127.0.0.1:5004".parse().unwrap()));
         assert!(e.unwrap_err().to_string().contains("node overloaded"));
-        assert_eq!(admission.connections_in_flight(), 3, "a refused request leaves no entry");
+        assert_eq!(
+            admission.connections_in_flight(),
+            3,
+            "a refused request leaves no entry"
+        );
     }
 
     #[test]

@@ -191,7 +191,10 @@ mod tests {
         let engine = MemoryEngine::new();
         let clock = clock();
         let gate = CeilingGate::default();
-        assert!(!gate.admits(clock.now()), "nothing persisted yet: nothing admitted");
+        assert!(
+            !gate.admits(clock.now()),
+            "nothing persisted yet: nothing admitted"
+        );
         let ceiling_ms = persist_ceiling(&engine, &clock).unwrap();
         gate.persisted(ceiling_ms);
         assert!(gate.admits(clock.now()));
@@ -199,7 +202,10 @@ mod tests {
         let at = Timestamp::from_physical_ms(ceiling_ms);
         assert!(!gate.admits(at) && gate.admits(Timestamp(at.0 - 1)));
         gate.persisted(ceiling_ms - 1_000);
-        assert!(gate.admits(Timestamp(at.0 - 1)), "a late, lower ceiling never lowers it");
+        assert!(
+            gate.admits(Timestamp(at.0 - 1)),
+            "a late, lower ceiling never lowers it"
+        );
     }
 
     #[tokio::test]

@@ -628,7 +628,9 @@ impl Kv for KvService {
         let cmd = cas_command(req, 0)?;
         let (desc, replica) = self.node.route(&key)?;
         let shard = desc.id;
-        let result = self.propose_for_result(shard, &replica, cmd, permit).await?;
+        let result = self
+            .propose_for_result(shard, &replica, cmd, permit)
+            .await?;
         let mut response = CasResponse {
             succeeded: result.mismatch.is_none(),
             commit_ts: result.commit_ts,
@@ -666,7 +668,9 @@ impl Kv for KvService {
             (read_ts.0, conflict)
         } else {
             let cmd = txn.into_command(0);
-            let result = self.propose_for_result(shard, &replica, cmd, permit).await?;
+            let result = self
+                .propose_for_result(shard, &replica, cmd, permit)
+                .await?;
             (result.commit_ts, result.conflict)
         };
         Ok(Response::new(CommitResponse {

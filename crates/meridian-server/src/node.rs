@@ -159,11 +159,8 @@ impl Node {
         }
         let ceiling = Arc::new(crate::hlc_ceiling::CeilingGate::default());
         ceiling.persisted(crate::hlc_ceiling::persist_ceiling(&*dyn_engine, &clock)?);
-        let ceiling_keeper = crate::hlc_ceiling::spawn_keeper(
-            dyn_engine.clone(),
-            clock.clone(),
-            ceiling.clone(),
-        );
+        let ceiling_keeper =
+            crate::hlc_ceiling::spawn_keeper(dyn_engine.clone(), clock.clone(), ceiling.clone());
         let host = MultiRaft::new(
             config.node_id,
             dyn_engine,

@@ -59,7 +59,11 @@ pub fn newest_in_window(
             .iter()
             .map(|(s, e)| (s.as_slice(), e.as_slice()))
             .collect();
-        for (k, _) in engine.seek_first_many(Cf::Data, &ranges)?.into_iter().flatten() {
+        for (k, _) in engine
+            .seek_first_many(Cf::Data, &ranges)?
+            .into_iter()
+            .flatten()
+        {
             let (_, ts) = keys::split_data_key(&k)?;
             if ts > read_ts && ts <= window_end {
                 newest = newest.max(Some(ts));
@@ -81,7 +85,13 @@ mod tests {
     fn write(engine: &MemoryEngine, key: &str, ts: u64, value: Option<&str>) {
         let mut batch = WriteBatch::new();
         match value {
-            Some(v) => mvcc::put(&mut batch, SHARD, key.as_bytes(), Timestamp(ts), v.as_bytes()),
+            Some(v) => mvcc::put(
+                &mut batch,
+                SHARD,
+                key.as_bytes(),
+                Timestamp(ts),
+                v.as_bytes(),
+            ),
             None => mvcc::delete(&mut batch, SHARD, key.as_bytes(), Timestamp(ts)),
         }
         engine.write(batch, false).unwrap();
@@ -103,13 +113,16 @@ mod tests {
         write(&engine, "c", 22, Some("c22"));
         write(&engine, "c", 40, Some("c40")); // newest beyond the window: found by a seek
         write(&engine, "d", 50, Some("d50")); // only beyond the window
-        // Window (20, 30].
+                                              // Window (20, 30].
         assert_eq!(window(&engine, &["a"], 20, 30), None);
         assert_eq!(window(&engine, &["b"], 20, 30), Some(25));
         assert_eq!(window(&engine, &["c"], 20, 30), Some(22));
         assert_eq!(window(&engine, &["d"], 20, 30), None);
         assert_eq!(window(&engine, &["missing"], 20, 30), None);
-        assert_eq!(window(&engine, &["d", "c", "a", "b", "c"], 20, 30), Some(25));
+        assert_eq!(
+            window(&engine, &["d", "c", "a", "b", "c"], 20, 30),
+            Some(25)
+        );
         // An empty window (no uncertainty) never reports.
         assert_eq!(window(&engine, &["b", "c"], 20, 20), None);
         // The bounds: read_ts excluded, window_end included.
@@ -125,8 +138,14 @@ mod tests {
         write(&engine, "b", 25, None);
         write(&engine, "c", 40, Some("c40"));
         let scan = |read: u64, end: u64| {
-            mvcc::scan_in_window(&engine, SHARD, (b"", None), (Timestamp(read), Timestamp(end)), 10)
-                .unwrap()
+            mvcc::scan_in_window(
+                &engine,
+                SHARD,
+                (b"", None),
+                (Timestamp(read), Timestamp(end)),
+                10,
+            )
+            .unwrap()
         };
         let (page, uncertain) = scan(20, 30);
         let keys: Vec<&[u8]> = page.rows.iter().map(|(k, _, _)| k.as_slice()).collect();

@@ -166,7 +166,9 @@ mod tests {
         let cfg = SimConfig::default();
         let register = simulate_register(&cfg, 3);
         assert_eq!(
-            check(Workload::Register, &register, &[], RealTime::Strict).unwrap().valid,
+            check(Workload::Register, &register, &[], RealTime::Strict)
+                .unwrap()
+                .valid,
             Validity::True
         );
         let c = run_control(
@@ -181,7 +183,9 @@ mod tests {
         assert!(c.fired, "{}", c.description);
         let set = simulate_set(&cfg, 3);
         assert_eq!(
-            check(Workload::Set, &set, &[], RealTime::Strict).unwrap().valid,
+            check(Workload::Set, &set, &[], RealTime::Strict)
+                .unwrap()
+                .valid,
             Validity::True
         );
         let c = run_control(

@@ -94,18 +94,30 @@ fn a_causal_reverse_is_strict_real_time_only() {
     // both, saw y's append but not x's. Not strictly serializable (W1 → W2 in real time,
     // W2 → R, R → W1), but no key was read stale: allowed per key.
     let mut h = History::new();
-    h.invoke(0, OpFn::Txn, Some("append"), json!([["r", "x", null], ["r", "y", null]]));
+    h.invoke(
+        0,
+        OpFn::Txn,
+        Some("append"),
+        json!([["r", "x", null], ["r", "y", null]]),
+    );
     h.invoke(1, OpFn::Txn, Some("append"), json!([["append", "x", 1]]));
     h.complete(1, OpKind::Ok, json!([["append", "x", 1]]));
     h.invoke(2, OpFn::Txn, Some("append"), json!([["append", "y", 1]]));
     h.complete(2, OpKind::Ok, json!([["append", "y", 1]]));
     h.complete(0, OpKind::Ok, json!([["r", "x", []], ["r", "y", [1]]]));
-    h.invoke(3, OpFn::Txn, Some("append"), json!([["r", "x", null], ["r", "y", null]]));
+    h.invoke(
+        3,
+        OpFn::Txn,
+        Some("append"),
+        json!([["r", "x", null], ["r", "y", null]]),
+    );
     h.complete(3, OpKind::Ok, json!([["r", "x", [1]], ["r", "y", [1]]]));
     let strict = check_append(&h).unwrap().to_check_result();
     assert_eq!(strict.valid, Validity::False);
     assert!(strict.anomalies[0].message.starts_with("real-time"));
-    let per_key = check_append_with(&h, RealTime::PerKey).unwrap().to_check_result();
+    let per_key = check_append_with(&h, RealTime::PerKey)
+        .unwrap()
+        .to_check_result();
     assert_eq!(per_key.valid, Validity::True, "{:?}", per_key.anomalies);
 }
 
@@ -116,9 +128,15 @@ fn a_stale_read_is_caught_per_key_too() {
         ok(json!([["r", "x", []]])),
         ok(json!([["r", "x", [1]]])),
     ]);
-    let r = check_append_with(&h, RealTime::PerKey).unwrap().to_check_result();
+    let r = check_append_with(&h, RealTime::PerKey)
+        .unwrap()
+        .to_check_result();
     assert_eq!(r.valid, Validity::False);
-    assert!(r.anomalies[0].message.starts_with("real-time"), "{:?}", r.anomalies);
+    assert!(
+        r.anomalies[0].message.starts_with("real-time"),
+        "{:?}",
+        r.anomalies
+    );
 }
 
 #[test]

@@ -358,7 +358,10 @@ impl Kv for FakeNode {
         let store = self.world.store.lock().unwrap();
         let (read_ts, snapshot) = self.snapshot_read(
             request.snapshot.as_ref(),
-            request.keys.iter().filter_map(|k| store.get(k).map(|v| v.1)),
+            request
+                .keys
+                .iter()
+                .filter_map(|k| store.get(k).map(|v| v.1)),
         );
         let results = request
             .keys
