@@ -34,12 +34,8 @@ pub(crate) enum SnapRead<T> {
 impl SnapshotState {
     /// A new attempt's snapshot: at `read_ts` (after an uncertain read) or picked by its first
     /// read; the readings are kept.
-    pub fn next_attempt(&self, read_ts: Option<Timestamp>) -> SnapshotState {
-        SnapshotState {
-            read_ts,
-            observed: self.observed.clone(),
-            limit: self.limit,
-        }
+    pub fn next_attempt(self, read_ts: Option<Timestamp>) -> SnapshotState {
+        SnapshotState { read_ts, ..self }
     }
 
     /// The request part.

@@ -3,11 +3,12 @@
 //! # Writes
 //! Validated against the limits first (nothing is proposed for a bad request), then proposed to
 //! the shard's Raft with a timestamp issued by the shard's tracker (`meridian_raft::issued`:
-//! this node's HLC, fenced to the leader's term) and the
-//! request's `WriteId`; the reply carries the commit timestamp the state machine applied (for
-//! a retry of an applied write, the first application's). A leader's first writes of a term
-//! wait up to `max_offset` for their timestamp (see `meridian_raft::issued`). A node that is not the leader answers `NOT_LEADER` with a hint; a key
-//! outside every local shard answers `WRONG_SHARD`. Both mean "not proposed".
+//! this node's HLC, fenced to the leader's term) and the request's `WriteId` (see
+//! `kv_propose`); the reply carries the commit timestamp the state machine applied (for a
+//! retry of an applied write, the first application's). A leader's first writes of a term wait
+//! up to `max_offset` for their timestamp. A node that is not the leader answers `NOT_LEADER`
+//! with a hint; a key outside every local shard answers `WRONG_SHARD`. Both mean "not
+//! proposed".
 //!
 //! Once a proposal may have reached the log, a failure is `AMBIGUOUS`, never `NOT_LEADER`:
 //! openraft's `LogEntryDiscarded` (the entry was dropped on a leader change, but may commit
@@ -51,7 +52,7 @@ use crate::node::Node;
 use bytes::Bytes;
 use meridian_proto::kv::kv_server::Kv;
 use meridian_proto::kv::*;
-use meridian_raft::{Command, CommandResult, RequestId, ShardReplica};
+use meridian_raft::{Command, RequestId, ShardReplica};
 use meridian_storage::mvcc;
 use meridian_types::limits::*;
 use meridian_types::{ShardId, Timestamp};
@@ -120,93 +121,6 @@ impl KvService {
             .try_admit(request.get_ref().encoded_len(), request.remote_addr())?;
         self.wait_for_token(request).await?;
         Ok(permit)
-    }
-
-    /// Proposes `cmd` and returns its commit timestamp.
-    async fn propose(
-        &self,
-        shard: ShardId,
-        replica: &ShardReplica,
-        cmd: Command,
-        permit: Admitted,
-    ) -> Result<u64> {
-        Ok(self
-            .propose_for_result(shard, replica, cmd, permit)
-            .await?
-            .commit_ts)
-    }
-
-    /// Proposes `cmd` (its timestamp is replaced by one issued for this shard, see
-    /// `meridian_raft::issued`) and returns what apply produced (a CAS may report a mismatch).
-    /// The request's admission `permit` is held until the proposal settles, even if the request
-    /// is dropped first.
-    async fn propose_for_result(
-        &self,
-        shard: ShardId,
-        replica: &ShardReplica,
-        cmd: Command,
-        permit: Admitted,
-    ) -> Result<CommandResult> {
-        use openraft::errors::{ClientWriteError, RaftError};
-        // Timestamps are issued only by a node that knows it leads (see `issued`: a candidate
-        // must not issue before it was elected).
-        let (term, leader) = {
-            let metrics = replica.raft.metrics();
-            let metrics = metrics.borrow_watched();
-            (metrics.current_term, metrics.current_leader)
-        };
-        if leader != Some(self.node.config.node_id) {
-            return Err(self.node.not_leader(shard, leader).await);
-        }
-        let issued = replica.issued.issue(&self.node.clock, term).await;
-        self.check_ceiling(Timestamp(issued.ts))?;
-        let cmd = Command::Fenced {
-            term,
-            cmd: Box::new(cmd.with_ts(issued.ts)),
-        };
-        // The task owns the issued timestamp and the admission permit until the proposal
-        // settles, so a request that is dropped (its client went away) neither untracks a
-        // proposal still in the log nor frees its place in the node's budgets early.
-        let raft = replica.raft.clone();
-        let written = tokio::spawn(async move {
-            let written = raft.client_write(cmd).await;
-            drop((issued, permit));
-            written
-        })
-        .await
-        .map_err(|e| ServerError::Ambiguous(format!("shard {shard}: proposal task: {e}")))?;
-        match written {
-            // Issued in another term than it was appended in: not applied.
-            Ok(resp) if resp.data.fenced => Err(self.node.not_leader(shard, None).await),
-            Ok(resp) => match resp.data.rejected {
-                // The service validated the command, so only a bug lands here.
-                Some(reason) => Err(ServerError::Internal(format!(
-                    "shard {shard}: command rejected at apply: {reason}"
-                ))),
-                None => Ok(resp.data),
-            },
-            // Rejected before its entry was appended: safe to send elsewhere.
-            Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f))) => {
-                Err(self.node.not_leader(shard, f.leader_id).await)
-            }
-            Err(RaftError::APIError(ClientWriteError::LogEntryDiscarded(_))) => {
-                Err(ServerError::Ambiguous(format!(
-                    "shard {shard}: the leader changed after the write was appended; it may still commit"
-                )))
-            }
-            Err(e) => Err(ServerError::Ambiguous(format!("shard {shard}: {e}"))),
-        }
-    }
-
-    /// Refuses to hand out `ts` unless it is below the last persisted HLC ceiling (see
-    /// `hlc_ceiling`: a restart must never issue below a timestamp issued before it).
-    fn check_ceiling(&self, ts: Timestamp) -> Result<()> {
-        if self.node.ceiling.admits(ts) {
-            return Ok(());
-        }
-        Err(ServerError::Unavailable(format!(
-            "timestamp {ts} is not below the persisted HLC ceiling yet (a storage stall?)"
-        )))
     }
 
     /// Waits until this node's clock has passed the request's causality token (see the module

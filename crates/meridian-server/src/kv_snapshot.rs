@@ -57,7 +57,7 @@ use crate::kv::{get_response, KvService};
 use meridian_proto::kv::{ReadConsistency, SnapshotReply, TxnSnapshot};
 use meridian_raft::issued::SettleError;
 use meridian_raft::ShardReplica;
-use meridian_storage::{mvcc, uncertainty};
+use meridian_storage::uncertainty;
 use meridian_types::limits::{MAX_OBSERVED_NODES, SNAPSHOT_SETTLE_TIMEOUT_MS};
 use meridian_types::{ShardId, Timestamp};
 use openraft::type_config::async_runtime::WatchReceiver;
@@ -188,12 +188,18 @@ impl KvService {
         let (found, uncertain) = self
             .read(move |e| {
                 let refs: Vec<&[u8]> = keys.iter().map(|k| &k[..]).collect();
-                let uncertain =
-                    uncertainty::newest_in_window(e, shard, &refs, snap.read_ts, snap.window_end)?;
-                if uncertain.is_some() {
-                    return Ok((Vec::new(), uncertain));
-                }
-                Ok((mvcc::multi_get(e, shard, &refs, snap.read_ts)?, None))
+                let (found, uncertain) = uncertainty::multi_get_in_window(
+                    e,
+                    shard,
+                    &refs,
+                    snap.read_ts,
+                    snap.window_end,
+                )?;
+                // An uncertain read answers nothing.
+                Ok(match uncertain {
+                    Some(_) => (Vec::new(), uncertain),
+                    None => (found, None),
+                })
             })
             .await?;
         Ok(meridian_proto::kv::BatchGetResponse {

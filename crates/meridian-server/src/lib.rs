@@ -4,9 +4,12 @@
 //! - [`config`]: TOML + flags, validated with errors naming the field.
 //! - [`shard_map`]: the founding shard map and region/zone-aware replica placement.
 //! - [`node`]: startup (storage, Raft groups, bootstrap, registration) and shutdown.
-//! - [`kv`]: the public `Kv` service; [`cluster`]: the `Cluster` status service.
+//! - [`kv`]: the public `Kv` service (its write path in `kv_propose`, transactions' snapshot
+//!   reads in [`kv_snapshot`], commits in [`kv_txn`], admission in [`admission`]);
+//!   [`cluster`]: the `Cluster` status service.
 //! - [`error`]: the node's error type and its single mapping to gRPC statuses.
-//! - [`hlc_ceiling`]: the persisted bound on issued HLC timestamps, waited out on restart.
+//! - [`hlc_ceiling`]: the persisted bound on issued HLC timestamps, waited out on restart and
+//!   never handed out past.
 //!
 //! Two listeners: the client address serves `Kv` and `Cluster`; the peer address serves the
 //! internal `RaftTransport` (meridian-raft). Keeping them apart lets operators firewall peers.
@@ -22,6 +25,7 @@ pub mod error;
 pub mod hlc_ceiling;
 pub mod kv;
 pub mod kv_check;
+mod kv_propose;
 pub mod kv_snapshot;
 pub mod kv_txn;
 pub mod node;

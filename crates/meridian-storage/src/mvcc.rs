@@ -288,7 +288,7 @@ pub fn delete(batch: &mut WriteBatch, shard: ShardId, key: &[u8], ts: Timestamp)
 
 /// Turns the first entry found by a seek from `data_key(shard, key, read_ts)` into a read
 /// result.
-fn visible(found: Option<KvPair>) -> Result<Option<Versioned>> {
+pub(crate) fn visible(found: Option<KvPair>) -> Result<Option<Versioned>> {
     let Some((k, v)) = found else {
         return Ok(None);
     };

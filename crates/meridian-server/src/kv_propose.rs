@@ -1,0 +1,101 @@
+//! The write path of the `Kv` service: every proposal to a data shard goes through
+//! [`KvService::propose_for_result`], which issues its timestamp (see `meridian_raft::issued`),
+//! fences it to the leader's term, keeps the timestamp and the request's admission permit
+//! until the proposal settles, and maps Raft's answer to the service's errors (see `kv`'s
+//! module docs: `NOT_LEADER` means not proposed, `AMBIGUOUS` may have committed).
+
+use crate::admission::Admitted;
+use crate::error::{Result, ServerError};
+use crate::kv::KvService;
+use meridian_raft::{Command, CommandResult, ShardReplica};
+use meridian_types::{ShardId, Timestamp};
+use openraft::type_config::async_runtime::WatchReceiver;
+
+impl KvService {
+    /// Proposes `cmd` and returns its commit timestamp.
+    pub(crate) async fn propose(
+        &self,
+        shard: ShardId,
+        replica: &ShardReplica,
+        cmd: Command,
+        permit: Admitted,
+    ) -> Result<u64> {
+        Ok(self
+            .propose_for_result(shard, replica, cmd, permit)
+            .await?
+            .commit_ts)
+    }
+
+    /// Proposes `cmd` (its timestamp is replaced by one issued for this shard, see
+    /// `meridian_raft::issued`) and returns what apply produced (a CAS may report a mismatch).
+    /// The request's admission `permit` is held until the proposal settles, even if the request
+    /// is dropped first.
+    pub(crate) async fn propose_for_result(
+        &self,
+        shard: ShardId,
+        replica: &ShardReplica,
+        cmd: Command,
+        permit: Admitted,
+    ) -> Result<CommandResult> {
+        use openraft::errors::{ClientWriteError, RaftError};
+        // Timestamps are issued only by a node that knows it leads (see `issued`: a candidate
+        // must not issue before it was elected).
+        let (term, leader) = {
+            let metrics = replica.raft.metrics();
+            let metrics = metrics.borrow_watched();
+            (metrics.current_term, metrics.current_leader)
+        };
+        if leader != Some(self.node.config.node_id) {
+            return Err(self.node.not_leader(shard, leader).await);
+        }
+        let issued = replica.issued.issue(&self.node.clock, term).await;
+        self.check_ceiling(Timestamp(issued.ts))?;
+        let cmd = Command::Fenced {
+            term,
+            cmd: Box::new(cmd.with_ts(issued.ts)),
+        };
+        // The task owns the issued timestamp and the admission permit until the proposal
+        // settles, so a request that is dropped (its client went away) neither untracks a
+        // proposal still in the log nor frees its place in the node's budgets early.
+        let raft = replica.raft.clone();
+        let written = tokio::spawn(async move {
+            let written = raft.client_write(cmd).await;
+            drop((issued, permit));
+            written
+        })
+        .await
+        .map_err(|e| ServerError::Ambiguous(format!("shard {shard}: proposal task: {e}")))?;
+        match written {
+            // Issued in another term than it was appended in: not applied.
+            Ok(resp) if resp.data.fenced => Err(self.node.not_leader(shard, None).await),
+            Ok(resp) => match resp.data.rejected {
+                // The service validated the command, so only a bug lands here.
+                Some(reason) => Err(ServerError::Internal(format!(
+                    "shard {shard}: command rejected at apply: {reason}"
+                ))),
+                None => Ok(resp.data),
+            },
+            // Rejected before its entry was appended: safe to send elsewhere.
+            Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f))) => {
+                Err(self.node.not_leader(shard, f.leader_id).await)
+            }
+            Err(RaftError::APIError(ClientWriteError::LogEntryDiscarded(_))) => {
+                Err(ServerError::Ambiguous(format!(
+                    "shard {shard}: the leader changed after the write was appended; it may still commit"
+                )))
+            }
+            Err(e) => Err(ServerError::Ambiguous(format!("shard {shard}: {e}"))),
+        }
+    }
+
+    /// Refuses to hand out `ts` unless it is below the last persisted HLC ceiling (see
+    /// `hlc_ceiling`: a restart must never issue below a timestamp issued before it).
+    pub(crate) fn check_ceiling(&self, ts: Timestamp) -> Result<()> {
+        if self.node.ceiling.admits(ts) {
+            return Ok(());
+        }
+        Err(ServerError::Unavailable(format!(
+            "timestamp {ts} is not below the persisted HLC ceiling yet (a storage stall?)"
+        )))
+    }
+}
