@@ -389,6 +389,91 @@ pub fn raft_meta_range(shard: ShardId) -> (Vec<u8>, Vec<u8>) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Cf::Data: the shard's transaction region
+
+/// `shard ‖ 0x00 0x01`: the start of the shard's *transaction region* in `Cf::Data`, where the
+/// prepared locks and the transaction records of multi-shard transactions live (see
+/// `meridian-raft`'s `locks`). No user key encodes to anything starting `0x00 0x01` (after a
+/// `0x00`, [`encode_bytes`] writes only `0xFF` or the terminator `0x00`), so the region never
+/// meets a user key; and being inside the shard's data range, it travels with every snapshot
+/// (SST export and ingest) and goes with every range delete of the shard.
+pub fn txn_region_prefix(shard: ShardId) -> Vec<u8> {
+    let mut k = shard_prefix(shard);
+    k.extend_from_slice(&[0x00, 0x01]);
+    k
+}
+
+/// `[shard ‖ 00 01, shard ‖ 00 02)`: the whole transaction region of `shard`.
+pub fn txn_region_range(shard: ShardId) -> (Vec<u8>, Vec<u8>) {
+    let start = txn_region_prefix(shard);
+    let mut end = shard_prefix(shard);
+    end.extend_from_slice(&[0x00, 0x02]);
+    (start, end)
+}
+
+/// What a key of the transaction region holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TxnKeyKind {
+    /// A transaction's prepared locks on this shard.
+    Locks = b'L' as isize,
+    /// A transaction's record (its status), on its anchor shard.
+    Record = b'R' as isize,
+}
+
+/// `shard ‖ 00 01 ‖ kind ‖ client_id u64 BE ‖ seq u64 BE`.
+pub fn txn_key(shard: ShardId, kind: TxnKeyKind, client_id: u64, seq: u64) -> Vec<u8> {
+    let mut k = txn_region_prefix(shard);
+    k.push(kind as u8);
+    k.extend_from_slice(&client_id.to_be_bytes());
+    k.extend_from_slice(&seq.to_be_bytes());
+    k
+}
+
+/// `[start, end)` of every key of one `kind` in `shard`'s transaction region.
+pub fn txn_kind_range(shard: ShardId, kind: TxnKeyKind) -> (Vec<u8>, Vec<u8>) {
+    let mut start = txn_region_prefix(shard);
+    start.push(kind as u8);
+    let mut end = txn_region_prefix(shard);
+    end.push(kind as u8 + 1);
+    (start, end)
+}
+
+/// The `(client_id, seq)` of a [`txn_key`].
+pub fn decode_txn_key(k: &[u8]) -> Result<(TxnKeyKind, u64, u64)> {
+    let (_, rest) = decode_shard(k, "txn key")?;
+    let [0x00, 0x01, kind, id @ ..] = rest else {
+        return Err(Error::corrupt("txn key", "not in the transaction region"));
+    };
+    let kind = match *kind {
+        b'L' => TxnKeyKind::Locks,
+        b'R' => TxnKeyKind::Record,
+        other => {
+            return Err(Error::corrupt(
+                "txn key",
+                format!("unknown kind {other:#x}"),
+            ))
+        }
+    };
+    if id.len() != 16 {
+        return Err(Error::corrupt(
+            "txn key",
+            format!("{} id bytes, want 16", id.len()),
+        ));
+    }
+    let client_id = u64::from_be_bytes(id[..8].try_into().expect("8 bytes"));
+    let seq = u64::from_be_bytes(id[8..].try_into().expect("8 bytes"));
+    Ok((kind, client_id, seq))
+}
+
+/// The lower bound of a scan of user keys from `start`: [`data_key_seek`], but never inside
+/// the transaction region (an empty `start`, the first shard's, would otherwise begin there).
+pub fn data_scan_lower(shard: ShardId, start: &[u8]) -> Vec<u8> {
+    let seek = data_key_seek(shard, start);
+    let past_region = txn_region_range(shard).1;
+    seek.max(past_region)
+}
+
+// ---------------------------------------------------------------------------------------------
 // Cf::Intents
 
 /// `shard ‖ encode_bytes(user_key)`: at most one intent per user key.
@@ -409,6 +494,33 @@ pub fn decode_intent_key(k: &[u8]) -> Result<(ShardId, Vec<u8>)> {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    proptest! {
+        #[test]
+        fn no_user_key_falls_in_the_transaction_region(key in proptest::collection::vec(any::<u8>(), 1..24), ts in any::<u64>()) {
+            let shard = ShardId(9);
+            let (start, end) = txn_region_range(shard);
+            for k in [data_key(shard, &key, Timestamp(ts)), data_slot_key(shard, &key), data_key_seek(shard, &key)] {
+                prop_assert!(k < start || k >= end, "{k:?}");
+            }
+            prop_assert!(data_scan_lower(shard, &key) >= end);
+        }
+    }
+
+    #[test]
+    fn txn_keys_round_trip_inside_their_kind_range() {
+        let shard = ShardId(4);
+        for kind in [TxnKeyKind::Locks, TxnKeyKind::Record] {
+            let k = txn_key(shard, kind, 7, u64::MAX);
+            assert_eq!(decode_txn_key(&k).unwrap(), (kind, 7, u64::MAX));
+            let (start, end) = txn_kind_range(shard, kind);
+            assert!(k >= start && k < end);
+            let (rs, re) = txn_region_range(shard);
+            assert!(k >= rs && k < re);
+        }
+        assert!(decode_txn_key(&data_key_seek(shard, b"a")).is_err());
+        assert!(data_scan_lower(shard, b"") == txn_region_range(shard).1);
+    }
     use std::cmp::Reverse;
 
     fn enc(b: &[u8]) -> Vec<u8> {

@@ -50,11 +50,17 @@
 //! lookup for the value; see "what it costs" for why that was not good enough.
 //!
 //! Preconditions of the writers (they are what makes the slot right):
-//! - **Per shard, writes are applied in non-decreasing timestamp order.** The slot holds the
+//! - **Per key, writes are applied in non-decreasing timestamp order.** The slot holds the
 //!   *last write applied*, which is the newest version only because the Raft state machine
-//!   assigns strictly increasing per-shard timestamps (each above the shard's version floor).
-//!   A write below the slot's timestamp would make the slot claim it is the newest and hide
-//!   the newer version from reads at or above it.
+//!   gives every write a timestamp above the shard's version floor, and a multi-shard
+//!   transaction's write (at its commit timestamp, which may lie below other keys' newer
+//!   versions) goes to a key that was locked, so got no version, since its prepare timestamp
+//!   was taken above the floor (see `meridian-raft`'s `locks`). A write below the slot's
+//!   timestamp would make the slot claim it is the newest and hide the newer version from
+//!   reads at or above it.
+//! - **User keys are not empty.** Every shard keeps a transaction region in `Cf::Data` right
+//!   after where the empty key's versions would be (`keys::txn_region_prefix`), and scans
+//!   start past it; the API and apply refuse empty keys (`MAX_KEY_BYTES` checks). Asserted.
 //! - **Version timestamps are below `Timestamp::MAX`** (at most [`keys::MAX_VERSION_TS`]):
 //!   `Timestamp::MAX` is the slot's key. Asserted (in release builds too: a version at `MAX`
 //!   would silently overwrite the slot).
@@ -259,6 +265,10 @@ pub fn decode_slot(raw: &[u8]) -> Result<(Timestamp, VersionValue)> {
 /// Adds the version `raw` of `key` at `ts` and overwrites the key's slot with a copy of it.
 fn write_version(batch: &mut WriteBatch, shard: ShardId, key: &[u8], ts: Timestamp, raw: Vec<u8>) {
     assert!(
+        !key.is_empty(),
+        "user keys are never empty (see the module docs)"
+    );
+    assert!(
         ts <= keys::MAX_VERSION_TS,
         "version timestamp {} is Timestamp::MAX, reserved for the latest-version slot",
         ts.0
@@ -272,9 +282,10 @@ fn write_version(batch: &mut WriteBatch, shard: ShardId, key: &[u8], ts: Timesta
 /// latest-version slot with `ts` and a copy of `value` in the same batch (so `value` is
 /// written twice; see the module docs).
 ///
-/// Preconditions (see the module docs): per shard, writes are applied in non-decreasing
-/// timestamp order, so `ts` is the key's newest version once the batch is applied; and
-/// `ts < Timestamp::MAX` (panics otherwise: `MAX` is the slot's key).
+/// Preconditions (see the module docs): per key, writes are applied in non-decreasing
+/// timestamp order, so `ts` is the key's newest version once the batch is applied;
+/// `ts < Timestamp::MAX` (panics otherwise: `MAX` is the slot's key); `key` is not empty
+/// (panics otherwise).
 pub fn put(batch: &mut WriteBatch, shard: ShardId, key: &[u8], ts: Timestamp, value: &[u8]) {
     write_version(batch, shard, key, ts, encode_put(value));
 }
@@ -462,7 +473,7 @@ pub fn scan_with_budget(
     budget: usize,
 ) -> Result<ScanPage> {
     let limit = limit.max(1);
-    let lower = keys::data_key_seek(shard, start);
+    let lower = keys::data_scan_lower(shard, start);
     let upper = match end {
         Some(end) => keys::data_key_seek(shard, end),
         None => keys::shard_data_range(shard).1,
@@ -486,7 +497,7 @@ pub fn scan_in_window(
     (read_ts, window_end): (Timestamp, Timestamp),
     limit: usize,
 ) -> Result<(ScanPage, Option<Timestamp>)> {
-    let lower = keys::data_key_seek(shard, start);
+    let lower = keys::data_scan_lower(shard, start);
     let upper = match end {
         Some(end) => keys::data_key_seek(shard, end),
         None => keys::shard_data_range(shard).1,

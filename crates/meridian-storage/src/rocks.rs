@@ -53,8 +53,10 @@ use std::path::{Path, PathBuf};
 /// so reads on it would miss every key; a version-2 dir's slots have no values. Both are
 /// refused, not misread. 4 = Raft log entries carry a write's request id and results carry
 /// dedup/rejection fields (a version-3 log would not decode), and shards keep write-dedup
-/// entries and snapshot-install markers in `Cf::RaftMeta`.
-pub const STORAGE_FORMAT_VERSION: u32 = 4;
+/// entries and snapshot-install markers in `Cf::RaftMeta`. 5 = each shard's data range holds
+/// a transaction region (`keys::txn_region_prefix`: prepared locks and transaction records),
+/// which a version-4 build would misread as user keys.
+pub const STORAGE_FORMAT_VERSION: u32 = 5;
 
 /// Bloom filter bits per key on the point-lookup families.
 const BLOOM_BITS_PER_KEY: f64 = 10.0;
