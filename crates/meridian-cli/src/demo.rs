@@ -89,7 +89,8 @@ pub struct DemoArgs {
     #[arg(long, default_value_t = 42)]
     pub seed: u64,
     /// Length of the bank phase after the mixed workload (transactions: transfers within a
-    /// shard, read-only sums across all shards, the total checked at the end); 0 skips it.
+    /// shard and between two shards, read-only sums across all shards, the total checked at
+    /// the end); 0 skips it.
     #[arg(long, default_value_t = 5)]
     pub bank_secs: u64,
 }

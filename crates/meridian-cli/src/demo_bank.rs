@@ -2,19 +2,16 @@
 //!
 //! ```text
 //!  open ACCOUNTS_PER_SHARD accounts in every shard (INITIAL_BALANCE each)
-//!    ─► --bank-secs of --concurrency tasks: 90% transfers between two accounts of one shard
-//!       (read both, move up to MAX_TRANSFER, never below zero: a single-shard transaction,
-//!       one Raft entry), 10% read-only sums of every account (a transaction across all
-//!       shards: one snapshot BatchGet per shard, all at one timestamp)
+//!    ─► --bank-secs of --concurrency tasks: 90% transfers (read both accounts, move up to
+//!       MAX_TRANSFER, never below zero), half of them between two accounts of one shard (a
+//!       one-shard commit, one Raft entry), half between accounts of two shards (a two-phase
+//!       commit); 10% read-only sums of every account (a transaction across all shards: one
+//!       snapshot BatchGet per shard, all at one timestamp)
 //!    ─► throughput and p50/p99 per kind, conflicts retried ─► a final sum must equal the total
 //! ```
 //!
 //! Every committed sum must equal the total too: a sum that does not is reported as a
 //! violation and fails the demo.
-//!
-//! # Not done yet
-//! - Transfers stay within one shard: read-write transactions across shards are not
-//!   implemented yet.
 
 use crate::demo::{named_keys_across_shards, DemoArgs, OpStats};
 use anyhow::{bail, Context};
@@ -50,6 +47,8 @@ impl Bank {
 /// What one task saw.
 struct Tally {
     transfers: OpStats,
+    /// Transfers between accounts of two shards.
+    cross: OpStats,
     sums: OpStats,
     /// Runs beyond the first, over all committed transactions.
     reruns: u64,
@@ -118,6 +117,7 @@ async fn worker(client: Client, bank: Arc<Bank>, seed: u64, stop_at: Instant) ->
     let mut rng = StdRng::seed_from_u64(seed);
     let mut tally = Tally {
         transfers: OpStats::new(),
+        cross: OpStats::new(),
         sums: OpStats::new(),
         reruns: 0,
         violations: Vec::new(),
@@ -133,14 +133,27 @@ async fn worker(client: Client, bank: Arc<Bank>, seed: u64, stop_at: Instant) ->
             });
             record(&mut tally.sums, began, result);
         } else {
-            let accounts = &bank.by_shard[rng.gen_range(0..bank.by_shard.len())];
-            let from = rng.gen_range(0..accounts.len());
-            let to = (from + rng.gen_range(1..accounts.len())) % accounts.len();
+            let shards = bank.by_shard.len();
+            let first = rng.gen_range(0..shards);
+            let second = match shards > 1 && rng.gen_bool(0.5) {
+                true => (first + rng.gen_range(1..shards)) % shards,
+                false => first,
+            };
+            let (a, b) = (&bank.by_shard[first], &bank.by_shard[second]);
+            let from = rng.gen_range(0..a.len());
+            let to = match first == second {
+                true => (from + rng.gen_range(1..a.len())) % a.len(),
+                false => rng.gen_range(0..b.len()),
+            };
             let want = rng.gen_range(1..=MAX_TRANSFER);
-            let result = transfer(&client, accounts[from].clone(), accounts[to].clone(), want)
+            let result = transfer(&client, a[from].clone(), b[to].clone(), want)
                 .await
                 .map(|attempts| tally.reruns += u64::from(attempts - 1));
-            record(&mut tally.transfers, began, result);
+            let stats = match first == second {
+                true => &mut tally.transfers,
+                false => &mut tally.cross,
+            };
+            record(stats, began, result);
         }
     }
     tally
@@ -180,11 +193,12 @@ pub async fn run(client: &Client, args: &DemoArgs) -> anyhow::Result<()> {
         let seed = args.seed.wrapping_add(1_000_000 + task as u64);
         tasks.spawn(worker(client, bank, seed, stop_at));
     }
-    let (mut transfers, mut sums) = (OpStats::new(), OpStats::new());
+    let (mut transfers, mut cross, mut sums) = (OpStats::new(), OpStats::new(), OpStats::new());
     let (mut reruns, mut violations) = (0u64, Vec::new());
     while let Some(joined) = tasks.join_next().await {
         let tally = joined.context("a bank task panicked")?;
         transfers.merge(tally.transfers);
+        cross.merge(tally.cross);
         sums.merge(tally.sums);
         reruns += tally.reruns;
         violations.extend(tally.violations);
@@ -195,6 +209,7 @@ pub async fn run(client: &Client, args: &DemoArgs) -> anyhow::Result<()> {
         crate::display::Table::new(["TXN", "COMMITTED", "TXN/S", "P50 MS", "P99 MS", "ERRORS"]);
     for (name, stats) in [
         ("transfer (1 shard)", &transfers),
+        ("transfer (2 shards)", &cross),
         ("sum (all shards)", &sums),
     ] {
         let h = &stats.latency_us;
@@ -209,7 +224,11 @@ pub async fn run(client: &Client, args: &DemoArgs) -> anyhow::Result<()> {
     }
     print!("{}", table.render());
     println!("  conflicts: {reruns} re-runs of a transaction closure");
-    for (name, stats) in [("transfer", &transfers), ("sum", &sums)] {
+    for (name, stats) in [
+        ("one-shard transfer", &transfers),
+        ("two-shard transfer", &cross),
+        ("sum", &sums),
+    ] {
         if let Some(error) = &stats.first_error {
             println!("  first {name} error: {error}");
         }

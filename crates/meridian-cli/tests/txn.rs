@@ -1,11 +1,12 @@
 //! Cluster test: transactions on a real 3-node cluster with 4 data shards.
 //!
 //! 1. The CLI's `kv txn`: a write transaction prints its commit timestamp, a read-only one
-//!    prints what it read, a transaction writing two shards is refused with nothing written,
+//!    prints what it read, a transaction writing two shards commits on both,
 //!    `--isolation snapshot` commits and an unknown isolation is a usage error.
 //! 2. Bank: 16 accounts, 4 on each of the 4 shards, a fixed total. Workers through different
-//!    nodes run transfers between two accounts of one shard (read both, move an amount, never
-//!    below zero) and read-only transactions that sum all 16 accounts across the 4 shards.
+//!    nodes run transfers between two accounts (read both, move an amount, never below zero),
+//!    half of them between two shards (two-phase commit), and read-only transactions that sum
+//!    all 16 accounts across the 4 shards.
 //!    The leader of one shard is SIGKILLed in the middle. Every committed sum must equal the
 //!    total, no balance may go negative, and the final sum must equal the total.
 //! 3. Write skew, interleaved by hand: under snapshot isolation two transactions that read the
@@ -84,13 +85,13 @@ fn check_cli(endpoints: &[String]) {
         "user1cli/a\t1\nuser8cli/x\t(absent)\nOK read-only attempts=1\n"
     );
 
-    let out = cli(endpoints, &["put user1cli/a 5", "put user8cli/a 5"]);
-    assert_eq!(out.status.code(), Some(1), "two shards: {out:?}");
-    assert!(text(&out.stderr).contains("not implemented yet"), "{out:?}");
-    let out = cli(endpoints, &["get user1cli/a"]);
+    let out = cli(endpoints, &["put user1cli/a 5", "put user8cli/a 6"]);
+    assert_eq!(out.status.code(), Some(0), "two shards: {out:?}");
+    assert!(text(&out.stdout).starts_with("OK commit_ts="), "{out:?}");
+    let out = cli(endpoints, &["get user1cli/a", "get user8cli/a"]);
     assert!(
-        text(&out.stdout).starts_with("user1cli/a\t1\n"),
-        "nothing written: {out:?}"
+        text(&out.stdout).starts_with("user1cli/a\t5\nuser8cli/a\t6\n"),
+        "both written: {out:?}"
     );
 
     let out = cli(
@@ -121,17 +122,24 @@ fn balance(value: Option<bytes::Bytes>) -> i64 {
 #[derive(Default, Debug)]
 struct Tally {
     transfers: usize,
+    /// Transfers between two shards that committed.
+    cross_shard: usize,
     unknown: usize,
     sums: usize,
     attempts_over_one: usize,
 }
 
-async fn transfer(client: &Client, seed: u64) -> Result<(i64, u32), Error> {
+async fn transfer(client: &Client, seed: u64) -> Result<(i64, u32, bool), Error> {
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
     let shard = rng.gen_range(0..SHARD_PREFIXES.len());
+    // Every other transfer crosses to another shard.
+    let to_shard = match seed % 2 {
+        0 => shard,
+        _ => (shard + rng.gen_range(1..SHARD_PREFIXES.len())) % SHARD_PREFIXES.len(),
+    };
     let from = rng.gen_range(0..ACCOUNTS_PER_SHARD);
     let to = (from + rng.gen_range(1..ACCOUNTS_PER_SHARD)) % ACCOUNTS_PER_SHARD;
-    let (from, to) = (account(shard, from), account(shard, to));
+    let (from, to) = (account(shard, from), account(to_shard, to));
     let want = rng.gen_range(1..=30);
     let (moved, info) = client
         .txn(TxnOptions::default(), |txn| {
@@ -146,7 +154,7 @@ async fn transfer(client: &Client, seed: u64) -> Result<(i64, u32), Error> {
             })
         })
         .await?;
-    Ok((moved, info.attempts))
+    Ok((moved, info.attempts, to_shard != shard))
 }
 
 async fn sum_all(client: &Client) -> Result<(Vec<i64>, u32), Error> {
@@ -173,8 +181,9 @@ async fn bank_worker(client: Client, worker: usize, done: Arc<AtomicUsize>) -> T
         assert!(Instant::now() < give_up, "transfers stalled");
         op += 1;
         match transfer(&client, (worker as u64) << 32 | op).await {
-            Ok((_, attempts)) => {
+            Ok((_, attempts, cross_shard)) => {
                 tally.transfers += 1;
+                tally.cross_shard += usize::from(cross_shard);
                 tally.attempts_over_one += usize::from(attempts > 1);
                 done.fetch_add(1, Ordering::SeqCst);
             }
@@ -342,6 +351,7 @@ async fn scenario() {
     while let Some(tally) = workers.join_next().await {
         let tally = tally.expect("bank worker");
         sum.transfers += tally.transfers;
+        sum.cross_shard += tally.cross_shard;
         sum.unknown += tally.unknown;
         sum.sums += tally.sums;
         sum.attempts_over_one += tally.attempts_over_one;
@@ -357,6 +367,10 @@ async fn scenario() {
         "negative balance: {balances:?}"
     );
     assert!(sum.sums > 0, "no read-only sum committed");
+    assert!(
+        sum.cross_shard > 0,
+        "no transfer between two shards committed"
+    );
     assert!(
         sum.attempts_over_one > 0,
         "no transfer ever conflicted: the workload shows nothing about conflicts"

@@ -10,8 +10,12 @@
 //!    without the window the first read would have been stale.
 //! 2. End to end: on every shard, a put, then a read-only transaction that reads a key of
 //!    another shard first (that shard's leader picks the snapshot) and then the written key:
-//!    it must see the write, whichever nodes' clocks were involved. Restarts are reported. The
-//!    metadata shard's log does not grow meanwhile (no oracle, no registry on the path).
+//!    it must see the write, whichever nodes' clocks were involved. Restarts are reported.
+//! 3. The same for two-shard transactions (two-phase commits, whose commit timestamp is the
+//!    largest prepare timestamp, so often node 3's clock): after each commit, a read-only
+//!    transaction through the client reads both keys and must see both new values.
+//!
+//! The metadata shard's log does not grow during 2 and 3 (no oracle, no registry on the path).
 
 mod common;
 
@@ -169,6 +173,45 @@ async fn reads_after_writes(client: &Client, keys: &[Bytes]) {
     );
 }
 
+async fn two_shard_writes_then_reads(client: &Client, keys: &[Bytes]) {
+    let mut restarted = 0;
+    for i in 0..keys.len() {
+        let pair = [keys[i].clone(), keys[(i + 1) % keys.len()].clone()];
+        let value = format!("pair-{i}");
+        let (_, info) = client
+            .txn(TxnOptions::default(), |txn| {
+                let (pair, value) = (pair.clone(), value.clone());
+                Box::pin(async move {
+                    for key in pair {
+                        txn.put(key, value.clone())?;
+                    }
+                    Ok::<_, Error>(())
+                })
+            })
+            .await
+            .expect("a two-shard transaction");
+        assert!(info.commit_ts.is_some(), "it wrote: {info:?}");
+        let (seen, info) = client
+            .txn(TxnOptions::default(), |txn| {
+                let pair = pair.clone();
+                Box::pin(async move { txn.batch_get(pair.iter().cloned()).await })
+            })
+            .await
+            .expect("read-only transaction");
+        let want = Some(bytes::Bytes::from(value));
+        assert_eq!(
+            seen,
+            vec![want.clone(), want],
+            "both writes, after the commit"
+        );
+        restarted += usize::from(info.attempts > 1);
+    }
+    eprintln!(
+        "{} two-shard commits each read back by a transaction, {restarted} reads restarted",
+        keys.len()
+    );
+}
+
 async fn scenario() {
     let dir = tempfile::tempdir().unwrap();
     let cluster = start_cluster(
@@ -190,6 +233,7 @@ async fn scenario() {
     uncertainty_window(&client, &cluster, &keys).await;
     let meta_before = meta_log(&cluster).await;
     reads_after_writes(&client, &keys).await;
+    two_shard_writes_then_reads(&client, &keys).await;
     assert_eq!(
         meta_log(&cluster).await,
         meta_before,

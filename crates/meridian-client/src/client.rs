@@ -39,6 +39,7 @@
 use crate::backoff::Backoff;
 use crate::config::{endpoint_uri, ClientConfig};
 use crate::error::{Error, Result};
+use crate::locks::{LockPolicy, LockWait};
 use crate::routing::{RoutingState, ShardMap, ShardRoute, Target};
 use crate::validate;
 use crate::write_retry::{WriteAttempts, WriteIds};
@@ -517,7 +518,23 @@ impl Client {
         F: FnMut(Channel, Duration) -> Fut,
         Fut: Future<Output = std::result::Result<T, tonic::Status>>,
     {
-        self.attempt_loop(route, deadline, None, send).await
+        self.attempt_loop(route, deadline, None, LockPolicy::Wait, send)
+            .await
+    }
+
+    /// [`Client::call`] with another answer to `LOCKED` (see `locks`).
+    pub(crate) async fn call_with<T, F, Fut>(
+        &self,
+        route: Route<'_>,
+        deadline: &Deadline,
+        locks: LockPolicy,
+        send: F,
+    ) -> Result<T>
+    where
+        F: FnMut(Channel, Duration) -> Fut,
+        Fut: Future<Output = std::result::Result<T, tonic::Status>>,
+    {
+        self.attempt_loop(route, deadline, None, locks, send).await
     }
 
     /// Runs one write request (whose message carries its write id) like [`Client::call`], and
@@ -532,8 +549,24 @@ impl Client {
         F: FnMut(Channel, Duration) -> Fut,
         Fut: Future<Output = std::result::Result<T, tonic::Status>>,
     {
+        self.write_call_with(route, deadline, LockPolicy::Wait, send)
+            .await
+    }
+
+    /// [`Client::write_call`] with another answer to `LOCKED` (see `locks`).
+    pub(crate) async fn write_call_with<T, F, Fut>(
+        &self,
+        route: Route<'_>,
+        deadline: &Deadline,
+        locks: LockPolicy,
+        send: F,
+    ) -> Result<T>
+    where
+        F: FnMut(Channel, Duration) -> Fut,
+        Fut: Future<Output = std::result::Result<T, tonic::Status>>,
+    {
         let mut attempts = WriteAttempts::new();
-        self.attempt_loop(route, deadline, Some(&mut attempts), send)
+        self.attempt_loop(route, deadline, Some(&mut attempts), locks, send)
             .await
             .map_err(|error| attempts.settle(error))
     }
@@ -543,12 +576,14 @@ impl Client {
         route: Route<'_>,
         deadline: &Deadline,
         mut write: Option<&mut WriteAttempts>,
+        locks: LockPolicy,
         mut send: F,
     ) -> Result<T>
     where
         F: FnMut(Channel, Duration) -> Fut,
         Fut: Future<Output = std::result::Result<T, tonic::Status>>,
     {
+        let mut lock_wait = LockWait::new();
         let mut backoff = self.backoff();
         let mut last: Option<Error> = None;
         let mut redirects = 0u32;
@@ -653,6 +688,15 @@ impl Client {
                     last = Some(error);
                     self.refresh_after_failure(generation, deadline, &mut last)
                         .await;
+                }
+                // Another transaction's lock: nothing was done; wait it out (see `locks`).
+                Error::Locked { lock } if locks != LockPolicy::Fail => {
+                    let lock = lock.clone();
+                    // Lock waits are bounded by the deadline, not by max_attempts.
+                    attempts -= 1;
+                    last = Some(error);
+                    self.wait_for_lock(&mut lock_wait, &lock, deadline).await?;
+                    continue;
                 }
                 _ => return Err(error),
             }

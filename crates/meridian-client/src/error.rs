@@ -13,7 +13,7 @@
 //! - Nothing read from the network is trusted: a malformed hint is dropped, never unwrapped.
 //! - [`Error::is_retryable`] is the single classification the retry loop and callers use.
 
-use meridian_types::error::{ERROR_CODE_HEADER, LEADER_HINT_HEADER};
+use meridian_types::error::{ERROR_CODE_HEADER, LEADER_HINT_HEADER, LOCK_HEADER};
 use meridian_types::ErrorCode;
 use std::fmt;
 
@@ -134,6 +134,48 @@ pub enum Error {
     TxnUncertain {
         version_ts: meridian_types::Timestamp,
     },
+
+    /// The request met another transaction's prepared lock and did nothing. The client waits
+    /// such locks out (and resolves them through the transaction's anchor when they outlive
+    /// their coordinator), so a caller sees this only when the call's deadline ran out
+    /// meanwhile (inside [`Error::DeadlineExceeded`]) or from a transaction's commit.
+    #[error("key {} is locked by transaction {}:{}", crate::client::display_key(&.lock.key), .lock.txn.client_id, .lock.txn.seq)]
+    Locked { lock: LockInfo },
+}
+
+/// A prepared lock of a multi-shard transaction (see `meridian-raft`'s `locks`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LockInfo {
+    /// The locked key.
+    pub key: bytes::Bytes,
+    /// The transaction holding it.
+    pub txn: meridian_proto::kv::WriteId,
+    /// The key whose shard holds the transaction's record.
+    pub anchor: bytes::Bytes,
+    /// The transaction's prepare timestamp on the key's shard.
+    pub prepare_ts: u64,
+    /// A write intent (else a read lock).
+    pub write: bool,
+}
+
+impl LockInfo {
+    /// Reads the `meridian-lock-bin` header of a `LOCKED` status; `None` if missing or
+    /// malformed.
+    fn from_status(status: &tonic::Status) -> Option<LockInfo> {
+        let raw = status.metadata().get_bin(LOCK_HEADER)?.to_bytes().ok()?;
+        let info: meridian_proto::kv::LockInfo = prost::Message::decode(raw).ok()?;
+        let txn = info.txn.filter(|t| t.client_id != 0)?;
+        if info.key.is_empty() || info.anchor.is_empty() {
+            return None;
+        }
+        Some(LockInfo {
+            key: info.key,
+            txn,
+            anchor: info.anchor,
+            prepare_ts: info.prepare_ts,
+            write: info.write,
+        })
+    }
 }
 
 fn leader_suffix(leader: &Option<LeaderHint>) -> String {
@@ -174,6 +216,7 @@ impl Error {
             Error::DeadlineExceeded { .. } => ErrorCode::DeadlineExceeded,
             Error::Internal { .. } => ErrorCode::Internal,
             Error::Ambiguous { .. } => ErrorCode::Ambiguous,
+            Error::Locked { .. } => ErrorCode::Locked,
             Error::Transport { .. }
             | Error::NoSeeds
             | Error::TxnConflict { .. }
@@ -224,6 +267,12 @@ impl Error {
             },
             Some(ErrorCode::Internal) => Error::Internal { message },
             Some(ErrorCode::Ambiguous) => Error::Ambiguous { message },
+            Some(ErrorCode::Locked) => match LockInfo::from_status(status) {
+                Some(lock) => Error::Locked { lock },
+                None => Error::Internal {
+                    message: format!("{address}: LOCKED without a readable lock: {message}"),
+                },
+            },
             None => Self::from_headerless_status(status, address),
         }
     }

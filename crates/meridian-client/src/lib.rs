@@ -42,7 +42,8 @@
 //! - [`client`]: [`Client`], the retry loop, single-key calls, status.
 //! - `multi`: scans paging across shards, batches split by shard.
 //! - [`cas`]: [`Client::compare_and_swap`], a conditional write evaluated by the shard.
-//! - [`txn`]: [`Client::txn`], optimistic serializable transactions (single-shard writes).
+//! - [`txn`]: [`Client::txn`], optimistic serializable transactions (one Raft entry on one shard,
+//!   two-phase commit across shards).
 //! - [`routing`]: the shard map and leader cache (pure, unit-tested).
 //! - [`error`]: [`Error`] and the gRPC status → error mapping.
 //! - [`config`]: [`ClientConfig`] and its defaults.
@@ -56,8 +57,9 @@
 //!   clocks stay within `max_offset`: every attempt reads one snapshot (all shards at one
 //!   timestamp; restarted past a version within the clock uncertainty), and one that writes
 //!   commits only if everything it read still holds at its commit point. Under clock skew two
-//!   later writes to different shards may be seen out of real-time order (see `txn`). Read-write transactions must stay within one shard for now;
-//!   read-only ones may span shards and commit nothing.
+//!   later writes to different shards may be seen out of real-time order (see `txn`). Read-write
+//!   transactions may span shards (two-phase commit, see `txn_2pc`); read-only ones commit
+//!   nothing.
 //! - Writes carry a write id on every attempt, so a retry never applies a write twice; a call
 //!   that ends without knowing the outcome returns [`Error::Ambiguous`].
 //! - `batch_put` is atomic per shard only; `batch_get` reads each shard at its own timestamp;
@@ -65,17 +67,20 @@
 //! - Inputs over `meridian_types::limits` fail fast with [`Error::InvalidArgument`].
 //!
 //! # Not done yet
-//! - Multi-shard read-write transactions, follower reads, snapshot scans outside transactions.
+//! - Parallel commit (a multi-shard commit takes two consensus rounds), follower reads,
+//!   snapshot scans outside transactions.
 
 mod backoff;
 pub mod cas;
 pub mod client;
 pub mod config;
 pub mod error;
+mod locks;
 mod multi;
 pub mod routing;
 mod snapshot;
 pub mod txn;
+mod txn_2pc;
 mod txn_commit;
 mod validate;
 mod write_retry;
@@ -83,7 +88,7 @@ mod write_retry;
 pub use cas::{CasOutcome, Expect};
 pub use client::{fetch_status, Client, KeyValue, Versioned};
 pub use config::{ClientConfig, ReadConsistency};
-pub use error::{Error, LeaderHint, Result};
+pub use error::{Error, LeaderHint, LockInfo, Result};
 pub use meridian_proto::kv as proto;
 pub use meridian_types::Timestamp;
 pub use routing::{NodeRoute, ShardMap, ShardRoute};

@@ -284,8 +284,8 @@ impl Client {
     ///
     /// Atomic **per shard only**: the entries are split by shard and each shard's part commits
     /// as one Raft entry, concurrently with the others. If an error is returned, some shards'
-    /// parts may have committed and others not. Transactions (`Client::txn`) are atomic, but
-    /// their writes must stay in one shard for now.
+    /// parts may have committed and others not. Transactions (`Client::txn`) are atomic across
+    /// shards.
     pub async fn batch_put<K: Into<Bytes>, V: Into<Bytes>>(
         &self,
         entries: impl IntoIterator<Item = (K, V)>,

@@ -12,11 +12,17 @@
 //!
 //! - **Read-only**: nothing to commit. The reads were one snapshot, so the transaction is
 //!   serializable at `read_ts` without a commit round.
-//! - **With writes**: the client sends the read set with the writes to the shard
+//! - **With writes, one shard**: the client sends the read set with the writes to the shard
 //!   (`Kv.Commit`), and the shard applies the writes only if every read still holds — each key
 //!   still at the version read, each scanned range still holding exactly the rows read —
 //!   checked inside its state machine at the commit's place in the Raft log. So a committed
-//!   transaction behaves as if it ran entirely at that point: **serializable**. Under
+//!   transaction behaves as if it ran entirely at that point: **serializable**.
+//! - **With writes, several shards** (writes on more than one shard, or reads on a shard it
+//!   does not write): two-phase commit (`txn_2pc`). Every participant checks its part of the
+//!   read set at its prepare and *locks* it (write intents, read locks on keys and scanned
+//!   ranges) until the decision, so what it checked still holds when the transaction commits,
+//!   at one timestamp on every shard: serializable too. Readers and writers that meet a lock
+//!   wait for it (see `locks`). Under
 //!   [`Isolation::Snapshot`] only the reads of the keys it writes are sent (keys written
 //!   without being read are read at the snapshot first): first committer wins on every
 //!   written key, so no lost update, but two transactions that read the same keys and write
@@ -47,10 +53,12 @@
 //! returns from an attempt that ended uncertain is dropped and the attempt runs again.
 //!
 //! # Limits and errors
-//! - A transaction that writes must keep every key it reads, scans and writes in one shard
-//!   (a 1PC commit in one Raft entry). Multi-shard read-write transactions are not implemented
-//!   yet: their commit fails with [`Error::InvalidArgument`] naming the shards. Read-only
-//!   transactions may span shards.
+//! - A one-shard commit is one Raft entry; a multi-shard one is acknowledged after two rounds
+//!   (prepare on every participant in parallel, then the decision on the anchor's shard), and
+//!   the participants are resolved after the acknowledgement.
+//! - A read that meets another transaction's lock waits for it to be resolved and reads again
+//!   (see `locks`); the shard then counts the resolved version as uncertain if its commit
+//!   timestamp is within the window (see `meridian-server`'s `kv_snapshot`).
 //! - At most `MAX_BATCH_KEYS` writes of `MAX_BATCH_BYTES`, `MAX_TXN_READ_KEYS` keys read
 //!   (counting scanned rows) and `MAX_TXN_RANGES` scanned ranges per shard: beyond them the
 //!   call fails with [`Error::InvalidArgument`] and nothing is written.
@@ -62,7 +70,7 @@
 use crate::client::Route;
 use crate::error::{Error, Result};
 use crate::snapshot::{SnapRead, SnapshotState};
-use crate::txn_commit::{outcome, send_commit, write_message, CommitParts, ScannedRange};
+use crate::txn_commit::{outcome, plan, send_commit, CommitParts, Plan, ScannedRange};
 use crate::{validate, Client, KeyValue};
 use bytes::Bytes;
 use meridian_types::limits::{
@@ -505,7 +513,8 @@ impl Txn {
         }
     }
 
-    /// With writes: one shard must hold everything; one `Kv.Commit` with a write id.
+    /// With writes: one `Kv.Commit` with a write id if one shard holds everything, else
+    /// two-phase commit (`txn_2pc`).
     async fn commit_writes(&self) -> Result<Timestamp> {
         let parts = CommitParts {
             reads: &self.reads,
@@ -514,15 +523,25 @@ impl Txn {
             isolation: self.isolation,
             write_id: self.client.next_write_id(),
         };
+        let txn_id = parts.write_id;
         // The cached map's lock is held for this statement only, never across an await.
-        let (write_shard, message) = write_message(&self.client.state().map, parts)?;
-        let deadline = self.client.deadline();
-        let response = self
-            .client
-            .write_call(Route::Shard(write_shard), &deadline, |channel, timeout| {
-                send_commit(channel, timeout, message.clone())
-            })
-            .await?;
-        outcome(response)
+        let plan = plan(&self.client.state().map, parts)?;
+        match plan {
+            Plan::One(shard, message) => {
+                let deadline = self.client.deadline();
+                // Holding no locks of its own, a one-shard commit waits other transactions'
+                // locks out like any write.
+                let response = self
+                    .client
+                    .write_call(Route::Shard(shard), &deadline, |channel, timeout| {
+                        send_commit(channel, timeout, message.clone())
+                    })
+                    .await?;
+                outcome(response)
+            }
+            Plan::Many { groups, anchor } => {
+                crate::txn_2pc::commit(&self.client, txn_id, anchor, groups).await
+            }
+        }
     }
 }

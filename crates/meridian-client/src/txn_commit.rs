@@ -1,5 +1,6 @@
-//! The commit message of a transaction that writes: its read set and writes grouped into one
-//! shard's `Kv.Commit` (see the `txn` module docs), and the reply's reading.
+//! The commit of a transaction that writes: its read set and writes grouped by shard into one
+//! `Kv.Commit` (one shard) or the prepares of a two-phase commit (several, see `txn_2pc`), and
+//! the reply's reading.
 
 use crate::client::kv_client;
 use crate::client::request;
@@ -31,14 +32,22 @@ pub(crate) struct CommitParts<'a> {
     pub write_id: proto::WriteId,
 }
 
-/// The write shard and its `Kv.Commit` request: reads, ranges and writes, all in one shard.
-/// Under [`Isolation::Snapshot`] only the reads of written keys are checked (first committer
-/// wins on every written key: the caller has read each one), and no range.
-pub(crate) fn write_message(
-    map: &ShardMap,
-    parts: CommitParts<'_>,
-) -> Result<(u64, proto::CommitRequest)> {
-    let write_shard = one_write_shard(map, parts.writes)?;
+/// How a transaction with writes commits.
+pub(crate) enum Plan {
+    /// Everything in one shard: one `Kv.Commit` (one Raft entry).
+    One(u64, proto::CommitRequest),
+    /// Two-phase commit (see `txn_2pc`): each participant's reads, ranges and writes, and the
+    /// anchor key (the first key written).
+    Many {
+        groups: BTreeMap<u64, proto::CommitRequest>,
+        anchor: Bytes,
+    },
+}
+
+/// Groups the read set and the writes by shard. Under [`Isolation::Snapshot`] only the reads
+/// of written keys are checked (first committer wins on every written key: the caller has read
+/// each one), and no range.
+pub(crate) fn plan(map: &ShardMap, parts: CommitParts<'_>) -> Result<Plan> {
     let mut groups = match parts.isolation {
         Isolation::Serializable => group(map, parts.reads, parts.ranges)?,
         Isolation::Snapshot => {
@@ -51,26 +60,37 @@ pub(crate) fn write_message(
             group(map, &written, &[])?
         }
     };
-    if let Some((&other, _)) = groups.iter().find(|(&shard, _)| shard != write_shard) {
-        return Err(Error::invalid(format!(
-            "the transaction reads shard {other} but writes shard {write_shard}: \
-             multi-shard read-write transactions are not implemented yet"
-        )));
+    for (key, value) in parts.writes {
+        let shard = map
+            .shard_for_key(key)
+            .ok_or_else(|| Error::WrongShard {
+                message: format!("no shard in the cached map owns key {key:?}"),
+            })?
+            .shard_id;
+        groups
+            .entry(shard)
+            .or_default()
+            .writes
+            .push(proto::TxnWrite {
+                key: key.clone(),
+                action: Some(match value {
+                    Some(v) => txn_write::Action::PutValue(v.clone()),
+                    None => txn_write::Action::Delete(true),
+                }),
+            });
     }
-    let mut message = groups.remove(&write_shard).unwrap_or_default();
-    message.writes = parts
+    let anchor = parts
         .writes
-        .iter()
-        .map(|(key, value)| proto::TxnWrite {
-            key: key.clone(),
-            action: Some(match value {
-                Some(v) => txn_write::Action::PutValue(v.clone()),
-                None => txn_write::Action::Delete(true),
-            }),
-        })
-        .collect();
-    message.write_id = Some(parts.write_id);
-    Ok((write_shard, message))
+        .keys()
+        .next()
+        .cloned()
+        .ok_or_else(|| Error::internal("a commit plan without writes"))?;
+    if groups.len() == 1 {
+        let (shard, mut message) = groups.pop_first().expect("one group");
+        message.write_id = Some(parts.write_id);
+        return Ok(Plan::One(shard, message));
+    }
+    Ok(Plan::Many { groups, anchor })
 }
 
 /// One `Kv.Commit` attempt.
@@ -175,27 +195,4 @@ fn split_range(map: &ShardMap, range: &ScannedRange) -> Result<Vec<(u64, proto::
         }
         cursor = piece_end.expect("a piece that is not the last ends at its shard's end");
     }
-}
-
-/// The one shard every write belongs to.
-fn one_write_shard(map: &ShardMap, writes: &BTreeMap<Bytes, Option<Bytes>>) -> Result<u64> {
-    let mut shard = None;
-    for key in writes.keys() {
-        let owner = map
-            .shard_for_key(key)
-            .ok_or_else(|| Error::WrongShard {
-                message: format!("no shard in the cached map owns key {key:?}"),
-            })?
-            .shard_id;
-        match shard {
-            Some(prev) if prev != owner => {
-                return Err(Error::invalid(format!(
-                    "the transaction writes shards {prev} and {owner}: multi-shard read-write \
-                     transactions are not implemented yet"
-                )))
-            }
-            _ => shard = Some(owner),
-        }
-    }
-    shard.ok_or_else(|| Error::internal("commit_writes without writes"))
 }

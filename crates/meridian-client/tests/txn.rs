@@ -1,8 +1,8 @@
 //! `Client::txn` against the in-process fake cluster (`fake`), whose commit checks reads the
 //! way a shard's state machine does: buffered writes, read-your-writes, re-runs on conflicts
 //! (point reads and phantoms in scanned ranges), read-only transactions at one snapshot across
-//! shards, restarts after uncertain reads, and the single-shard limit for transactions that
-//! write.
+//! shards, restarts after uncertain reads, and how a transaction that writes two shards
+//! prepares.
 
 mod fake;
 
@@ -190,24 +190,28 @@ async fn an_uncertain_read_reruns_the_closure_at_the_newer_version() {
 }
 
 #[tokio::test]
-async fn a_transaction_that_writes_must_stay_in_one_shard() {
-    let (_fake, client) = setup().await;
+async fn a_transaction_that_writes_two_shards_prepares_each_under_one_id_and_anchor() {
+    let (fake, client) = setup().await;
     let mut txn = client.begin();
+    txn.get("y").await.unwrap();
+    txn.put("b", "1").unwrap();
     txn.put("a", "1").unwrap();
     txn.put("z", "1").unwrap();
+    // The fake refuses prepares (two-phase commit runs against real nodes in meridian-cli's
+    // tests/txn.rs): the refusal comes back, and the transaction is aborted at its anchor.
     let e = txn.commit().await.unwrap_err();
+    assert!(e.to_string().contains("the fake does not prepare"), "{e}");
+    let prepares = fake.world.prepares.lock().unwrap().clone();
+    assert_eq!(prepares.len(), 2, "{prepares:?}");
+    assert!(prepares
+        .iter()
+        .all(|(p, _)| p.anchor == b("a") && p.txn == prepares[0].0.txn));
+    let mut writes: Vec<usize> = prepares.iter().map(|(_, n)| *n).collect();
+    writes.sort();
+    assert_eq!(writes, vec![1, 2], "a and b in one shard, z in the other");
     assert!(
-        matches!(e, Error::InvalidArgument { .. }) && e.to_string().contains("not implemented yet"),
-        "{e}"
-    );
-
-    let mut txn = client.begin();
-    txn.get("z").await.unwrap();
-    txn.put("a", "1").unwrap();
-    let e = txn.commit().await.unwrap_err();
-    assert!(
-        e.to_string().contains("reads shard 2 but writes shard 1"),
-        "{e}"
+        fake.served().iter().any(|(_, m)| *m == "resolve"),
+        "the abort went to the anchor"
     );
     assert_eq!(client.get("a").await.unwrap(), None);
 }

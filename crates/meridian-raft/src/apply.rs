@@ -32,6 +32,7 @@
 //!   not a property of the command, and a verdict from it could differ between replicas.
 
 use crate::dedup::{DedupChanges, DedupTable};
+use crate::locks::{LockTable, TxnId, TxnStatus};
 use crate::txn_check::{first_conflict, EngineView, LatestView};
 use crate::types::{Command, CommandResult, Expect, MAX_COMMAND_TS};
 use bytes::Bytes;
@@ -52,7 +53,14 @@ pub(crate) struct ApplyBatch<'a> {
     pub dedup: &'a mut DedupTable,
     pub batch: WriteBatch,
     pub changes: DedupChanges,
-    pending: HashMap<Bytes, KeyState>,
+    /// The shard's prepared locks, changed in place (the caller holds the table's write guard
+    /// until the batch is in RocksDB, so readers never see the two disagree).
+    pub locks: &'a mut LockTable,
+    pub(crate) pending: HashMap<Bytes, KeyState>,
+    /// Transaction records written in this batch (`None`: deleted), over RocksDB's.
+    pub(crate) records: HashMap<TxnId, Option<TxnStatus>>,
+    /// The largest commit timestamp a resolve wrote intents at in this batch (0: none).
+    pub resolved_max: u64,
 }
 
 impl<'a> ApplyBatch<'a> {
@@ -61,6 +69,7 @@ impl<'a> ApplyBatch<'a> {
         engine: &'a dyn Engine,
         version_floor: &'a mut u64,
         dedup: &'a mut DedupTable,
+        locks: &'a mut LockTable,
     ) -> ApplyBatch<'a> {
         ApplyBatch {
             shard,
@@ -69,7 +78,10 @@ impl<'a> ApplyBatch<'a> {
             dedup,
             batch: WriteBatch::new(),
             changes: DedupChanges::default(),
+            locks,
             pending: HashMap::new(),
+            records: HashMap::new(),
+            resolved_max: 0,
         }
     }
 
@@ -103,6 +115,11 @@ impl<'a> ApplyBatch<'a> {
                 if let Some(done) = request.and_then(|id| self.duplicate(id)) {
                     return Ok(done);
                 }
+                if let Some(locked) =
+                    self.write_blocked(puts.iter().map(|(k, _)| k).chain(&deletes))
+                {
+                    return Ok(locked);
+                }
                 let ts = match self.next_ts(ts) {
                     Ok(ts) => ts,
                     Err(result) => return Ok(result),
@@ -124,6 +141,9 @@ impl<'a> ApplyBatch<'a> {
             } => {
                 if let Some(done) = request.and_then(|id| self.duplicate(id)) {
                     return Ok(done);
+                }
+                if let Some(locked) = self.write_blocked(std::iter::once(&key)) {
+                    return Ok(locked);
                 }
                 let current = self.current(&key)?;
                 if !holds(&expect, &current) {
@@ -149,6 +169,9 @@ impl<'a> ApplyBatch<'a> {
                 if let Some(done) = request.and_then(|id| self.duplicate(id)) {
                     return Ok(done);
                 }
+                if let Some(locked) = self.txn_blocked(None, &reads, &ranges, &writes) {
+                    return Ok(locked);
+                }
                 if let Some(key) = first_conflict(&*self, &reads, &ranges)? {
                     return Ok(CommandResult {
                         conflict: Some(key),
@@ -164,6 +187,21 @@ impl<'a> ApplyBatch<'a> {
                 }
                 Ok(self.committed(request, ts))
             }
+            Command::Prepare {
+                ts,
+                txn,
+                anchor,
+                is_anchor,
+                reads,
+                ranges,
+                writes,
+            } => self.prepare(ts, txn, (anchor, is_anchor), reads, ranges, writes),
+            Command::Resolve {
+                txn,
+                anchor,
+                decision,
+                ..
+            } => self.resolve(txn, anchor, decision),
         }
     }
 
@@ -176,7 +214,7 @@ impl<'a> ApplyBatch<'a> {
     }
 
     /// The write's version timestamp (raising the floor), or the rejection if none is left.
-    fn next_ts(&mut self, proposed: u64) -> Result<u64, CommandResult> {
+    pub(crate) fn next_ts(&mut self, proposed: u64) -> Result<u64, CommandResult> {
         let ts = proposed.max(self.version_floor.saturating_add(1));
         if ts > MAX_COMMAND_TS {
             return Err(rejected(format!(
@@ -189,7 +227,7 @@ impl<'a> ApplyBatch<'a> {
     }
 
     /// Writes a version of `key` (`None` = tombstone) and remembers it for later CASes.
-    fn put(&mut self, key: Bytes, ts: u64, value: Option<Bytes>) {
+    pub(crate) fn put(&mut self, key: Bytes, ts: u64, value: Option<Bytes>) {
         match &value {
             Some(v) => mvcc::put(&mut self.batch, self.shard, &key, Timestamp(ts), v),
             None => mvcc::delete(&mut self.batch, self.shard, &key, Timestamp(ts)),
@@ -255,7 +293,7 @@ fn holds(expect: &Expect, current: &KeyState) -> bool {
     expect.holds(current.as_ref().map(|(ts, v)| (*ts, v.as_ref())))
 }
 
-fn rejected(reason: String) -> CommandResult {
+pub(crate) fn rejected(reason: String) -> CommandResult {
     CommandResult {
         rejected: Some(reason),
         ..Default::default()
@@ -296,10 +334,10 @@ mod tests {
     /// Applies each group of commands as one batch (one apply call), committing between
     /// groups, and returns every command's result.
     fn run(engine: &MemoryEngine, groups: Vec<Vec<Command>>) -> Vec<CommandResult> {
-        let (mut floor, mut dedup) = (0u64, DedupTable::new());
+        let (mut floor, mut dedup, mut locks) = (0u64, DedupTable::new(), LockTable::new());
         let mut results = Vec::new();
         for group in groups {
-            let mut work = ApplyBatch::new(SHARD, engine, &mut floor, &mut dedup);
+            let mut work = ApplyBatch::new(SHARD, engine, &mut floor, &mut dedup, &mut locks);
             for cmd in group {
                 results.push(work.apply(cmd, 1).expect("apply"));
             }
@@ -418,8 +456,8 @@ mod tests {
             value: Some(b(value)),
             request: Some(id),
         };
-        let (mut floor, mut dedup) = (0u64, DedupTable::new());
-        let mut work = ApplyBatch::new(SHARD, &engine, &mut floor, &mut dedup);
+        let (mut floor, mut dedup, mut locks) = (0u64, DedupTable::new(), LockTable::new());
+        let mut work = ApplyBatch::new(SHARD, &engine, &mut floor, &mut dedup, &mut locks);
         let first = work.apply(with_id(10, Expect::Absent, "a"), 1).unwrap();
         // Another client's write, then the retry of the first swap: answered from the table.
         work.apply(put(11, "k", "z"), 1).unwrap();
@@ -435,7 +473,7 @@ mod tests {
             client_id: 7,
             seq: 2,
         };
-        let mut work = ApplyBatch::new(SHARD, &engine, &mut floor, &mut dedup);
+        let mut work = ApplyBatch::new(SHARD, &engine, &mut floor, &mut dedup, &mut locks);
         let cmd = |ts| Command::Cas {
             ts,
             key: b("k"),

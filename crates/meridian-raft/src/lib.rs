@@ -6,6 +6,7 @@
 //! - [`log_writer`]: group commit — one fsync for the appends of every shard.
 //! - [`state_machine`]: MVCC apply with the applied index persisted atomically; file snapshots
 //!   installed crash-atomically.
+//! - [`locks`]: prepared locks and transaction records of multi-shard transactions.
 //! - [`dedup`]: the per-shard table of applied write request ids that makes retries safe.
 //! - [`network`]: the peer transport client (one channel per peer, deadlines, HLC on every RPC).
 //! - [`host`]: the per-node shard table and the transport service routing by shard id.
@@ -23,9 +24,11 @@
 //! - Membership changes (adding / removing replicas); the founding membership is static.
 
 mod apply;
+mod apply_2pc;
 pub mod dedup;
 pub mod host;
 pub mod issued;
+pub mod locks;
 pub mod log_store;
 pub mod log_writer;
 pub mod network;

@@ -54,6 +54,7 @@
 
 use crate::apply::ApplyBatch;
 use crate::dedup::{DedupChanges, DedupEntry, DedupOp, DedupTable};
+use crate::locks::LockTable;
 use crate::types::{CommandResult, Entry, LogId, SnapshotMeta, StoredMembership, TypeConfig};
 use futures::{Stream, TryStreamExt};
 use meridian_storage::keys::{self, MetaKind};
@@ -65,7 +66,7 @@ use serde::{Deserialize, Serialize};
 use std::io;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 
 use crate::types::codec;
 
@@ -95,6 +96,8 @@ struct Inner {
     version_floor: u64,
     dedup: DedupTable,
     current: Option<SnapshotRecord>,
+    /// Also in `ShardStateMachine::locks`, for readers.
+    locks: Arc<RwLock<LockTable>>,
 }
 
 /// Cheap to clone: clones share the state (the snapshot builder is a clone).
@@ -104,6 +107,13 @@ pub struct ShardStateMachine {
     shard: ShardId,
     /// `Inner::version_floor`, readable without the lock (reads use it as a lower bound).
     floor: Arc<AtomicU64>,
+    /// The shard's prepared locks (see `locks`). Apply holds the write guard from its first
+    /// command until its batch is in RocksDB, so a reader holding the read guard sees locks
+    /// and data of the same applied state.
+    locks: Arc<RwLock<LockTable>>,
+    /// The largest commit timestamp this replica has resolved intents at since it started
+    /// (see [`ShardStateMachine::resolved_max`]).
+    resolved: Arc<AtomicU64>,
 }
 
 fn io_err(e: impl std::fmt::Display) -> io::Error {
@@ -145,6 +155,7 @@ impl ShardStateMachine {
         let version_floor = read_meta::<u64>(&*engine, shard, MetaKind::VersionFloor)?.unwrap_or(0);
         let current = read_meta::<SnapshotRecord>(&*engine, shard, MetaKind::SnapshotMeta)?;
         let dedup = DedupTable::from_entries(read_dedup(&*engine, shard)?);
+        let locks = Arc::new(RwLock::new(LockTable::new()));
         let mut inner = Inner {
             shard,
             engine,
@@ -155,6 +166,7 @@ impl ShardStateMachine {
             version_floor,
             dedup,
             current,
+            locks: locks.clone(),
         };
         if let Some(marker) =
             read_meta::<SnapshotRecord>(&*inner.engine, shard, MetaKind::InstallMarker)?
@@ -166,16 +178,35 @@ impl ShardStateMachine {
             }
         }
         merge_floor(&inner);
+        load_locks(&inner)?;
         let floor = Arc::new(AtomicU64::new(inner.version_floor));
         Ok(ShardStateMachine {
             inner: Arc::new(tokio::sync::Mutex::new(inner)),
             shard,
             floor,
+            locks,
+            resolved: Arc::new(AtomicU64::new(0)),
         })
     }
 
     pub fn shard(&self) -> ShardId {
         self.shard
+    }
+
+    /// The largest commit timestamp a multi-shard transaction's intents were resolved at on
+    /// this replica since it started. Such a version's timestamp came from another node's
+    /// clock and may have been applied *after* a transaction first read this node's clock, so
+    /// a snapshot read widens its uncertainty window to it (see `meridian-server`'s
+    /// `kv_snapshot`). Versions applied before the start are below the floor, which the clock
+    /// was merged with.
+    pub fn resolved_max(&self) -> Timestamp {
+        Timestamp(self.resolved.load(Ordering::Acquire))
+    }
+
+    /// The shard's prepared locks: hold the read guard across a read of the shard's data so
+    /// both are of one applied state.
+    pub fn locks(&self) -> Arc<RwLock<LockTable>> {
+        self.locks.clone()
     }
 
     /// Directory incoming snapshot files are received into.
@@ -213,6 +244,22 @@ impl ShardStateMachine {
         let (shard, file) = (inner.shard, record.file.clone());
         blocking(move || replace_data_with(&*engine, shard, &file)).await
     }
+}
+
+/// Rebuilds the in-memory lock table from the shard's transaction region.
+fn load_locks(inner: &Inner) -> io::Result<()> {
+    let (start, end) = keys::txn_kind_range(inner.shard, keys::TxnKeyKind::Locks);
+    let mut table = LockTable::new();
+    for item in inner.engine.scan(Cf::Data, &start, Some(&end), false) {
+        let (k, v) = item.map_err(io_err)?;
+        let (_, client_id, seq) = keys::decode_txn_key(&k).map_err(io_err)?;
+        table.insert(
+            crate::types::RequestId { client_id, seq },
+            codec::decode(&v)?,
+        );
+    }
+    *inner.locks.write().unwrap_or_else(|p| p.into_inner()) = table;
+    Ok(())
 }
 
 fn read_dedup(engine: &dyn Engine, shard: ShardId) -> io::Result<Vec<DedupEntry>> {
@@ -331,10 +378,18 @@ fn finish_install(inner: &mut Inner, record: SnapshotRecord) -> io::Result<Optio
 
 /// Applies `entries` in order as ONE RocksDB batch with the new applied state (blocking);
 /// returns each entry's result.
-fn apply_entries(inner: &mut Inner, entries: Vec<Entry>) -> io::Result<Vec<CommandResult>> {
+fn apply_entries(inner: &mut Inner, entries: Vec<Entry>) -> io::Result<(Vec<CommandResult>, u64)> {
     let shard = inner.shard;
     let engine = inner.engine.clone();
-    let mut work = ApplyBatch::new(shard, &*engine, &mut inner.version_floor, &mut inner.dedup);
+    let locks = inner.locks.clone();
+    let mut table = locks.write().unwrap_or_else(|p| p.into_inner());
+    let mut work = ApplyBatch::new(
+        shard,
+        &*engine,
+        &mut inner.version_floor,
+        &mut inner.dedup,
+        &mut table,
+    );
     let mut results = Vec::with_capacity(entries.len());
     for entry in entries {
         // openraft marks the whole requested range applied, whatever the stream yielded: a gap
@@ -361,11 +416,13 @@ fn apply_entries(inner: &mut Inner, entries: Vec<Entry>) -> io::Result<Vec<Comma
         inner.applied = Some(entry.log_id);
         results.push(result);
     }
+    let resolved_max = work.resolved_max;
     let (mut batch, changes) = (work.batch, work.changes);
     put_dedup_changes(&mut batch, shard, changes);
     put_state(&mut batch, inner)?;
     engine.write(batch, false).map_err(io_err)?;
-    Ok(results)
+    drop(table);
+    Ok((results, resolved_max))
 }
 
 fn put_state(batch: &mut WriteBatch, inner: &Inner) -> io::Result<()> {
@@ -475,13 +532,14 @@ impl RaftStateMachine<TypeConfig> for ShardStateMachine {
         }
         // Applying reads RocksDB (compare-and-swap conditions) and writes it: off the reactor,
         // in one blocking task per apply call.
-        let (guard, results) = blocking(move || {
+        let (guard, (results, resolved_max)) = blocking(move || {
             let results = apply_entries(&mut guard, applying)?;
             Ok((guard, results))
         })
         .await?;
         merge_floor(&guard);
         self.floor.store(guard.version_floor, Ordering::Release);
+        self.resolved.fetch_max(resolved_max, Ordering::Release);
         drop(guard);
         for (responder, result) in responders.into_iter().zip(results) {
             if let Some(r) = responder {
@@ -510,6 +568,7 @@ impl RaftStateMachine<TypeConfig> for ShardStateMachine {
             let inner: &mut Inner = &mut guard;
             replace_data(inner, &record.file)?;
             let previous = finish_install(inner, record)?;
+            load_locks(inner)?;
             Ok::<_, io::Error>((guard, previous))
         })
         .await

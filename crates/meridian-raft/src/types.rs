@@ -77,6 +77,29 @@ pub enum Command {
     /// so apply rejects it (deterministically: the entry's term is part of the log) and the
     /// writer gets a definite "not applied". Never nested.
     Fenced { term: u64, cmd: Box<Command> },
+    /// Phase one of a multi-shard transaction on one participant (see `locks`): if every read
+    /// still holds and no other transaction's lock is in the way, lock the reads, ranges and
+    /// writes at a prepare timestamp (`ts`, raised above the shard's floor) and, if
+    /// `is_anchor`, write the transaction's record as pending. Replayed for the same `txn`, it
+    /// answers the first prepare's timestamp.
+    Prepare {
+        ts: u64,
+        txn: RequestId,
+        anchor: Bytes,
+        is_anchor: bool,
+        reads: Vec<ReadCheck>,
+        ranges: Vec<RangeCheck>,
+        writes: Vec<(Bytes, Option<Bytes>)>,
+    },
+    /// Phase two on one participant: on the anchor (`anchor`), decide the record and resolve
+    /// the anchor's own locks; elsewhere, resolve the locks as `decision` says. `ts` is only
+    /// the proposal's issued timestamp (a commit writes at the decision's timestamp).
+    Resolve {
+        ts: u64,
+        txn: RequestId,
+        anchor: bool,
+        decision: crate::locks::Decision,
+    },
 }
 
 /// A transaction's point read: `key` had the live version `version` (`None`: absent or
@@ -123,9 +146,11 @@ impl Command {
     /// This command with its proposed version timestamp set to `new_ts`.
     pub fn with_ts(mut self, new_ts: u64) -> Command {
         match &mut self {
-            Command::Write { ts, .. } | Command::Cas { ts, .. } | Command::Txn { ts, .. } => {
-                *ts = new_ts
-            }
+            Command::Write { ts, .. }
+            | Command::Cas { ts, .. }
+            | Command::Txn { ts, .. }
+            | Command::Prepare { ts, .. }
+            | Command::Resolve { ts, .. } => *ts = new_ts,
             Command::Fenced { cmd, .. } => {
                 let inner = std::mem::replace(cmd, Box::new(Command::placeholder()));
                 *cmd = Box::new(inner.with_ts(new_ts));
@@ -213,30 +238,67 @@ impl Command {
                     return Err("a transaction commit has no writes".into());
                 }
                 check_txn_reads(reads, ranges)?;
-                if writes.len() > MAX_BATCH_KEYS {
-                    return Err(format!(
-                        "{} writes, over MAX_BATCH_KEYS ({MAX_BATCH_KEYS})",
-                        writes.len()
-                    ));
+                check_txn_writes(writes)
+            }
+            Command::Prepare {
+                ts,
+                anchor,
+                reads,
+                ranges,
+                writes,
+                ..
+            } => {
+                if *ts > MAX_COMMAND_TS {
+                    return Err(format!("timestamp {ts} is above MAX_COMMAND_TS"));
                 }
-                let mut bytes = 0usize;
-                for (key, value) in writes {
-                    check_key(key)?;
-                    bytes += key.len();
-                    if let Some(value) = value {
-                        check_value(value)?;
-                        bytes += value.len();
-                    }
+                check_key(anchor)?;
+                if reads.is_empty() && ranges.is_empty() && writes.is_empty() {
+                    return Err("a prepare has no reads and no writes".into());
                 }
-                if bytes > MAX_BATCH_BYTES {
-                    return Err(format!(
-                        "writes are {bytes} bytes, over MAX_BATCH_BYTES ({MAX_BATCH_BYTES})"
-                    ));
+                check_txn_reads(reads, ranges)?;
+                check_txn_writes(writes)
+            }
+            Command::Resolve { ts, decision, .. } => {
+                let commit = match decision {
+                    crate::locks::Decision::Commit(c) => *c,
+                    _ => 0,
+                };
+                if (*ts).max(commit) > MAX_COMMAND_TS {
+                    return Err("a resolve's timestamp is above MAX_COMMAND_TS".into());
+                }
+                if commit == 0 && matches!(decision, crate::locks::Decision::Commit(_)) {
+                    return Err("a commit decision needs a timestamp".into());
                 }
                 Ok(())
             }
         }
     }
+}
+
+/// The limits on a transaction's writes: at most `MAX_BATCH_KEYS` keys and `MAX_BATCH_BYTES`
+/// bytes, every key and value within its own limit.
+pub fn check_txn_writes(writes: &[(Bytes, Option<Bytes>)]) -> Result<(), String> {
+    if writes.len() > MAX_BATCH_KEYS {
+        return Err(format!(
+            "{} writes, over MAX_BATCH_KEYS ({MAX_BATCH_KEYS})",
+            writes.len()
+        ));
+    }
+    let mut bytes = 0usize;
+    for (key, value) in writes {
+        check_key(key)?;
+        bytes += key.len();
+        if let Some(value) = value {
+            check_value(value)?;
+            bytes += value.len();
+        }
+    }
+    if bytes > MAX_BATCH_BYTES {
+        return Err(format!(
+            "writes are {bytes} bytes, over MAX_BATCH_BYTES ({MAX_BATCH_BYTES})"
+        ));
+    }
+    Ok(())
 }
 
 /// The limits on a transaction's read set (shared by apply and the `Kv` service): at most
@@ -343,6 +405,27 @@ impl std::fmt::Display for Command {
                 ranges.len(),
                 writes.len()
             ),
+            Command::Prepare {
+                ts,
+                txn,
+                is_anchor,
+                reads,
+                ranges,
+                writes,
+                ..
+            } => write!(
+                f,
+                "Prepare(ts={ts}, txn={txn:?}, anchor={is_anchor}, reads={}, ranges={}, writes={})",
+                reads.len(),
+                ranges.len(),
+                writes.len()
+            ),
+            Command::Resolve {
+                txn,
+                anchor,
+                decision,
+                ..
+            } => write!(f, "Resolve(txn={txn:?}, anchor={anchor}, {decision:?})"),
         }
     }
 }
@@ -368,6 +451,13 @@ pub struct CommandResult {
     /// timestamp was issued in: nothing was written (and nothing remembered), so it is safe to
     /// send again.
     pub fenced: bool,
+    /// A write (or a prepare) met another transaction's lock: nothing was written; the
+    /// writer should wait for the lock to be resolved (see `locks`).
+    pub locked: Option<crate::locks::LockInfo>,
+    /// A [`Command::Resolve`] on the anchor: the record's state after it (`None`: forgotten
+    /// or never written). A [`Command::Prepare`] on an anchor whose record is already
+    /// `Aborted` answers `Some(Aborted)` and locks nothing.
+    pub status: Option<crate::locks::TxnStatus>,
 }
 
 openraft::declare_raft_types!(

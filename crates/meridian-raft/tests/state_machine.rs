@@ -281,3 +281,66 @@ async fn a_snapshot_install_interrupted_by_a_crash_is_finished_on_open() {
         .expect("recorded");
     assert_eq!(current.meta, snapshot.meta);
 }
+
+fn prepare_entry(index: u64, ts: u64, seq: u64, key: &str, value: &str) -> Entry {
+    let bytes = |s: &str| Bytes::from(s.to_string());
+    Entry {
+        log_id: openraft::testing::log_id::<TypeConfig>(1, 1, index),
+        payload: EntryPayload::Normal(Command::Prepare {
+            ts,
+            txn: RequestId { client_id: 3, seq },
+            anchor: bytes(key),
+            is_anchor: true,
+            reads: vec![],
+            ranges: vec![],
+            writes: vec![(bytes(key), Some(bytes(value)))],
+        }),
+    }
+}
+
+/// The prepared locks of `sm`'s shard, as `(seq, prepare_ts)`.
+fn locks(sm: &ShardStateMachine) -> Vec<(u64, u64)> {
+    let table = sm.locks();
+    let table = table.read().unwrap();
+    let mut out: Vec<(u64, u64)> = table.txns().map(|(id, l)| (id.seq, l.prepare_ts)).collect();
+    out.sort();
+    out
+}
+
+#[tokio::test]
+async fn prepared_locks_survive_a_reopen_and_travel_with_a_snapshot() {
+    let dir_a = tempfile::tempdir().unwrap();
+    let dir_b = tempfile::tempdir().unwrap();
+    let a: Arc<dyn Engine> = Arc::new(MemoryEngine::new());
+    let b: Arc<dyn Engine> = Arc::new(MemoryEngine::new());
+    let mut sm_a = open(&a, dir_a.path());
+    apply(
+        &mut sm_a,
+        vec![
+            write(1, 100, "a", "1"),
+            prepare_entry(2, 110, 1, "k", "v"),
+            prepare_entry(3, 120, 2, "m", "w"),
+        ],
+    )
+    .await;
+    assert_eq!(locks(&sm_a), vec![(1, 110), (2, 120)]);
+    drop(sm_a);
+    let mut sm_a = open(&a, dir_a.path());
+    assert_eq!(locks(&sm_a), vec![(1, 110), (2, 120)], "rebuilt on open");
+    // The transaction region never shows up as user data, even from the shard's empty start.
+    let page = mvcc::scan(&*a, SHARD, b"", None, Timestamp(1_000), 10, false).expect("scan");
+    let keys: Vec<&[u8]> = page.rows.iter().map(|(k, _, _)| &k[..]).collect();
+    assert_eq!(keys, vec![&b"a"[..]]);
+
+    let mut sm_b = open(&b, dir_b.path());
+    apply(&mut sm_b, vec![prepare_entry(1, 50, 9, "stale", "x")]).await;
+    let snapshot = sm_a.build_snapshot().await.expect("build");
+    sm_b.install_snapshot(&snapshot.meta, snapshot.snapshot.clone())
+        .await
+        .expect("install");
+    assert_eq!(
+        locks(&sm_b),
+        vec![(1, 110), (2, 120)],
+        "the install replaced the locks"
+    );
+}

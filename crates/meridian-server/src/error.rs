@@ -2,9 +2,10 @@
 //!
 //! Each variant maps to exactly one [`ErrorCode`] and gRPC code; the code travels in the
 //! `meridian-code` metadata so clients classify errors without parsing messages, and
-//! `NotLeader` carries a `meridian-leader` hint (`<node_id>@<client_addr>`).
+//! `NotLeader` carries a `meridian-leader` hint (`<node_id>@<client_addr>`), `Locked` the lock
+//! it met (`meridian-lock-bin`, a prost-encoded `LockInfo`).
 
-use meridian_types::error::{ERROR_CODE_HEADER, LEADER_HINT_HEADER};
+use meridian_types::error::{ERROR_CODE_HEADER, LEADER_HINT_HEADER, LOCK_HEADER};
 use meridian_types::{ErrorCode, NodeId, ShardId};
 use tonic::Status;
 
@@ -28,6 +29,9 @@ pub enum ServerError {
     /// A write reached Raft and its outcome cannot be known here (see `ErrorCode::Ambiguous`).
     #[error("outcome unknown: {0}")]
     Ambiguous(String),
+    /// Another transaction's prepared lock is in the way (see `meridian_raft::locks`).
+    #[error("key {:?} is locked by transaction {}:{}", .0.key, .0.txn.client_id, .0.txn.seq)]
+    Locked(meridian_raft::locks::LockInfo),
 }
 
 pub type Result<T> = std::result::Result<T, ServerError>;
@@ -42,6 +46,7 @@ impl ServerError {
             ServerError::ClockOffset(_) => ErrorCode::ClockOffset,
             ServerError::Internal(_) => ErrorCode::Internal,
             ServerError::Ambiguous(_) => ErrorCode::Ambiguous,
+            ServerError::Locked(_) => ErrorCode::Locked,
         }
     }
 }
@@ -62,6 +67,7 @@ impl From<ServerError> for Status {
             ErrorCode::DeadlineExceeded => tonic::Code::DeadlineExceeded,
             ErrorCode::Internal => tonic::Code::Internal,
             ErrorCode::Ambiguous => tonic::Code::Unknown,
+            ErrorCode::Locked => tonic::Code::Aborted,
         };
         let mut status = Status::new(grpc, e.to_string());
         if let Ok(v) = code.as_str().parse() {
@@ -75,6 +81,23 @@ impl From<ServerError> for Status {
             if let Ok(v) = format!("{id}@{addr}").parse() {
                 status.metadata_mut().insert(LEADER_HINT_HEADER, v);
             }
+        }
+        if let ServerError::Locked(lock) = &e {
+            let info = meridian_proto::kv::LockInfo {
+                key: lock.key.clone(),
+                txn: Some(meridian_proto::kv::WriteId {
+                    client_id: lock.txn.client_id,
+                    seq: lock.txn.seq,
+                }),
+                anchor: lock.anchor.clone(),
+                prepare_ts: lock.prepare_ts,
+                write: lock.write,
+            };
+            let bytes = prost::Message::encode_to_vec(&info);
+            status.metadata_mut().insert_bin(
+                LOCK_HEADER,
+                tonic::metadata::MetadataValue::from_bytes(&bytes),
+            );
         }
         status
     }

@@ -52,6 +52,7 @@ use crate::node::Node;
 use bytes::Bytes;
 use meridian_proto::kv::kv_server::Kv;
 use meridian_proto::kv::*;
+use meridian_raft::locks::{LockInfo, LockTable};
 use meridian_raft::{Command, RequestId, ShardReplica};
 use meridian_storage::mvcc;
 use meridian_types::limits::*;
@@ -221,15 +222,28 @@ impl KvService {
         }
     }
 
-    pub(crate) async fn read<T: Send + 'static>(
+    /// Reads the shard's data with `f` unless `locked` finds a lock in `replica`'s lock table
+    /// that the read must wait for (then `LOCKED`). The lock table's read guard is held across
+    /// both, so they see one applied state (see `meridian_raft::state_machine`).
+    pub(crate) async fn read_unlocked<T: Send + 'static>(
         &self,
+        replica: &ShardReplica,
+        locked: impl FnOnce(&LockTable) -> Option<LockInfo> + Send + 'static,
         f: impl FnOnce(&dyn meridian_storage::Engine) -> meridian_storage::Result<T> + Send + 'static,
     ) -> Result<T> {
         let engine = self.node.engine.clone();
-        tokio::task::spawn_blocking(move || f(&*engine))
-            .await
-            .map_err(|e| ServerError::Internal(e.to_string()))?
-            .map_err(|e| ServerError::Internal(format!("storage: {e}")))
+        let table = replica.sm.locks();
+        let out = tokio::task::spawn_blocking(move || {
+            let table = table.read().unwrap_or_else(|p| p.into_inner());
+            if let Some(lock) = (!table.is_empty()).then(|| locked(&table)).flatten() {
+                return Ok(Err(lock));
+            }
+            f(&*engine).map(Ok)
+        })
+        .await
+        .map_err(|e| ServerError::Internal(e.to_string()))?
+        .map_err(|e| ServerError::Internal(format!("storage: {e}")))?;
+        out.map_err(ServerError::Locked)
     }
 }
 
@@ -287,9 +301,13 @@ impl Kv for KvService {
         let t0 = std::time::Instant::now();
         let read_ts = self.linearize(shard, &replica, req.consistency).await?;
         let t1 = t0.elapsed();
-        let key = req.key.clone();
+        let (key, probe) = (req.key.clone(), req.key.clone());
         let found = self
-            .read(move |e| mvcc::get(e, shard, &key, read_ts))
+            .read_unlocked(
+                &replica,
+                move |locks| locks.write_intent(&probe, None, u64::MAX),
+                move |e| mvcc::get(e, shard, &key, read_ts),
+            )
             .await?;
         tracing::debug!(
             linearize_us = t1.as_micros() as u64,
@@ -388,18 +406,28 @@ impl Kv for KvService {
         let limit = req.limit as usize;
         let reverse = req.reverse;
         let window_end = snapshot.map_or(read_ts, |s| s.window_end);
+        // A plain read waits for every intent in its range (it may have committed above
+        // read_ts); a snapshot read only for those that may commit within its limit.
+        let lock_bound = snapshot.map_or(u64::MAX, |s| s.limit.0);
+        let (probe_start, probe_end) = (start.clone(), end.clone());
         let (page, uncertain) = self
-            .read(move |e| match snapshot {
-                Some(_) => mvcc::scan_in_window(
-                    e,
-                    shard,
-                    (&start, end.as_deref()),
-                    (read_ts, window_end),
-                    limit,
-                ),
-                None => mvcc::scan(e, shard, &start, end.as_deref(), read_ts, limit, reverse)
-                    .map(|page| (page, None)),
-            })
+            .read_unlocked(
+                &replica,
+                move |locks| {
+                    locks.write_intent_in(&probe_start, probe_end.as_deref(), None, lock_bound)
+                },
+                move |e| match snapshot {
+                    Some(_) => mvcc::scan_in_window(
+                        e,
+                        shard,
+                        (&start, end.as_deref()),
+                        (read_ts, window_end),
+                        limit,
+                    ),
+                    None => mvcc::scan(e, shard, &start, end.as_deref(), read_ts, limit, reverse)
+                        .map(|page| (page, None)),
+                },
+            )
             .await?;
         let snapshot = snapshot.map(|s| s.reply(self.node.config.node_id, uncertain));
         let rows: Vec<KeyValue> = page
@@ -460,12 +488,21 @@ impl Kv for KvService {
             ));
         }
         let read_ts = self.linearize(shard, &replica, req.consistency).await?;
-        let keys = req.keys;
+        let keys = Arc::new(req.keys);
+        let probe = keys.clone();
         let found = self
-            .read(move |e| {
-                let refs: Vec<&[u8]> = keys.iter().map(|k| &k[..]).collect();
-                mvcc::multi_get(e, shard, &refs, read_ts)
-            })
+            .read_unlocked(
+                &replica,
+                move |locks| {
+                    probe
+                        .iter()
+                        .find_map(|k| locks.write_intent(k, None, u64::MAX))
+                },
+                move |e| {
+                    let refs: Vec<&[u8]> = keys.iter().map(|k| &k[..]).collect();
+                    mvcc::multi_get(e, shard, &refs, read_ts)
+                },
+            )
             .await?;
         let results = found
             .into_iter()
@@ -565,34 +602,17 @@ impl Kv for KvService {
     ) -> std::result::Result<Response<CommitResponse>, Status> {
         let permit = self.admit(&request).await?;
         let txn = TxnCommit::parse(request.into_inner(), &self.node.shard_map)?;
-        let shard = txn.shard;
-        let replica = self.node.replica(shard)?;
-        let (commit_ts, conflict) = if txn.writes.is_empty() {
-            // Read-only: check the reads at a linearizable point, propose nothing.
-            let read_ts = self
-                .linearize(shard, &replica, ReadConsistency::Linearizable as i32)
-                .await?;
-            let conflict = self
-                .read(move |engine| {
-                    let view = meridian_raft::txn_check::EngineView { engine, shard };
-                    meridian_raft::txn_check::first_conflict(&view, &txn.reads, &txn.ranges)
-                        .map_err(meridian_storage::Error::Io)
-                })
-                .await?;
-            (read_ts.0, conflict)
-        } else {
-            let cmd = txn.into_command(0);
-            let result = self
-                .propose_for_result(shard, &replica, cmd, permit)
-                .await?;
-            (result.commit_ts, result.conflict)
-        };
-        Ok(Response::new(CommitResponse {
-            committed: conflict.is_none(),
-            commit_ts: if conflict.is_none() { commit_ts } else { 0 },
-            conflict_key: conflict.unwrap_or_default(),
-            shard_id: shard.0,
-        }))
+        Ok(Response::new(self.commit_txn(txn, permit).await?))
+    }
+
+    async fn resolve(
+        &self,
+        request: Request<ResolveRequest>,
+    ) -> std::result::Result<Response<ResolveResponse>, Status> {
+        let permit = self.admit(&request).await?;
+        Ok(Response::new(
+            self.resolve_txn(request.into_inner(), permit).await?,
+        ))
     }
 }
 

@@ -68,6 +68,10 @@ impl KvService {
         match written {
             // Issued in another term than it was appended in: not applied.
             Ok(resp) if resp.data.fenced => Err(self.node.not_leader(shard, None).await),
+            // Another transaction's lock is in the way: nothing was written.
+            Ok(resp) if resp.data.locked.is_some() => Err(ServerError::Locked(
+                resp.data.locked.expect("checked just above"),
+            )),
             Ok(resp) => match resp.data.rejected {
                 // The service validated the command, so only a bug lands here.
                 Some(reason) => Err(ServerError::Internal(format!(

@@ -27,7 +27,8 @@
 //! may carry a timestamp up to `max_offset` above it (another node's clock). Versions in the
 //! window `(read_ts, window_end]` are therefore *uncertain*: the reply names the newest one
 //! (`uncertain_ts`) instead of answering, and the client restarts the transaction at that
-//! timestamp. `window_end = min(limit, observed)`: `limit` is the transaction's first
+//! timestamp. `window_end = min(limit, observed)` (widened for resolved intents, see below):
+//! `limit` is the transaction's first
 //! `read_ts + max_offset` (kept across its restarts), `observed` this node's clock reading the
 //! transaction took first (carried in the request; raised to the HLC reading at this node's
 //! first read barrier as leader of the current term, since versions an earlier leader
@@ -36,6 +37,18 @@
 //! a reading (the barrier applied it, and apply merges versions into the clock), so newer
 //! versions were written after the transaction began and cannot be uncertain. A transaction
 //! whose `read_ts` this node picked, after its barrier, has an empty window here.
+//!
+//! # Prepared locks and resolved intents
+//! A multi-shard transaction's write is first a lock (a prepared intent, see
+//! `meridian_raft::locks`), then a version at its commit timestamp `C`, which came from
+//! whichever participant's clock was furthest ahead, and which is applied here when the
+//! transaction is resolved — possibly after this node's reading above was taken. So:
+//! - a read that meets an intent prepared at or below the limit answers `LOCKED` (it may
+//!   commit at a timestamp the read must see); the client waits for it to be resolved and
+//!   reads again. Intents prepared above the limit commit above it and are ignored;
+//! - the window also reaches up to the largest `C` this replica has resolved intents at
+//!   (`ShardStateMachine::resolved_max`, never beyond the limit): a resolved version is then
+//!   uncertain or visible, never skipped as "written after the transaction began".
 //!
 //! # What this does not give
 //! A *causal reverse* across shards is possible while clocks are skewed (as in CockroachDB):
@@ -127,20 +140,23 @@ impl KvService {
             0 => Timestamp(read_ts.0.saturating_add(max_offset.0)),
             given => Timestamp(given),
         };
-        let window_end = if requested == Timestamp::ZERO {
+        let first_seen = if requested == Timestamp::ZERO {
             // Picked here, after the barrier: nothing acknowledged before is above it.
             read_ts
         } else {
             // The transaction's first reading of this node counts only if this node has led
             // the shard since before it; otherwise the start of its leadership does.
             let node_id = self.node.config.node_id;
-            let first_seen = spec
-                .observed
+            spec.observed
                 .iter()
                 .find(|o| o.node_id == node_id && o.ts != 0)
-                .map_or(observed, |o| Timestamp(o.ts.max(led_since)));
-            limit.min(first_seen).max(read_ts)
+                .map_or(observed, |o| Timestamp(o.ts.max(led_since)))
         };
+        // Intents resolved here carry another node's clock and may have been applied after
+        // that reading: the window reaches up to them (see the module docs).
+        let window_end = limit
+            .min(first_seen.max(replica.sm.resolved_max()))
+            .max(read_ts);
         let deadline = Instant::now() + Duration::from_millis(SNAPSHOT_SETTLE_TIMEOUT_MS);
         match replica
             .issued
@@ -185,22 +201,34 @@ impl KvService {
     ) -> Result<meridian_proto::kv::BatchGetResponse> {
         let snap = self.snapshot(shard, replica, spec, consistency).await?;
         let node_id = self.node.config.node_id;
+        let keys = std::sync::Arc::new(keys);
+        let probe = keys.clone();
         let (found, uncertain) = self
-            .read(move |e| {
-                let refs: Vec<&[u8]> = keys.iter().map(|k| &k[..]).collect();
-                let (found, uncertain) = uncertainty::multi_get_in_window(
-                    e,
-                    shard,
-                    &refs,
-                    snap.read_ts,
-                    snap.window_end,
-                )?;
-                // An uncertain read answers nothing.
-                Ok(match uncertain {
-                    Some(_) => (Vec::new(), uncertain),
-                    None => (found, None),
-                })
-            })
+            .read_unlocked(
+                replica,
+                // An intent prepared within the transaction's limit may commit at a timestamp
+                // it must see (see the module docs).
+                move |locks| {
+                    probe
+                        .iter()
+                        .find_map(|k| locks.write_intent(k, None, snap.limit.0))
+                },
+                move |e| {
+                    let refs: Vec<&[u8]> = keys.iter().map(|k| &k[..]).collect();
+                    let (found, uncertain) = uncertainty::multi_get_in_window(
+                        e,
+                        shard,
+                        &refs,
+                        snap.read_ts,
+                        snap.window_end,
+                    )?;
+                    // An uncertain read answers nothing.
+                    Ok(match uncertain {
+                        Some(_) => (Vec::new(), uncertain),
+                        None => (found, None),
+                    })
+                },
+            )
             .await?;
         Ok(meridian_proto::kv::BatchGetResponse {
             results: found

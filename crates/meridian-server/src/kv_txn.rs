@@ -1,22 +1,37 @@
-//! The `Kv.Commit` request: validation, the shard it belongs to, and its replicated form.
+//! The `Kv.Commit` and `Kv.Resolve` requests: validation, the shard they belong to, their
+//! replicated form.
 //!
 //! A commit names one shard: every key it read, every range it scanned and every key it writes
-//! must lie in that shard (the client splits ranges at shard boundaries). Today's client sends
-//! a commit only for transactions that write; a read-only commit (no writes) is still served:
-//! its reads are checked against the shard's latest versions at a linearizable point. A request spanning shards is `WRONG_SHARD` — a stale client map, or a
-//! multi-shard read-write transaction, which is not implemented yet. Every limit is checked
+//! must lie in that shard (the client splits ranges at shard boundaries); a request spanning
+//! shards is `WRONG_SHARD` (a stale client map). Plain, it is a one-shard transaction's commit
+//! (one Raft entry, see `meridian_raft::apply`); with `prepare`, phase one of a multi-shard
+//! transaction on this shard ([`Command::Prepare`]; the node decides whether the shard owns the
+//! anchor key, never the client). A read-only commit (no writes) is still served: its reads are
+//! checked at a linearizable point (today's client never sends one). Every limit is checked
 //! before anything is read or proposed (`INVALID_ARGUMENT` naming the limit).
+//!
+//! A resolve ([`Command::Resolve`]) decides a transaction on its anchor or resolves its locks
+//! on another participant (see `meridian_raft::locks`). A commit timestamp came from a node's
+//! clock through the client: the leader waits until its own clock has passed it (at most
+//! `max_offset`, `CLOCK_OFFSET` beyond) before proposing, so the timestamp is never ahead of
+//! the clock of the node that applies it as leader.
 
+use crate::admission::Admitted;
 use crate::error::{invalid, Result, ServerError};
-use crate::kv::request_id;
+use crate::kv::{request_id, KvService};
 use crate::kv_check::{check_key, check_value};
 use crate::shard_map::ShardMap;
 use bytes::Bytes;
-use meridian_proto::kv::{txn_write, CommitRequest, TxnRead};
+use meridian_proto::kv::{
+    resolve_request, txn_write, CommitRequest, CommitResponse, ReadConsistency, ResolveRequest,
+    ResolveResponse, TxnRead, TxnState,
+};
+use meridian_raft::locks::{Decision, TxnStatus};
 use meridian_raft::types::check_txn_reads;
 use meridian_raft::{Command, RangeCheck, ReadCheck, RequestId};
 use meridian_types::limits::{MAX_BATCH_BYTES, MAX_BATCH_KEYS};
 use meridian_types::ShardId;
+use meridian_types::Timestamp;
 use std::collections::BTreeSet;
 
 /// A validated commit request.
@@ -27,11 +42,24 @@ pub struct TxnCommit {
     pub ranges: Vec<RangeCheck>,
     pub writes: Vec<(Bytes, Option<Bytes>)>,
     pub request: Option<RequestId>,
+    /// Phase one of a multi-shard transaction: its id, anchor key, and whether this shard
+    /// owns the anchor.
+    pub prepare: Option<(RequestId, Bytes, bool)>,
 }
 
 impl TxnCommit {
     /// Validates `req` and finds its shard in `map`.
     pub fn parse(req: CommitRequest, map: &ShardMap) -> Result<TxnCommit> {
+        let prepare = match req.prepare {
+            None => None,
+            Some(p) => {
+                let txn = request_id(p.txn)
+                    .ok_or_else(|| invalid("prepare.txn needs a non-zero client_id"))?;
+                check_key(&p.anchor, "prepare.anchor")?;
+                let on_anchor = map.lookup(&p.anchor).id;
+                Some((txn, p.anchor, on_anchor))
+            }
+        };
         let reads: Vec<ReadCheck> = req.reads.into_iter().map(read_check).collect();
         let ranges: Vec<RangeCheck> = req
             .ranges
@@ -57,8 +85,8 @@ impl TxnCommit {
             let id = map.lookup(key).id;
             match shard {
                 Some(prev) if prev != id => Err(ServerError::WrongShard(format!(
-                    "the commit spans shards {prev} and {id}; a commit must target one shard \
-                     (multi-shard read-write transactions are not implemented yet)"
+                    "the commit spans shards {prev} and {id}; a commit (or a prepare) must \
+                     target one shard"
                 ))),
                 _ => {
                     shard = Some(id);
@@ -96,18 +124,151 @@ impl TxnCommit {
             ranges,
             writes,
             request: request_id(req.write_id),
+            prepare: prepare.map(|(txn, anchor, owner)| (txn, anchor, owner == shard)),
         })
     }
 
-    /// The replicated command of a commit with writes, proposed at `ts`.
+    /// The replicated command of a commit with writes (or of a prepare), proposed at `ts`.
     pub fn into_command(self, ts: u64) -> Command {
-        Command::Txn {
-            ts,
-            reads: self.reads,
-            ranges: self.ranges,
-            writes: self.writes,
-            request: self.request,
+        match self.prepare {
+            Some((txn, anchor, is_anchor)) => Command::Prepare {
+                ts,
+                txn,
+                anchor,
+                is_anchor,
+                reads: self.reads,
+                ranges: self.ranges,
+                writes: self.writes,
+            },
+            None => Command::Txn {
+                ts,
+                reads: self.reads,
+                ranges: self.ranges,
+                writes: self.writes,
+                request: self.request,
+            },
         }
+    }
+}
+
+impl KvService {
+    /// Serves a validated `Kv.Commit`.
+    pub(crate) async fn commit_txn(
+        &self,
+        txn: TxnCommit,
+        permit: Admitted,
+    ) -> Result<CommitResponse> {
+        let shard = txn.shard;
+        let replica = self.node.replica(shard)?;
+        if txn.writes.is_empty() && txn.prepare.is_none() {
+            // Read-only: check the reads at a linearizable point, propose nothing.
+            let read_ts = self
+                .linearize(shard, &replica, ReadConsistency::Linearizable as i32)
+                .await?;
+            let (reads, ranges) = (txn.reads.clone(), txn.ranges.clone());
+            let conflict = self
+                .read_unlocked(
+                    &replica,
+                    move |locks| {
+                        reads
+                            .iter()
+                            .find_map(|r| locks.write_intent(&r.key, None, u64::MAX))
+                            .or_else(|| {
+                                ranges.iter().find_map(|r| {
+                                    locks.write_intent_in(
+                                        &r.start,
+                                        r.end.as_deref(),
+                                        None,
+                                        u64::MAX,
+                                    )
+                                })
+                            })
+                    },
+                    move |engine| {
+                        let view = meridian_raft::txn_check::EngineView { engine, shard };
+                        meridian_raft::txn_check::first_conflict(&view, &txn.reads, &txn.ranges)
+                            .map_err(meridian_storage::Error::Io)
+                    },
+                )
+                .await?;
+            return Ok(answer(shard, read_ts.0, conflict, false));
+        }
+        let result = self
+            .propose_for_result(shard, &replica, txn.into_command(0), permit)
+            .await?;
+        let aborted = result.status == Some(TxnStatus::Aborted);
+        Ok(answer(shard, result.commit_ts, result.conflict, aborted))
+    }
+
+    /// Serves a `Kv.Resolve`.
+    pub(crate) async fn resolve_txn(
+        &self,
+        req: ResolveRequest,
+        permit: Admitted,
+    ) -> Result<ResolveResponse> {
+        let txn = request_id(req.txn).ok_or_else(|| invalid("txn needs a non-zero client_id"))?;
+        check_key(&req.key, "key")?;
+        let decision = match req.decision {
+            Some(resolve_request::Decision::CommitTs(c)) if c > 0 => Decision::Commit(c),
+            Some(resolve_request::Decision::Abort(true)) => Decision::Abort,
+            Some(resolve_request::Decision::Forget(true)) if req.anchor => Decision::Forget,
+            _ => {
+                return Err(invalid(
+                    "decision must be a non-zero commit_ts, abort, or (on the anchor) forget",
+                ))
+            }
+        };
+        let (desc, replica) = self.node.route(&req.key)?;
+        if req.anchor {
+            // `key` must be the anchor key: a record decided on another shard would let a
+            // transaction commit on one shard and abort on another.
+            let table = replica.sm.locks();
+            let table = table.read().unwrap_or_else(|p| p.into_inner());
+            if let Some(locks) = table.get(&txn) {
+                if self.node.shard_map.lookup(&locks.anchor).id != desc.id {
+                    return Err(invalid(
+                        "anchor is set but the key's shard is not the transaction's anchor shard",
+                    ));
+                }
+            }
+        }
+        if let Decision::Commit(c) = decision {
+            if c > meridian_raft::types::MAX_COMMAND_TS {
+                return Err(invalid("commit_ts is above MAX_COMMAND_TS"));
+            }
+            self.wait_past(Timestamp(c), "commit timestamp").await?;
+        }
+        let cmd = Command::Resolve {
+            ts: 0,
+            txn,
+            anchor: req.anchor,
+            decision,
+        };
+        let result = self
+            .propose_for_result(desc.id, &replica, cmd, permit)
+            .await?;
+        let state = match result.status {
+            None => TxnState::Unknown,
+            Some(TxnStatus::Pending) => TxnState::Pending,
+            Some(TxnStatus::Committed(_)) => TxnState::Committed,
+            Some(TxnStatus::Aborted) => TxnState::Aborted,
+        };
+        Ok(ResolveResponse {
+            state: state as i32,
+            commit_ts: result.commit_ts,
+            shard_id: desc.id.0,
+        })
+    }
+}
+
+fn answer(shard: ShardId, ts: u64, conflict: Option<Bytes>, aborted: bool) -> CommitResponse {
+    let committed = conflict.is_none() && !aborted;
+    CommitResponse {
+        committed,
+        commit_ts: if committed { ts } else { 0 },
+        conflict_key: conflict.unwrap_or_default(),
+        shard_id: shard.0,
+        aborted,
     }
 }
 
@@ -211,6 +372,7 @@ mod tests {
                 ranges,
                 writes,
                 write_id: None,
+                prepare: None,
             },
             &map(),
         )

@@ -27,6 +27,9 @@ pub enum ErrorCode {
     /// which the shard deduplicates, and reports it to the caller only when retrying cannot
     /// settle the outcome. Never reported for reads.
     Ambiguous,
+    /// Another transaction's prepared lock is in the way; nothing was done. The status carries
+    /// the lock (`LOCK_HEADER`). Retryable once the lock is resolved.
+    Locked,
 }
 
 impl ErrorCode {
@@ -40,6 +43,7 @@ impl ErrorCode {
             ErrorCode::DeadlineExceeded => "DEADLINE_EXCEEDED",
             ErrorCode::Internal => "INTERNAL",
             ErrorCode::Ambiguous => "AMBIGUOUS",
+            ErrorCode::Locked => "LOCKED",
         }
     }
 
@@ -53,6 +57,7 @@ impl ErrorCode {
             "DEADLINE_EXCEEDED" => ErrorCode::DeadlineExceeded,
             "INTERNAL" => ErrorCode::Internal,
             "AMBIGUOUS" => ErrorCode::Ambiguous,
+            "LOCKED" => ErrorCode::Locked,
             _ => return None,
         })
     }
@@ -78,3 +83,5 @@ pub const ERROR_CODE_HEADER: &str = "meridian-code";
 pub const LEADER_HINT_HEADER: &str = "meridian-leader";
 /// gRPC metadata key carrying the sender's HLC timestamp (decimal u64) on internal RPCs.
 pub const HLC_HEADER: &str = "meridian-hlc";
+/// gRPC binary metadata key carrying the prost-encoded `LockInfo` with `LOCKED`.
+pub const LOCK_HEADER: &str = "meridian-lock-bin";

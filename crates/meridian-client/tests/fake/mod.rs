@@ -32,6 +32,8 @@ pub struct World {
     pub scan_read_ts: Mutex<Vec<u64>>,
     /// The `read_ts` of every snapshot read (0 = the node picks).
     pub snapshot_reads: Mutex<Vec<u64>>,
+    /// Every prepare asked for, with its number of writes.
+    pub prepares: Mutex<Vec<(TxnPrepare, usize)>>,
 }
 
 pub fn error(code: &str, message: &str, hint: Option<String>) -> Status {
@@ -167,6 +169,14 @@ impl Kv for FakeNode {
         }))
     }
 
+    async fn resolve(
+        &self,
+        request: Request<ResolveRequest>,
+    ) -> Result<Response<ResolveResponse>, Status> {
+        self.lead("resolve", &request.into_inner().key, false)?;
+        Err(error("INVALID_ARGUMENT", "the fake does not resolve", None))
+    }
+
     async fn cas(&self, request: Request<CasRequest>) -> Result<Response<CasResponse>, Status> {
         use meridian_client::proto::cas_request::{Action, Expect};
         let request = request.into_inner();
@@ -212,6 +222,18 @@ impl Kv for FakeNode {
         request: Request<CommitRequest>,
     ) -> Result<Response<CommitResponse>, Status> {
         let r = request.into_inner();
+        if let Some(prepare) = &r.prepare {
+            // Two-phase commit is tested against real nodes (meridian-cli's tests/txn.rs); the
+            // fake records what it was asked and refuses.
+            let key = r.writes.first().map(|w| w.key.clone()).unwrap_or_default();
+            self.lead("prepare", &key, false)?;
+            self.world
+                .prepares
+                .lock()
+                .unwrap()
+                .push((prepare.clone(), r.writes.len()));
+            return Err(error("INVALID_ARGUMENT", "the fake does not prepare", None));
+        }
         let keys: Vec<Bytes> = r
             .reads
             .iter()

@@ -1,0 +1,211 @@
+//! Cluster test: multi-shard transactions whose coordinator vanished, resolved by the readers
+//! that meet their locks (see `meridian-client`'s `locks`). The coordinator is played by hand
+//! with raw `Kv.Commit` (prepare) and `Kv.Resolve` requests on a real 3-node cluster with 4
+//! data shards, then never heard of again.
+//!
+//! 1. Prepared on two shards, never decided: a raw read of a locked key answers `LOCKED`
+//!    (the control: the locks are there and readers do meet them); a client's plain reads of
+//!    both keys then answer the old values (the reader aborted the transaction at its anchor
+//!    and dropped the locks); the coordinator's late decision finds the record aborted; writes
+//!    to the keys go through.
+//! 2. Prepared and decided, never resolved: a client's read of the other shard's key answers
+//!    the new value at the decided timestamp (the reader found the record committed and
+//!    resolved the lock as a commit), and a transaction reads both new values.
+
+mod common;
+
+use bytes::Bytes;
+use common::*;
+use meridian_client::proto::{self, kv_client::KvClient, resolve_request, TxnState};
+use meridian_client::{Client, Error, TxnOptions};
+use std::time::Duration;
+
+const BASE_PORT: u16 = 24_800;
+/// Keys of two different shards of `--initial-shards 4` (splits user305584, user511168,
+/// user716752); the first is the anchor.
+const ANCHOR: &str = "user1rec/a";
+const OTHER: &str = "user8rec/b";
+const RPC_TIMEOUT: Duration = Duration::from_secs(5);
+/// Passes over the nodes looking for a shard's leader.
+const LEADER_ROUNDS: usize = 20;
+
+#[test]
+fn readers_resolve_the_locks_of_a_vanished_coordinator() {
+    run_scenario(scenario());
+}
+
+fn b(s: &str) -> Bytes {
+    Bytes::copy_from_slice(s.as_bytes())
+}
+
+/// Sends `call` to each node in turn until one that leads the shard answers (anything but
+/// `NOT_LEADER` or a transport error); returns that answer.
+async fn at_leader<T, F, Fut>(endpoints: &[String], mut call: F) -> Result<T, Error>
+where
+    F: FnMut(KvClient<tonic::transport::Channel>) -> Fut,
+    Fut: std::future::Future<Output = Result<T, tonic::Status>>,
+{
+    let mut last = None;
+    for _ in 0..LEADER_ROUNDS {
+        for endpoint in endpoints {
+            let channel = tonic::transport::Endpoint::from_shared(format!("http://{endpoint}"))
+                .expect("endpoint")
+                .timeout(RPC_TIMEOUT)
+                .connect()
+                .await;
+            let Ok(channel) = channel else { continue };
+            match call(KvClient::new(channel)).await {
+                Ok(answer) => return Ok(answer),
+                Err(status) => match Error::from_status(&status, endpoint) {
+                    e @ (Error::NotLeader { .. } | Error::Transport { .. }) => last = Some(e),
+                    other => return Err(other),
+                },
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("no leader answered: {last:?}");
+}
+
+/// The raw prepare of `txn` writing `value` to `key`; returns the prepare timestamp.
+async fn prepare(endpoints: &[String], txn: proto::WriteId, key: &str, value: &str) -> u64 {
+    let message = proto::CommitRequest {
+        writes: vec![proto::TxnWrite {
+            key: b(key),
+            action: Some(proto::txn_write::Action::PutValue(b(value))),
+        }],
+        prepare: Some(proto::TxnPrepare {
+            txn: Some(txn),
+            anchor: b(ANCHOR),
+        }),
+        ..Default::default()
+    };
+    let reply = at_leader(endpoints, |mut kv| {
+        let message = message.clone();
+        async move { kv.commit(message).await.map(|r| r.into_inner()) }
+    })
+    .await
+    .expect("prepare");
+    assert!(reply.committed, "prepared: {reply:?}");
+    reply.commit_ts
+}
+
+/// The coordinator's decision at the anchor.
+async fn decide(
+    endpoints: &[String],
+    txn: proto::WriteId,
+    commit_ts: u64,
+) -> proto::ResolveResponse {
+    let message = proto::ResolveRequest {
+        txn: Some(txn),
+        key: b(ANCHOR),
+        anchor: true,
+        decision: Some(resolve_request::Decision::CommitTs(commit_ts)),
+    };
+    at_leader(endpoints, |mut kv| {
+        let message = message.clone();
+        async move { kv.resolve(message).await.map(|r| r.into_inner()) }
+    })
+    .await
+    .expect("decide")
+}
+
+async fn value(client: &Client, key: &str) -> (String, u64) {
+    let found = client
+        .get_versioned(key.to_string())
+        .await
+        .expect("read")
+        .expect("present");
+    (
+        String::from_utf8_lossy(&found.value).into_owned(),
+        found.version_ts.0,
+    )
+}
+
+async fn never_decided(endpoints: &[String], client: &Client) {
+    let txn = proto::WriteId {
+        client_id: 77,
+        seq: 1,
+    };
+    let prepared = [
+        prepare(endpoints, txn, ANCHOR, "new1").await,
+        prepare(endpoints, txn, OTHER, "new1").await,
+    ];
+    // The control: a read of a locked key meets the lock.
+    let raw = at_leader(endpoints, |mut kv| async move {
+        kv.get(proto::GetRequest {
+            key: b(OTHER),
+            ..Default::default()
+        })
+        .await
+        .map(|r| r.into_inner())
+    })
+    .await;
+    match raw {
+        Err(Error::Locked { lock }) => {
+            assert_eq!(
+                (lock.txn, lock.anchor.clone(), lock.write),
+                (txn, b(ANCHOR), true)
+            );
+        }
+        other => panic!("a read of a prepared key must meet its lock: {other:?}"),
+    }
+    // The reader waits, then aborts the transaction at its anchor and drops the locks.
+    assert_eq!(value(client, OTHER).await.0, "old");
+    assert_eq!(value(client, ANCHOR).await.0, "old");
+    let late = decide(endpoints, txn, prepared[0].max(prepared[1])).await;
+    assert_eq!(
+        TxnState::try_from(late.state),
+        Ok(TxnState::Aborted),
+        "the coordinator's late decision loses: {late:?}"
+    );
+    client.put(OTHER, "after").await.expect("the lock is gone");
+    assert_eq!(value(client, OTHER).await.0, "after");
+}
+
+async fn decided_never_resolved(endpoints: &[String], client: &Client) {
+    let txn = proto::WriteId {
+        client_id: 77,
+        seq: 2,
+    };
+    let prepared = [
+        prepare(endpoints, txn, ANCHOR, "new2").await,
+        prepare(endpoints, txn, OTHER, "new2").await,
+    ];
+    let commit_ts = prepared[0].max(prepared[1]);
+    let decided = decide(endpoints, txn, commit_ts).await;
+    assert_eq!(TxnState::try_from(decided.state), Ok(TxnState::Committed));
+    assert_eq!(decided.commit_ts, commit_ts);
+    // OTHER's lock is still there: its reader resolves it as the anchor decided.
+    assert_eq!(value(client, OTHER).await, ("new2".to_string(), commit_ts));
+    assert_eq!(value(client, ANCHOR).await, ("new2".to_string(), commit_ts));
+    let (both, _) = client
+        .txn(TxnOptions::default(), |txn| {
+            Box::pin(async move {
+                let a = txn.get_str(ANCHOR).await?;
+                let b = txn.get_str(OTHER).await?;
+                Ok::<_, Error>((a, b))
+            })
+        })
+        .await
+        .expect("a transaction reads both");
+    assert_eq!(both, ("new2".to_string(), "new2".to_string()));
+}
+
+async fn scenario() {
+    let dir = tempfile::tempdir().unwrap();
+    let cluster = start_cluster(BASE_PORT, dir.path(), 4, &[]);
+    cluster
+        .wait_ready(READY_TIMEOUT)
+        .await
+        .expect("cluster ready");
+    let endpoints = cluster.endpoints();
+    let client = connect_client(endpoints.clone()).await;
+    let shard = |key: &str| client.route(key.as_bytes()).expect("routed").shard_id;
+    assert_ne!(shard(ANCHOR), shard(OTHER), "two shards");
+    for key in [ANCHOR, OTHER] {
+        client.put(key, "old").await.expect("put");
+    }
+    never_decided(&endpoints, &client).await;
+    decided_never_resolved(&endpoints, &client).await;
+}

@@ -1,0 +1,192 @@
+//! Waiting out other transactions' locks, and resolving the locks whose coordinator is gone.
+//!
+//! A multi-shard transaction holds *prepared locks* between its prepare and its resolution
+//! (see `txn_2pc` and `meridian-raft`'s `locks`). A request that meets one gets `LOCKED` with
+//! the lock and did nothing. The retry loop (`Client::call`) then:
+//!
+//! - polls: backs off briefly ([`LOCK_POLL_INITIAL`] doubling to [`LOCK_POLL_MAX`], not the
+//!   call's own backoff) and sends the request again — a live coordinator resolves its locks
+//!   within a few consensus rounds;
+//! - after [`LOCK_RECOVER_AFTER`] of meeting the same transaction's locks, *recovers* it: asks
+//!   the transaction's anchor shard to abort it unless it is already committed (the anchor's
+//!   Raft log orders this against the coordinator's own decision: exactly one wins), then
+//!   resolves the lock it met as the anchor answered (commit at the decided timestamp, or
+//!   abort). A recovery can abort a slow but live coordinator's transaction; its commit then
+//!   fails as a conflict and it runs again. Never the other way round: nothing committed is
+//!   undone.
+//!
+//! Lock waits do not count against `max_attempts`; the call's deadline bounds them.
+//!
+//! Two policies: reads (snapshot reads included), writes and one-shard commits wait and retry
+//! ([`LockPolicy::Wait`]); a prepare fails at once ([`LockPolicy::Fail`]: waiting while
+//! holding locks of its own could deadlock; its transaction aborts and runs again).
+
+use crate::backoff::Backoff;
+use crate::client::{kv_client, request, Deadline, Route};
+use crate::error::{Error, LockInfo, Result};
+use crate::Client;
+use bytes::Bytes;
+use meridian_proto::kv::{self as proto, resolve_request, TxnState};
+use std::future::Future;
+use std::pin::Pin;
+use std::time::{Duration, Instant};
+
+/// How long the same transaction's locks are waited for before recovering it.
+pub const LOCK_RECOVER_AFTER: Duration = Duration::from_millis(1_000);
+/// First and longest pause between polls of a lock.
+pub const LOCK_POLL_INITIAL: Duration = Duration::from_millis(1);
+pub const LOCK_POLL_MAX: Duration = Duration::from_millis(50);
+
+/// What the retry loop does on `LOCKED`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum LockPolicy {
+    /// Wait the lock out, then send the request again.
+    Wait,
+    /// Fail at once.
+    Fail,
+}
+
+/// One call's waiting on locks.
+pub(crate) struct LockWait {
+    /// The transaction whose locks are being waited for, since when.
+    waiting_for: Option<(proto::WriteId, Instant)>,
+    poll: Backoff,
+}
+
+impl LockWait {
+    pub(crate) fn new() -> LockWait {
+        LockWait {
+            waiting_for: None,
+            poll: Backoff::new(LOCK_POLL_INITIAL, LOCK_POLL_MAX),
+        }
+    }
+
+    /// Notes that `lock` was met now; true when its transaction is due for recovery.
+    fn due(&mut self, lock: &LockInfo) -> bool {
+        match &self.waiting_for {
+            Some((txn, since)) if *txn == lock.txn => since.elapsed() >= LOCK_RECOVER_AFTER,
+            _ => {
+                self.waiting_for = Some((lock.txn, Instant::now()));
+                false
+            }
+        }
+    }
+}
+
+/// The decision sent by a [`Client::resolve_txn`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Resolution {
+    Commit(u64),
+    Abort,
+    Forget,
+}
+
+impl Client {
+    /// Handles one `LOCKED` answer inside the retry loop: recovers the transaction if due,
+    /// then sleeps one poll (or fails with `DeadlineExceeded` if the deadline is nearer).
+    pub(crate) async fn wait_for_lock(
+        &self,
+        wait: &mut LockWait,
+        lock: &LockInfo,
+        deadline: &Deadline,
+    ) -> Result<()> {
+        if wait.due(lock) {
+            tracing::info!(txn = ?lock.txn, key = ?lock.key, "recovering a transaction whose lock outlived {LOCK_RECOVER_AFTER:?}");
+            if let Err(error) = self.recover_lock(lock, deadline).await {
+                tracing::debug!(%error, "lock recovery failed; waiting on");
+            }
+            wait.waiting_for = None;
+        }
+        let delay = self.jittered(&mut wait.poll);
+        if delay >= deadline.remaining() {
+            return Err(deadline.exceeded(0, Some(Error::Locked { lock: lock.clone() })));
+        }
+        tokio::time::sleep(delay).await;
+        Ok(())
+    }
+
+    /// Aborts `lock`'s transaction at its anchor unless it committed, then resolves `lock`'s
+    /// shard as the anchor decided. Boxed: it runs inside the retry loop it calls.
+    pub(crate) fn recover_lock<'a>(
+        &'a self,
+        lock: &'a LockInfo,
+        deadline: &'a Deadline,
+    ) -> Pin<Box<dyn Future<Output = Result<()>> + Send + 'a>> {
+        Box::pin(async move {
+            let decided = self
+                .resolve_txn(&lock.anchor, lock.txn, true, Resolution::Abort, deadline)
+                .await?;
+            let resolution = match TxnState::try_from(decided.state) {
+                Ok(TxnState::Committed) if decided.commit_ts > 0 => {
+                    Resolution::Commit(decided.commit_ts)
+                }
+                _ => Resolution::Abort,
+            };
+            self.resolve_txn(&lock.key, lock.txn, false, resolution, deadline)
+                .await?;
+            Ok(())
+        })
+    }
+
+    /// One `Kv.Resolve` on the shard owning `key`, retried like a read (it is idempotent).
+    pub(crate) async fn resolve_txn(
+        &self,
+        key: &Bytes,
+        txn: proto::WriteId,
+        anchor: bool,
+        resolution: Resolution,
+        deadline: &Deadline,
+    ) -> Result<proto::ResolveResponse> {
+        let message = proto::ResolveRequest {
+            txn: Some(txn),
+            key: key.clone(),
+            anchor,
+            decision: Some(match resolution {
+                Resolution::Commit(c) => resolve_request::Decision::CommitTs(c),
+                Resolution::Abort => resolve_request::Decision::Abort(true),
+                Resolution::Forget => resolve_request::Decision::Forget(true),
+            }),
+        };
+        self.call_with(
+            Route::Key(key),
+            deadline,
+            LockPolicy::Fail,
+            |channel, timeout| {
+                let message = message.clone();
+                async move {
+                    kv_client(channel)
+                        .resolve(request(message, timeout))
+                        .await
+                        .map(|r| r.into_inner())
+                }
+            },
+        )
+        .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lock(seq: u64) -> LockInfo {
+        LockInfo {
+            key: Bytes::from_static(b"k"),
+            txn: proto::WriteId { client_id: 1, seq },
+            anchor: Bytes::from_static(b"a"),
+            prepare_ts: 5,
+            write: true,
+        }
+    }
+
+    #[test]
+    fn recovery_is_due_only_after_waiting_for_the_same_transaction() {
+        let mut wait = LockWait::new();
+        assert!(!wait.due(&lock(1)), "first sight");
+        assert!(!wait.due(&lock(1)), "not long enough yet");
+        wait.waiting_for = Some((lock(1).txn, Instant::now() - LOCK_RECOVER_AFTER));
+        assert!(!wait.due(&lock(2)), "another transaction starts a new wait");
+        wait.waiting_for = Some((lock(2).txn, Instant::now() - LOCK_RECOVER_AFTER));
+        assert!(wait.due(&lock(2)));
+    }
+}
