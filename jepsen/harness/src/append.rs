@@ -7,9 +7,9 @@
 //! all clients, so every appended value is unique.
 //!
 //! # Transactions
-//! - read-write (3 in 4): 1–4 micro-operations on the keys of *one* shard (read-write
-//!   transactions across shards are not implemented yet, issue #10), each an append of a fresh
-//!   value or a read of the whole list;
+//! - read-write (3 in 4): 1–4 micro-operations, each an append of a fresh value or a read of
+//!   the whole list, on the keys of one shard (a one-shard commit) or, half of the time, on
+//!   the keys of two shards (a two-phase commit);
 //! - read-only (1 in 4): a read of every key of every shard, one transaction across the shards.
 //!
 //! Each runs in `Client::txn`; the micro-operations the committed attempt performed (with the
@@ -160,10 +160,16 @@ pub async fn append_client(
         let plan = if rng.gen_range(0..4) == 0 {
             read_everything(&groups)
         } else {
-            let group = &groups[rng.gen_range(0..groups.len())];
+            let first = rng.gen_range(0..groups.len());
+            // Half the time a second shard's keys too (a two-phase commit if both are written).
+            let second = match groups.len() > 1 && rng.gen_bool(0.5) {
+                true => (first + rng.gen_range(1..groups.len())) % groups.len(),
+                false => first,
+            };
+            let pool: Vec<&String> = groups[first].iter().chain(&groups[second]).collect();
             (0..rng.gen_range(1..=MAX_MICRO_OPS))
                 .map(|_| {
-                    let key = group[rng.gen_range(0..group.len())].clone();
+                    let key = pool[rng.gen_range(0..pool.len())].clone();
                     if rng.gen_bool(0.5) {
                         Micro::Append(key, next.fetch_add(1, Ordering::SeqCst))
                     } else {

@@ -3,9 +3,9 @@
 //! # Accounts
 //! [`ACCOUNTS_PER_SHARD`] accounts in every data shard (keys `<shard start>jepsen-acct<s>-<j>`),
 //! [`INITIAL_BALANCE`] each, written before the workload starts. Transfers move money between
-//! two accounts *of one shard* (a single-shard transaction: read-write transactions across
-//! shards are not implemented yet, issue #10); reads take every account of every shard in one
-//! read-only transaction (one snapshot `BatchGet` per shard, all at one timestamp).
+//! two accounts: half of them of one shard (a one-shard commit, one Raft entry), half of two
+//! shards (a two-phase commit); reads take every account of every shard in one read-only
+//! transaction (one snapshot `BatchGet` per shard, all at one timestamp).
 //!
 //! # Outcomes
 //! - transfer (`Client::txn`: read both, move `min(amount, balance)`, write both): `Ok` if it
@@ -35,6 +35,8 @@ pub const INITIAL_BALANCE: i64 = 100;
 const MAX_TRANSFER: i64 = 20;
 /// The harness's own bound around a transaction (several client calls).
 const TXN_BOUND: Duration = Duration::from_secs(15);
+/// Share of transfers between accounts of two shards (two-phase commits).
+const CROSS_SHARD_SHARE: f64 = 0.5;
 /// Share of operations that are reads of every account.
 const READ_SHARE: f64 = 0.3;
 /// Most think time between a client's operations.
@@ -169,6 +171,21 @@ pub async fn record_read(
     ok
 }
 
+/// Two distinct accounts: of one shard, or (half of the time, given two shards) of two.
+fn pick_pair(rng: &mut StdRng, groups: &[Vec<String>]) -> (String, String) {
+    let first = rng.gen_range(0..groups.len());
+    let second = match groups.len() > 1 && rng.gen_bool(CROSS_SHARD_SHARE) {
+        true => (first + rng.gen_range(1..groups.len())) % groups.len(),
+        false => first,
+    };
+    let from = rng.gen_range(0..groups[first].len());
+    let to = match second == first {
+        true => (from + rng.gen_range(1..groups[first].len())) % groups[first].len(),
+        false => rng.gen_range(0..groups[second].len()),
+    };
+    (groups[first][from].clone(), groups[second][to].clone())
+}
+
 /// One bank client until `until`.
 pub async fn bank_client(
     client: Client,
@@ -184,10 +201,7 @@ pub async fn bank_client(
         if rng.gen_bool(READ_SHARE) {
             record_read(&client, &recorder, &all, process).await;
         } else {
-            let group = &groups[rng.gen_range(0..groups.len())];
-            let from = rng.gen_range(0..group.len());
-            let to = (from + rng.gen_range(1..group.len())) % group.len();
-            let (from, to) = (group[from].clone(), group[to].clone());
+            let (from, to) = pick_pair(&mut rng, &groups);
             let want = rng.gen_range(1..=MAX_TRANSFER);
             let logged = json!({"from": from, "to": to, "amount": want});
             recorder.record(
@@ -254,5 +268,27 @@ mod tests {
         );
         let all: Vec<String> = groups.concat();
         assert_eq!(model(&all).total, 400);
+    }
+
+    #[test]
+    fn transfers_pair_distinct_accounts_within_and_across_shards() {
+        let groups: Vec<Vec<String>> = (0..3)
+            .map(|s| (0..2).map(|j| format!("s{s}-{j}")).collect())
+            .collect();
+        let shard_of = |k: &str| k[1..2].to_string();
+        let mut rng = StdRng::seed_from_u64(3);
+        let (mut within, mut across) = (0, 0);
+        for _ in 0..200 {
+            let (from, to) = pick_pair(&mut rng, &groups);
+            assert_ne!(from, to);
+            match shard_of(&from) == shard_of(&to) {
+                true => within += 1,
+                false => across += 1,
+            }
+        }
+        assert!(
+            within > 50 && across > 50,
+            "{within} within, {across} across"
+        );
     }
 }

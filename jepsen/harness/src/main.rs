@@ -40,11 +40,13 @@
 //!   is present, nothing unattempted or failed is, no duplicates (`meridian-jepsen`'s set
 //!   checker; stale/never-read are counted).
 //! - **bank** (`bank.rs`): two accounts in every shard, opened with 100 each before the
-//!   workload; each op is a transfer between the two accounts of one shard (a transaction) or
-//!   a read of every account (one read-only transaction across the shards). Checked: every ok
+//!   workload; each op is a transfer between two accounts (a transaction: half of them within
+//!   one shard, half across two, a two-phase commit) or a read of every account (one
+//!   read-only transaction across the shards). Checked: every ok
 //!   read shows exactly the accounts, no negative balance, the opening total.
 //! - **append** (`append.rs`): three list keys in every shard; read-write transactions of 1–4
-//!   appends and reads on one shard's keys, read-only transactions of every key. Checked with
+//!   appends and reads on the keys of one shard or, half of the time, two; read-only
+//!   transactions of every key. Checked with
 //!   the Elle-style list-append checker: no dependency cycle, real-time edges included
 //!   (strictly serializable; under a nemesis that skews clocks, real-time edges only between
 //!   transactions sharing a key), no read of an aborted or unknown value, reads of a key are
@@ -77,16 +79,14 @@
 //!
 //! # Exit status
 //! 0 valid (or negative control fired); 1 invalid, unknown, or control did not fire; 2 bad
-//! arguments or not implemented (`bank`, `append`, `power-loss`); 3 harness failure (cluster
+//! arguments or not implemented (`power-loss`); 3 harness failure (cluster
 //! did not start, nftables unusable...); 130 interrupted.
 //!
 //! # Not done yet
-//! - `bank` and `append` workloads (need cross-shard transactions, issue #10); compare-and-set
-//!   in the register workload (no CAS in the API yet).
 //! - `power-loss` (a FUSE filesystem dropping unsynced writes) and libfaketime clock jumps or
 //!   strobes: the clock nemesis only restarts nodes with a fixed offset.
 //! - Partitions of the client API, asymmetric/bridge/ring shapes, packet delay instead of loss.
-//! - Intermediate set reads and per-element visibility latency; CI wiring of the matrix.
+//! - Intermediate set reads and per-element visibility latency.
 
 mod append;
 mod args;
