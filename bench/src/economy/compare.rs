@@ -85,13 +85,14 @@ pub async fn run(args: EconomyCompareArgs) -> anyhow::Result<String> {
         .tempdir()
         .context("creating a temporary data directory")?;
     let mut table = format!(
-        "Closed economy: {} accounts, {} operations, {:.0}% read-only, {} distribution, {} threads, seed {seed}\n\n\
+        "Closed economy: {} accounts, {} operations, {:.0}% read-only, {} distribution, accounts {}, {} threads, seed {seed}\n\n\
          | store | txn/s | transfers/s | transfer p50 / p99 ms | read-only/s | read-only p50 / p99 ms | retries / failed | validation |\n\
          |---|---:|---:|---:|---:|---:|---:|---|\n",
         config.accounts,
         config.operations,
         config.read_proportion * 100.0,
         if config.zipfian { "zipfian" } else { "uniform" },
+        if config.spread { "spread over the shards" } else { "in one shard" },
         config.threads,
     );
     let mut failed = Vec::new();

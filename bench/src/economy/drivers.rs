@@ -1,11 +1,13 @@
 //! The closed-economy drivers: how each store runs a transfer and a read-only transaction.
 //!
-//! Every account is one key (`economy/<account>`) whose value is its balance in decimal.
-//! - **meridian**: `Client::txn` (optimistic, serializable, checked at commit by the shard;
-//!   see `meridian_client::txn`); a transfer reads both accounts with one `BatchGet`. The `economy/` prefix keeps every account in one shard, so
-//!   transfers are single-shard transactions (one Raft entry): Meridian's read-write
-//!   transactions across shards do not exist yet. Read-only transactions use one `BatchGet`
-//!   and one commit check.
+//! Every account is one key (named by `EconomyConfig::account`) whose value is its balance in
+//! decimal.
+//! - **meridian**: `Client::txn` (optimistic, serializable; see `meridian_client::txn`); a
+//!   transfer reads both accounts with one `BatchGet`. With `accountspread=oneshard` (the
+//!   default) every account is in one shard, so transfers are one-shard commits (one Raft
+//!   entry); with `accountspread=shards` the accounts spread over the shards, and a transfer
+//!   between two shards is a two-phase commit. Read-only transactions are one snapshot
+//!   `BatchGet` per shard and commit nothing.
 //! - **etcd**: a transfer gets both accounts with their `mod_revision`s, then a `Txn` that
 //!   puts both only if both revisions are unchanged, retried on conflict; a read-only
 //!   transaction is one `Txn` of gets (one revision: a snapshot).
@@ -28,14 +30,6 @@ use crate::db::{DbError, DriverKind, DriverOptions};
 
 /// Conflicts a transfer retries before it fails (all three stores).
 pub const MAX_TXN_ATTEMPTS: u32 = 16;
-/// The key prefix of the accounts.
-pub const PREFIX: &str = "economy/";
-
-/// The storage key of `account`.
-pub fn account_key(account: &str) -> String {
-    format!("{PREFIX}{account}")
-}
-
 fn parse_balance(key: &str, value: Option<&[u8]>) -> Result<i64, DbError> {
     let value = value.ok_or(DbError::NotFound)?;
     std::str::from_utf8(value)
@@ -111,7 +105,7 @@ impl Economy for MeridianEconomy {
         for chunk in accounts.chunks(1_000) {
             let entries: Vec<(String, String)> = chunk
                 .iter()
-                .map(|(a, b)| (account_key(a), b.to_string()))
+                .map(|(a, b)| (a.to_string(), b.to_string()))
                 .collect();
             self.client
                 .batch_put(entries)
@@ -122,7 +116,7 @@ impl Economy for MeridianEconomy {
     }
 
     async fn transfer(&self, from: &str, to: &str, amount: i64) -> Result<u32, DbError> {
-        let (from, to) = (account_key(from), account_key(to));
+        let (from, to) = (from.to_string(), to.to_string());
         let (_, info) = self
             .client
             .txn(self.options(), move |txn| {
@@ -144,7 +138,7 @@ impl Economy for MeridianEconomy {
     }
 
     async fn read(&self, accounts: &[String]) -> Result<(Vec<i64>, u32), DbError> {
-        let keys: Arc<Vec<String>> = Arc::new(accounts.iter().map(|a| account_key(a)).collect());
+        let keys: Arc<Vec<String>> = Arc::new(accounts.iter().map(|a| a.to_string()).collect());
         let (balances, info) = self
             .client
             .txn(self.options(), move |txn| {
@@ -222,7 +216,7 @@ impl Economy for EtcdEconomy {
         for chunk in accounts.chunks(128) {
             let ops: Vec<TxnOp> = chunk
                 .iter()
-                .map(|(a, b)| TxnOp::put(account_key(a), b.to_string(), None))
+                .map(|(a, b)| TxnOp::put(a.to_string(), b.to_string(), None))
                 .collect();
             etcd_call(self.timeout, kv.txn(Txn::new().and_then(ops))).await?;
         }
@@ -231,7 +225,7 @@ impl Economy for EtcdEconomy {
 
     async fn transfer(&self, from: &str, to: &str, amount: i64) -> Result<u32, DbError> {
         use etcd_client::{Compare, CompareOp, Txn, TxnOp};
-        let keys = [account_key(from), account_key(to)];
+        let keys = [from.to_string(), to.to_string()];
         let mut kv = self.client.kv_client();
         for attempt in 1..=MAX_TXN_ATTEMPTS {
             let seen = self.snapshot(&keys).await?;
@@ -257,7 +251,7 @@ impl Economy for EtcdEconomy {
     }
 
     async fn read(&self, accounts: &[String]) -> Result<(Vec<i64>, u32), DbError> {
-        let keys: Vec<String> = accounts.iter().map(|a| account_key(a)).collect();
+        let keys: Vec<String> = accounts.iter().map(|a| a.to_string()).collect();
         let mut balances = Vec::with_capacity(keys.len());
         // One revision per txn; etcd caps a txn at 128 operations.
         for chunk in keys.chunks(128) {
@@ -328,8 +322,7 @@ impl Economy for RocksEconomy {
         self.blocking(move |rocks| {
             let txn = rocks.db.transaction_opt(&rocks.write, &Default::default());
             for (a, b) in &accounts {
-                txn.put(account_key(a), b.to_string())
-                    .map_err(rocks_error)?;
+                txn.put(a.to_string(), b.to_string()).map_err(rocks_error)?;
             }
             txn.commit().map_err(rocks_error)
         })
@@ -337,7 +330,7 @@ impl Economy for RocksEconomy {
     }
 
     async fn transfer(&self, from: &str, to: &str, amount: i64) -> Result<u32, DbError> {
-        let keys = [account_key(from), account_key(to)];
+        let keys = [from.to_string(), to.to_string()];
         self.blocking(move |rocks| {
             for attempt in 1..=MAX_TXN_ATTEMPTS {
                 let txn = rocks.db.transaction_opt(&rocks.write, &rocks.snapshot_txn);
@@ -371,7 +364,7 @@ impl Economy for RocksEconomy {
     }
 
     async fn read(&self, accounts: &[String]) -> Result<(Vec<i64>, u32), DbError> {
-        let keys: Vec<String> = accounts.iter().map(|a| account_key(a)).collect();
+        let keys: Vec<String> = accounts.iter().map(|a| a.to_string()).collect();
         self.blocking(move |rocks| {
             let snapshot = rocks.db.snapshot();
             let balances = keys

@@ -14,12 +14,13 @@
 //! A failed validation makes the command exit non-zero.
 //!
 //! Properties (`bench/workloads/closedeconomy`): `recordcount`, `operationcount`, `totalcash`,
-//! `readproportion`, `maxtransfer`, `requestdistribution`, `threadcount`.
+//! `readproportion`, `maxtransfer`, `requestdistribution`, `threadcount`, `accountspread`
+//! (`oneshard`: every account under one prefix, so in one Meridian shard; `shards`: spread over
+//! the key space, so most Meridian transfers are two-phase commits across two shards).
 //!
 //! # Not done yet
 //! - Not part of `meridian-ycsb compare`'s report: `meridian-ycsb economy-compare` runs it on
 //!   each store side by side (see [`compare`]).
-//! - Meridian's accounts share one shard (see `drivers`).
 
 pub mod compare;
 pub mod drivers;
@@ -52,6 +53,9 @@ pub struct EconomyConfig {
     pub max_transfer: i64,
     pub zipfian: bool,
     pub threads: usize,
+    /// `accountspread=shards`: account keys spread over the key space (YCSB-style hashed
+    /// numbers) instead of sharing the `economy/` prefix (`oneshard`, the default).
+    pub spread: bool,
 }
 
 impl EconomyConfig {
@@ -72,6 +76,11 @@ impl EconomyConfig {
                 Some(t) => t,
                 None => p.parse_or("threadcount", 1usize, "thread count")?,
             },
+            spread: match p.get_or("accountspread", "oneshard") {
+                "oneshard" => false,
+                "shards" => true,
+                other => bail!("accountspread {other:?}: want oneshard or shards"),
+            },
         };
         if !(2..=MAX_ACCOUNTS).contains(&config.accounts) {
             bail!("recordcount must be 2..={MAX_ACCOUNTS}");
@@ -91,8 +100,20 @@ impl EconomyConfig {
         Ok(config)
     }
 
-    fn account(n: u64) -> String {
-        format!("user{n:010}")
+    /// The key of account `n`: `economy/user<n>` (one shard: the prefix sorts together), or
+    /// with `spread` `user<19 digits>-<n>`, the digits a hash of `n` spread evenly over the
+    /// range Meridian's default split points divide (`user100000…` to `user922337…`).
+    pub fn account(&self, n: u64) -> String {
+        if !self.spread {
+            return format!("economy/user{n:010}");
+        }
+        const LOW: u64 = 1_000_000_000_000_000_000;
+        const SPAN: u64 = 8_223_372_036_854_775_807; // up to 2^63 - 1
+        let mut h = n.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        h = (h ^ (h >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        h = (h ^ (h >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        h ^= h >> 31;
+        format!("user{}-{n}", LOW + h % SPAN)
     }
 }
 
@@ -217,10 +238,10 @@ async fn worker(
         if rng.gen_bool(config.read_proportion) {
             let n = rng.gen_range(1..=2);
             let accounts: Vec<String> = if n == 1 {
-                vec![EconomyConfig::account(chooser.next(&mut rng))]
+                vec![config.account(chooser.next(&mut rng))]
             } else {
                 let (a, b) = chooser.pair(&mut rng, config.accounts);
-                vec![EconomyConfig::account(a), EconomyConfig::account(b)]
+                vec![config.account(a), config.account(b)]
             };
             let outcome = economy.read(&accounts).await.map(|(_, attempts)| attempts);
             reads.record(began, outcome);
@@ -228,11 +249,7 @@ async fn worker(
             let (a, b) = chooser.pair(&mut rng, config.accounts);
             let amount = rng.gen_range(1..=config.max_transfer);
             let outcome = economy
-                .transfer(
-                    &EconomyConfig::account(a),
-                    &EconomyConfig::account(b),
-                    amount,
-                )
+                .transfer(&config.account(a), &config.account(b), amount)
                 .await;
             transfers.record(began, outcome);
         }
@@ -332,7 +349,7 @@ pub async fn run_economy(
     let config = Arc::new(config.clone());
     let balance = config.total_cash / config.accounts as i64;
     let accounts: Vec<(String, i64)> = (0..config.accounts)
-        .map(|n| (EconomyConfig::account(n), balance))
+        .map(|n| (config.account(n), balance))
         .collect();
     eprintln!("economy: opening {} accounts of {balance}", config.accounts);
     economy
@@ -415,6 +432,26 @@ mod tests {
         assert!(config("readproportion=1.5").is_err());
         assert!(config("requestdistribution=hotspot").is_err());
         assert!(config("maxtransfer=0").is_err());
+        assert!(config("accountspread=everywhere").is_err());
+    }
+
+    #[test]
+    fn spread_accounts_cover_the_default_shards_and_stay_distinct() {
+        let one = config("recordcount=100").unwrap();
+        assert!((0..100).all(|n| one.account(n).starts_with("economy/")));
+        let spread = config("recordcount=1000\ntotalcash=1000\naccountspread=shards").unwrap();
+        let keys: std::collections::BTreeSet<String> =
+            (0..1000).map(|n| spread.account(n)).collect();
+        assert_eq!(keys.len(), 1000);
+        // The default 8-shard split points: user203292, user306584, ... user819045.
+        let splits: Vec<String> = (1..8u64)
+            .map(|i| format!("user{}", 100_000 + (922_337 - 100_000) * i / 8))
+            .collect();
+        let mut per_shard = [0usize; 8];
+        for key in &keys {
+            per_shard[splits.iter().filter(|s| key.as_str() >= s.as_str()).count()] += 1;
+        }
+        assert!(per_shard.iter().all(|&n| n > 60), "{per_shard:?}");
     }
 
     #[test]
