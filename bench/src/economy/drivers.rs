@@ -138,7 +138,7 @@ impl Economy for MeridianEconomy {
     }
 
     async fn read(&self, accounts: &[String]) -> Result<(Vec<i64>, u32), DbError> {
-        let keys: Arc<Vec<String>> = Arc::new(accounts.iter().map(|a| a.to_string()).collect());
+        let keys: Arc<Vec<String>> = Arc::new(accounts.to_vec());
         let (balances, info) = self
             .client
             .txn(self.options(), move |txn| {
@@ -251,7 +251,7 @@ impl Economy for EtcdEconomy {
     }
 
     async fn read(&self, accounts: &[String]) -> Result<(Vec<i64>, u32), DbError> {
-        let keys: Vec<String> = accounts.iter().map(|a| a.to_string()).collect();
+        let keys: Vec<String> = accounts.to_vec();
         let mut balances = Vec::with_capacity(keys.len());
         // One revision per txn; etcd caps a txn at 128 operations.
         for chunk in keys.chunks(128) {
@@ -322,7 +322,7 @@ impl Economy for RocksEconomy {
         self.blocking(move |rocks| {
             let txn = rocks.db.transaction_opt(&rocks.write, &Default::default());
             for (a, b) in &accounts {
-                txn.put(a.to_string(), b.to_string()).map_err(rocks_error)?;
+                txn.put(a, b.to_string()).map_err(rocks_error)?;
             }
             txn.commit().map_err(rocks_error)
         })
@@ -364,7 +364,7 @@ impl Economy for RocksEconomy {
     }
 
     async fn read(&self, accounts: &[String]) -> Result<(Vec<i64>, u32), DbError> {
-        let keys: Vec<String> = accounts.iter().map(|a| a.to_string()).collect();
+        let keys: Vec<String> = accounts.to_vec();
         self.blocking(move |rocks| {
             let snapshot = rocks.db.snapshot();
             let balances = keys

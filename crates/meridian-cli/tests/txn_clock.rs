@@ -154,7 +154,7 @@ async fn reads_after_writes(client: &Client, keys: &[Bytes]) {
                     let (first, written) = (first.clone(), written.clone());
                     Box::pin(async move {
                         txn.get(first).await?;
-                        Ok::<_, Error>(txn.get(written).await?)
+                        txn.get(written).await
                     })
                 })
                 .await

@@ -122,7 +122,7 @@ impl<'a> ApplyBatch<'a> {
                 }
                 let ts = match self.next_ts(ts) {
                     Ok(ts) => ts,
-                    Err(result) => return Ok(result),
+                    Err(result) => return Ok(*result),
                 };
                 for (k, v) in puts {
                     self.put(k, ts, Some(v));
@@ -154,7 +154,7 @@ impl<'a> ApplyBatch<'a> {
                 }
                 let ts = match self.next_ts(ts) {
                     Ok(ts) => ts,
-                    Err(result) => return Ok(result),
+                    Err(result) => return Ok(*result),
                 };
                 self.put(key, ts, value);
                 Ok(self.committed(request, ts))
@@ -180,7 +180,7 @@ impl<'a> ApplyBatch<'a> {
                 }
                 let ts = match self.next_ts(ts) {
                     Ok(ts) => ts,
-                    Err(result) => return Ok(result),
+                    Err(result) => return Ok(*result),
                 };
                 for (key, value) in writes {
                     self.put(key, ts, value);
@@ -214,13 +214,14 @@ impl<'a> ApplyBatch<'a> {
     }
 
     /// The write's version timestamp (raising the floor), or the rejection if none is left.
-    pub(crate) fn next_ts(&mut self, proposed: u64) -> Result<u64, CommandResult> {
+    /// (Boxed: a rejection is rare and `CommandResult` is large.)
+    pub(crate) fn next_ts(&mut self, proposed: u64) -> Result<u64, Box<CommandResult>> {
         let ts = proposed.max(self.version_floor.saturating_add(1));
         if ts > MAX_COMMAND_TS {
-            return Err(rejected(format!(
+            return Err(Box::new(rejected(format!(
                 "shard version floor {} leaves no timestamp below MAX_COMMAND_TS",
                 self.version_floor
-            )));
+            ))));
         }
         *self.version_floor = ts;
         Ok(ts)

@@ -128,7 +128,7 @@ impl ApplyBatch<'_> {
         }
         let prepare_ts = match self.next_ts(ts) {
             Ok(ts) => ts,
-            Err(result) => return Ok(result),
+            Err(result) => return Ok(*result),
         };
         let written: std::collections::HashSet<&Bytes> = writes.iter().map(|w| &w.0).collect();
         let locks = TxnLocks {

@@ -152,8 +152,8 @@ impl Command {
             | Command::Prepare { ts, .. }
             | Command::Resolve { ts, .. } => *ts = new_ts,
             Command::Fenced { cmd, .. } => {
-                let inner = std::mem::replace(cmd, Box::new(Command::placeholder()));
-                *cmd = Box::new(inner.with_ts(new_ts));
+                let inner = std::mem::replace(&mut **cmd, Command::placeholder());
+                **cmd = inner.with_ts(new_ts);
             }
         }
         self
