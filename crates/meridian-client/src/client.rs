@@ -518,7 +518,7 @@ impl Client {
         F: FnMut(Channel, Duration) -> Fut,
         Fut: Future<Output = std::result::Result<T, tonic::Status>>,
     {
-        self.attempt_loop(route, deadline, None, LockPolicy::Wait, send)
+        self.call_with(route, deadline, LockPolicy::Wait, send)
             .await
     }
 
