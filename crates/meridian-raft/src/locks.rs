@@ -228,7 +228,7 @@ impl LockTable {
     }
 
     /// The first write intent of a transaction other than `me` in `[start, end)` prepared at
-    /// or below `max_prepare_ts`.
+    /// or below `max_prepare_ts` (`None` for an empty range, `end <= start`).
     pub fn write_intent_in(
         &self,
         start: &[u8],
@@ -238,6 +238,8 @@ impl LockTable {
     ) -> Option<LockInfo> {
         use std::ops::Bound;
         let upper = match end {
+            // An empty range (BTreeMap::range would panic on start > end).
+            Some(e) if start >= e => return None,
             Some(e) => Bound::Excluded(e),
             None => Bound::Unbounded,
         };
@@ -325,5 +327,168 @@ mod tests {
         t.remove(&id(2));
         assert!(t.is_empty() && t.keys.is_empty());
         assert!(t.remove(&id(2)).is_none());
+    }
+
+    /// One step of the property test: insert `txn`'s locks (if apply would admit them) or
+    /// remove them.
+    #[derive(Clone, Debug)]
+    enum Op {
+        Insert {
+            txn: u64,
+            writes: Vec<usize>,
+            reads: Vec<usize>,
+            range: Option<(usize, Option<usize>)>,
+            prepare_ts: u64,
+        },
+        Remove(u64),
+    }
+
+    const KEYS: [&str; 6] = ["a", "b", "c", "d", "e", "f"];
+
+    fn op() -> impl proptest::strategy::Strategy<Value = Op> {
+        use proptest::prelude::*;
+        let keys = || proptest::collection::vec(0..KEYS.len(), 0..3);
+        prop_oneof![
+            (
+                1..5u64,
+                keys(),
+                keys(),
+                proptest::option::of((0..KEYS.len(), proptest::option::of(0..KEYS.len()))),
+                1..20u64
+            )
+                .prop_map(|(txn, writes, reads, range, prepare_ts)| Op::Insert {
+                    txn,
+                    writes,
+                    reads,
+                    range,
+                    prepare_ts,
+                }),
+            (1..5u64).prop_map(Op::Remove),
+        ]
+    }
+
+    /// The naive model: every transaction's locks in a list, every question answered by
+    /// looking at all of them.
+    struct Model(Vec<(TxnId, TxnLocks)>);
+
+    impl Model {
+        fn others<'a>(
+            &'a self,
+            me: Option<&'a TxnId>,
+        ) -> impl Iterator<Item = &'a (TxnId, TxnLocks)> {
+            self.0.iter().filter(move |(t, _)| Some(t) != me)
+        }
+
+        fn blocks_write(&self, key: &Bytes, me: Option<&TxnId>) -> bool {
+            self.others(me).any(|(_, l)| {
+                l.writes.iter().any(|(k, _)| k == key)
+                    || l.reads.contains(key)
+                    || l.ranges
+                        .iter()
+                        .any(|(s, e)| key >= s && e.as_ref().is_none_or(|e| key < e))
+            })
+        }
+
+        /// The smallest key in `[start, end)` with another transaction's intent prepared at
+        /// or below `max`.
+        fn first_intent(
+            &self,
+            start: &[u8],
+            end: Option<&[u8]>,
+            me: Option<&TxnId>,
+            max: u64,
+        ) -> Option<Bytes> {
+            self.others(me)
+                .filter(|(_, l)| l.prepare_ts <= max)
+                .flat_map(|(_, l)| l.writes.iter().map(|(k, _)| k.clone()))
+                .filter(|k| &k[..] >= start && end.is_none_or(|e| &k[..] < e))
+                .min()
+        }
+
+        fn intent_on(&self, key: &Bytes, me: Option<&TxnId>, max: u64) -> bool {
+            self.first_intent(key, None, me, max).as_ref() == Some(key)
+        }
+    }
+
+    proptest::proptest! {
+        /// The lock table answers every question as a naive scan of all locks does, over
+        /// random sequences of prepares (admitted only if apply would admit them) and removals.
+        #[test]
+        fn the_lock_table_agrees_with_a_naive_model(ops in proptest::collection::vec(op(), 1..40)) {
+            let mut table = LockTable::new();
+            let mut model = Model(Vec::new());
+            for op in ops {
+                match op {
+                    Op::Insert { txn, writes, reads, range, prepare_ts } => {
+                        let txn = id(txn);
+                        if table.get(&txn).is_some() {
+                            continue;
+                        }
+                        let mut writes: Vec<Bytes> = writes.into_iter().map(|i| b(KEYS[i])).collect();
+                        writes.sort();
+                        writes.dedup();
+                        let reads: Vec<Bytes> = reads
+                            .into_iter()
+                            .map(|i| b(KEYS[i]))
+                            .filter(|k| !writes.contains(k))
+                            .collect();
+                        let ranges: Vec<(Bytes, Option<Bytes>)> = range
+                            .filter(|(s, e)| e.is_none_or(|e| e > *s))
+                            .map(|(s, e)| (b(KEYS[s]), e.map(|e| b(KEYS[e]))))
+                            .into_iter()
+                            .collect();
+                        // What apply checks before it locks anything.
+                        let admitted = !writes.iter().any(|k| model.blocks_write(k, Some(&txn)))
+                            && !reads.iter().any(|k| model.intent_on(k, Some(&txn), u64::MAX))
+                            && ranges.iter().all(|(s, e)| model.first_intent(s, e.as_deref(), Some(&txn), u64::MAX).is_none());
+                        if !admitted {
+                            continue;
+                        }
+                        let locks = TxnLocks {
+                            anchor: b("anchor"),
+                            prepare_ts,
+                            writes: writes.into_iter().map(|k| (k, Some(b("v")))).collect(),
+                            reads,
+                            ranges,
+                        };
+                        table.insert(txn, locks.clone());
+                        model.0.push((txn, locks));
+                    }
+                    Op::Remove(txn) => {
+                        let txn = id(txn);
+                        let removed = table.remove(&txn);
+                        let position = model.0.iter().position(|(t, _)| *t == txn);
+                        proptest::prop_assert_eq!(removed.is_some(), position.is_some());
+                        if let Some(i) = position {
+                            model.0.remove(i);
+                        }
+                    }
+                }
+                proptest::prop_assert_eq!(table.len(), model.0.len());
+                for me in [None, Some(id(1)), Some(id(2))] {
+                    for key in KEYS {
+                        let key = b(key);
+                        proptest::prop_assert_eq!(
+                            table.blocks_write(&key, me.as_ref()).is_some(),
+                            model.blocks_write(&key, me.as_ref()),
+                            "blocks_write({:?}, {:?})", key, me
+                        );
+                        for max in [0, 5, 10, u64::MAX] {
+                            let point = model.intent_on(&key, me.as_ref(), max).then(|| key.clone());
+                            proptest::prop_assert_eq!(
+                                table.write_intent(&key, me.as_ref(), max).map(|l| l.key),
+                                point
+                            );
+                            for end in [None, Some(b("d"))] {
+                                proptest::prop_assert_eq!(
+                                    table.write_intent_in(&key, end.as_deref(), me.as_ref(), max).map(|l| l.key),
+                                    model.first_intent(&key, end.as_deref(), me.as_ref(), max)
+                                );
+                            }
+                        }
+                    }
+                }
+            }
+        }
     }
 }
