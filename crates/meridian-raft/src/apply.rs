@@ -59,8 +59,6 @@ pub(crate) struct ApplyBatch<'a> {
     pub(crate) pending: HashMap<Bytes, KeyState>,
     /// Transaction records written in this batch (`None`: deleted), over RocksDB's.
     pub(crate) records: HashMap<TxnId, Option<TxnStatus>>,
-    /// The largest commit timestamp a resolve wrote intents at in this batch (0: none).
-    pub resolved_max: u64,
 }
 
 impl<'a> ApplyBatch<'a> {
@@ -81,7 +79,6 @@ impl<'a> ApplyBatch<'a> {
             locks,
             pending: HashMap::new(),
             records: HashMap::new(),
-            resolved_max: 0,
         }
     }
 

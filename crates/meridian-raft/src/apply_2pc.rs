@@ -225,7 +225,8 @@ impl ApplyBatch<'_> {
             return Ok(());
         };
         *self.version_floor = (*self.version_floor).max(c);
-        self.resolved_max = self.resolved_max.max(c);
+        // Under the table's write guard, like the data (see `resolutions`).
+        self.locks.resolutions.record(locks.prepare_ts, c);
         for (key, value) in locks.writes {
             self.put(key, c, value);
         }

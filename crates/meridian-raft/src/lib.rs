@@ -6,7 +6,8 @@
 //! - [`log_writer`]: group commit — one fsync for the appends of every shard.
 //! - [`state_machine`]: MVCC apply with the applied index persisted atomically; file snapshots
 //!   installed crash-atomically.
-//! - [`locks`]: prepared locks and transaction records of multi-shard transactions.
+//! - [`locks`]: prepared locks and transaction records of multi-shard transactions;
+//!   [`resolutions`]: the commits a replica resolved lately, for snapshot reads.
 //! - [`dedup`]: the per-shard table of applied write request ids that makes retries safe.
 //! - [`network`]: the peer transport client (one channel per peer, deadlines, HLC on every RPC).
 //! - [`host`]: the per-node shard table and the transport service routing by shard id.
@@ -33,6 +34,7 @@ pub mod log_store;
 pub mod log_writer;
 pub mod network;
 pub mod quiesce;
+pub mod resolutions;
 pub mod state_machine;
 pub mod txn_check;
 pub mod types;

@@ -116,11 +116,14 @@ struct KeyLocks {
     readers: Vec<TxnId>,
 }
 
-/// Every prepared transaction's locks on one shard, indexed by key.
+/// Every prepared transaction's locks on one shard, indexed by key, and the commits the
+/// replica resolved lately (kept here so that they change under the same guard).
 #[derive(Debug, Default)]
 pub struct LockTable {
     txns: HashMap<TxnId, TxnLocks>,
     keys: BTreeMap<Bytes, KeyLocks>,
+    /// See `resolutions`.
+    pub resolutions: crate::resolutions::Resolutions,
 }
 
 impl LockTable {

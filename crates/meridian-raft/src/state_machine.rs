@@ -111,9 +111,6 @@ pub struct ShardStateMachine {
     /// command until its batch is in RocksDB, so a reader holding the read guard sees locks
     /// and data of the same applied state.
     locks: Arc<RwLock<LockTable>>,
-    /// The largest commit timestamp this replica has resolved intents at since it started
-    /// (see [`ShardStateMachine::resolved_max`]).
-    resolved: Arc<AtomicU64>,
 }
 
 fn io_err(e: impl std::fmt::Display) -> io::Error {
@@ -178,14 +175,13 @@ impl ShardStateMachine {
             }
         }
         merge_floor(&inner);
-        load_locks(&inner)?;
+        load_locks(&inner, false)?;
         let floor = Arc::new(AtomicU64::new(inner.version_floor));
         Ok(ShardStateMachine {
             inner: Arc::new(tokio::sync::Mutex::new(inner)),
             shard,
             floor,
             locks,
-            resolved: Arc::new(AtomicU64::new(0)),
         })
     }
 
@@ -193,18 +189,8 @@ impl ShardStateMachine {
         self.shard
     }
 
-    /// The largest commit timestamp a multi-shard transaction's intents were resolved at on
-    /// this replica since it started. Such a version's timestamp came from another node's
-    /// clock and may have been applied *after* a transaction first read this node's clock, so
-    /// a snapshot read widens its uncertainty window to it (see `meridian-server`'s
-    /// `kv_snapshot`). Versions applied before the start are below the floor, which the clock
-    /// was merged with.
-    pub fn resolved_max(&self) -> Timestamp {
-        Timestamp(self.resolved.load(Ordering::Acquire))
-    }
-
-    /// The shard's prepared locks: hold the read guard across a read of the shard's data so
-    /// both are of one applied state.
+    /// The shard's prepared locks and recent resolutions (`resolutions`): hold the read guard
+    /// across a read of the shard's data so all are of one applied state.
     pub fn locks(&self) -> Arc<RwLock<LockTable>> {
         self.locks.clone()
     }
@@ -246,8 +232,9 @@ impl ShardStateMachine {
     }
 }
 
-/// Rebuilds the in-memory lock table from the shard's transaction region.
-fn load_locks(inner: &Inner) -> io::Result<()> {
+/// Rebuilds the in-memory lock table from the shard's transaction region; after a snapshot
+/// install (`installed`), the recent resolutions are known only up to the installed floor.
+fn load_locks(inner: &Inner, installed: bool) -> io::Result<()> {
     let (start, end) = keys::txn_kind_range(inner.shard, keys::TxnKeyKind::Locks);
     let mut table = LockTable::new();
     for item in inner.engine.scan(Cf::Data, &start, Some(&end), false) {
@@ -258,7 +245,12 @@ fn load_locks(inner: &Inner) -> io::Result<()> {
             codec::decode(&v)?,
         );
     }
-    *inner.locks.write().unwrap_or_else(|p| p.into_inner()) = table;
+    let mut guard = inner.locks.write().unwrap_or_else(|p| p.into_inner());
+    if installed {
+        table.resolutions = std::mem::take(&mut guard.resolutions);
+        table.resolutions.installed(inner.version_floor);
+    }
+    *guard = table;
     Ok(())
 }
 
@@ -378,7 +370,7 @@ fn finish_install(inner: &mut Inner, record: SnapshotRecord) -> io::Result<Optio
 
 /// Applies `entries` in order as ONE RocksDB batch with the new applied state (blocking);
 /// returns each entry's result.
-fn apply_entries(inner: &mut Inner, entries: Vec<Entry>) -> io::Result<(Vec<CommandResult>, u64)> {
+fn apply_entries(inner: &mut Inner, entries: Vec<Entry>) -> io::Result<Vec<CommandResult>> {
     let shard = inner.shard;
     let engine = inner.engine.clone();
     let locks = inner.locks.clone();
@@ -416,13 +408,12 @@ fn apply_entries(inner: &mut Inner, entries: Vec<Entry>) -> io::Result<(Vec<Comm
         inner.applied = Some(entry.log_id);
         results.push(result);
     }
-    let resolved_max = work.resolved_max;
     let (mut batch, changes) = (work.batch, work.changes);
     put_dedup_changes(&mut batch, shard, changes);
     put_state(&mut batch, inner)?;
     engine.write(batch, false).map_err(io_err)?;
     drop(table);
-    Ok((results, resolved_max))
+    Ok(results)
 }
 
 fn put_state(batch: &mut WriteBatch, inner: &Inner) -> io::Result<()> {
@@ -532,14 +523,13 @@ impl RaftStateMachine<TypeConfig> for ShardStateMachine {
         }
         // Applying reads RocksDB (compare-and-swap conditions) and writes it: off the reactor,
         // in one blocking task per apply call.
-        let (guard, (results, resolved_max)) = blocking(move || {
+        let (guard, results) = blocking(move || {
             let results = apply_entries(&mut guard, applying)?;
             Ok((guard, results))
         })
         .await?;
         merge_floor(&guard);
         self.floor.store(guard.version_floor, Ordering::Release);
-        self.resolved.fetch_max(resolved_max, Ordering::Release);
         drop(guard);
         for (responder, result) in responders.into_iter().zip(results) {
             if let Some(r) = responder {
@@ -568,7 +558,7 @@ impl RaftStateMachine<TypeConfig> for ShardStateMachine {
             let inner: &mut Inner = &mut guard;
             replace_data(inner, &record.file)?;
             let previous = finish_install(inner, record)?;
-            load_locks(inner)?;
+            load_locks(inner, true)?;
             Ok::<_, io::Error>((guard, previous))
         })
         .await

@@ -229,7 +229,9 @@ impl KvService {
         &self,
         replica: &ShardReplica,
         locked: impl FnOnce(&LockTable) -> Option<LockInfo> + Send + 'static,
-        f: impl FnOnce(&dyn meridian_storage::Engine) -> meridian_storage::Result<T> + Send + 'static,
+        f: impl FnOnce(&dyn meridian_storage::Engine, &LockTable) -> meridian_storage::Result<T>
+            + Send
+            + 'static,
     ) -> Result<T> {
         let engine = self.node.engine.clone();
         let table = replica.sm.locks();
@@ -238,7 +240,7 @@ impl KvService {
             if let Some(lock) = (!table.is_empty()).then(|| locked(&table)).flatten() {
                 return Ok(Err(lock));
             }
-            f(&*engine).map(Ok)
+            f(&*engine, &table).map(Ok)
         })
         .await
         .map_err(|e| ServerError::Internal(e.to_string()))?
@@ -306,7 +308,7 @@ impl Kv for KvService {
             .read_unlocked(
                 &replica,
                 move |locks| locks.write_intent(&probe, None, u64::MAX),
-                move |e| mvcc::get(e, shard, &key, read_ts),
+                move |e, _| mvcc::get(e, shard, &key, read_ts),
             )
             .await?;
         tracing::debug!(
@@ -405,10 +407,9 @@ impl Kv for KvService {
         };
         let limit = req.limit as usize;
         let reverse = req.reverse;
-        let window_end = snapshot.map_or(read_ts, |s| s.window_end);
         // A plain read waits for every intent in its range (it may have committed above
-        // read_ts); a snapshot read only for those that may commit within its limit.
-        let lock_bound = snapshot.map_or(u64::MAX, |s| s.limit.0);
+        // read_ts); a snapshot read only for those it may have to see (see `kv_snapshot`).
+        let lock_bound = snapshot.map_or(u64::MAX, |s| s.lock_bound());
         let (probe_start, probe_end) = (start.clone(), end.clone());
         let (page, uncertain) = self
             .read_unlocked(
@@ -416,12 +417,12 @@ impl Kv for KvService {
                 move |locks| {
                     locks.write_intent_in(&probe_start, probe_end.as_deref(), None, lock_bound)
                 },
-                move |e| match snapshot {
-                    Some(_) => mvcc::scan_in_window(
+                move |e, table| match snapshot {
+                    Some(snap) => mvcc::scan_in_window(
                         e,
                         shard,
                         (&start, end.as_deref()),
-                        (read_ts, window_end),
+                        (read_ts, snap.window_end_with(table)),
                         limit,
                     ),
                     None => mvcc::scan(e, shard, &start, end.as_deref(), read_ts, limit, reverse)
@@ -498,7 +499,7 @@ impl Kv for KvService {
                         .iter()
                         .find_map(|k| locks.write_intent(k, None, u64::MAX))
                 },
-                move |e| {
+                move |e, _| {
                     let refs: Vec<&[u8]> = keys.iter().map(|k| &k[..]).collect();
                     mvcc::multi_get(e, shard, &refs, read_ts)
                 },

@@ -27,9 +27,9 @@
 //! may carry a timestamp up to `max_offset` above it (another node's clock). Versions in the
 //! window `(read_ts, window_end]` are therefore *uncertain*: the reply names the newest one
 //! (`uncertain_ts`) instead of answering, and the client restarts the transaction at that
-//! timestamp. `window_end = min(limit, observed)` (widened for resolved intents, see below):
+//! timestamp. `window_end = min(limit, first_seen)` (widened for resolved intents, see below):
 //! `limit` is the transaction's first
-//! `read_ts + max_offset` (kept across its restarts), `observed` this node's clock reading the
+//! `read_ts + max_offset` (kept across its restarts), `first_seen` this node's clock reading the
 //! transaction took first (carried in the request; raised to the HLC reading at this node's
 //! first read barrier as leader of the current term, since versions an earlier leader
 //! acknowledged may have reached this node only after that reading), or this request's own.
@@ -43,12 +43,20 @@
 //! `meridian_raft::locks`), then a version at its commit timestamp `C`, which came from
 //! whichever participant's clock was furthest ahead, and which is applied here when the
 //! transaction is resolved — possibly after this node's reading above was taken. So:
-//! - a read that meets an intent prepared at or below the limit answers `LOCKED` (it may
-//!   commit at a timestamp the read must see); the client waits for it to be resolved and
-//!   reads again. Intents prepared above the limit commit above it and are ignored;
-//! - the window also reaches up to the largest `C` this replica has resolved intents at
-//!   (`ShardStateMachine::resolved_max`, never beyond the limit): a resolved version is then
-//!   uncertain or visible, never skipped as "written after the transaction began".
+//! - a read that meets an intent prepared at or below the window's unwidened end
+//!   `max(read_ts, min(first_seen, limit))` answers `LOCKED` (it may commit at a timestamp
+//!   the read must see, or one it must treat as uncertain); the client waits for it to be
+//!   resolved and reads again. An intent prepared above that commits above `read_ts` (so it is
+//!   invisible) and, prepared after the transaction's first look at this node or committing
+//!   above the limit, is never made uncertain by the widening below: the read ignores it;
+//! - the window also reaches up to the largest `C` in `(read_ts, limit]` of the intents this
+//!   replica resolved that were *prepared* at or before `first_seen`
+//!   (`meridian_raft::resolutions`): such a transaction may have committed before this one
+//!   began, so its version is uncertain or visible, never skipped as "written after the
+//!   transaction began". One prepared after `first_seen` committed after this transaction
+//!   first looked at the node, and is skipped like any later write. The widening is computed
+//!   under the lock table's read guard in the same read as the data, so a resolution applied
+//!   between the barrier and the read is not missed.
 //!
 //! # What this does not give
 //! A *causal reverse* across shards is possible while clocks are skewed (as in CockroachDB):
@@ -69,6 +77,7 @@ use crate::error::{invalid, Result, ServerError};
 use crate::kv::{get_response, KvService};
 use meridian_proto::kv::{ReadConsistency, SnapshotReply, TxnSnapshot};
 use meridian_raft::issued::SettleError;
+use meridian_raft::locks::LockTable;
 use meridian_raft::ShardReplica;
 use meridian_storage::uncertainty;
 use meridian_types::limits::{MAX_OBSERVED_NODES, SNAPSHOT_SETTLE_TIMEOUT_MS};
@@ -80,8 +89,11 @@ use std::time::{Duration, Instant};
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Snapshot {
     pub read_ts: Timestamp,
-    /// The uncertainty window is `(read_ts, window_end]`.
+    /// The uncertainty window is `(read_ts, window_end]`, widened for resolved intents
+    /// ([`Snapshot::window_end_with`]).
     pub window_end: Timestamp,
+    /// The transaction's first reading of this node (see the module docs).
+    pub first_seen: Timestamp,
     /// This node's clock reading after the read barrier.
     pub observed: Timestamp,
     /// The transaction's uncertainty limit (first `read_ts + max_offset`).
@@ -89,6 +101,24 @@ pub(crate) struct Snapshot {
 }
 
 impl Snapshot {
+    /// The window's end with the intents this replica resolved: those prepared before the
+    /// transaction first saw this node may have committed before it began, at a timestamp
+    /// from another node's clock (see `meridian_raft::resolutions`). Call it under the lock
+    /// table's read guard, in the same read as the data.
+    pub fn window_end_with(&self, table: &LockTable) -> Timestamp {
+        let widened = table
+            .resolutions
+            .widen(self.read_ts.0, self.limit.0, self.first_seen.0)
+            .map_or(Timestamp::ZERO, Timestamp);
+        self.window_end.max(widened)
+    }
+
+    /// The intents this read must wait for: those prepared at or below this (the unwidened
+    /// window's end, see the module docs); any other commits invisibly to it.
+    pub fn lock_bound(&self) -> u64 {
+        self.window_end.0
+    }
+
     /// The reply's snapshot part; `uncertain` is the newest version found in the window.
     pub fn reply(&self, node_id: u64, uncertain: Option<Timestamp>) -> SnapshotReply {
         SnapshotReply {
@@ -152,11 +182,8 @@ impl KvService {
                 .find(|o| o.node_id == node_id && o.ts != 0)
                 .map_or(observed, |o| Timestamp(o.ts.max(led_since)))
         };
-        // Intents resolved here carry another node's clock and may have been applied after
-        // that reading: the window reaches up to them (see the module docs).
-        let window_end = limit
-            .min(first_seen.max(replica.sm.resolved_max()))
-            .max(read_ts);
+        // Widened under the lock table's guard for resolved intents (`window_end_with`).
+        let window_end = limit.min(first_seen).max(read_ts);
         let deadline = Instant::now() + Duration::from_millis(SNAPSHOT_SETTLE_TIMEOUT_MS);
         match replica
             .issued
@@ -185,6 +212,7 @@ impl KvService {
         Ok(Snapshot {
             read_ts,
             window_end,
+            first_seen,
             observed,
             limit,
         })
@@ -206,21 +234,21 @@ impl KvService {
         let (found, uncertain) = self
             .read_unlocked(
                 replica,
-                // An intent prepared within the transaction's limit may commit at a timestamp
-                // it must see (see the module docs).
+                // An intent prepared at or below the bound may commit at a timestamp it must
+                // see or count as uncertain (see the module docs).
                 move |locks| {
                     probe
                         .iter()
-                        .find_map(|k| locks.write_intent(k, None, snap.limit.0))
+                        .find_map(|k| locks.write_intent(k, None, snap.lock_bound()))
                 },
-                move |e| {
+                move |e, table| {
                     let refs: Vec<&[u8]> = keys.iter().map(|k| &k[..]).collect();
                     let (found, uncertain) = uncertainty::multi_get_in_window(
                         e,
                         shard,
                         &refs,
                         snap.read_ts,
-                        snap.window_end,
+                        snap.window_end_with(table),
                     )?;
                     // An uncertain read answers nothing.
                     Ok(match uncertain {

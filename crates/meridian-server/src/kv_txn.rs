@@ -184,7 +184,7 @@ impl KvService {
                                 })
                             })
                     },
-                    move |engine| {
+                    move |engine, _| {
                         let view = meridian_raft::txn_check::EngineView { engine, shard };
                         meridian_raft::txn_check::first_conflict(&view, &txn.reads, &txn.ranges)
                             .map_err(meridian_storage::Error::Io)
