@@ -138,7 +138,8 @@ pub enum Error {
     /// The request met another transaction's prepared lock and did nothing. The client waits
     /// such locks out (and resolves them through the transaction's anchor when they outlive
     /// their coordinator), so a caller sees this only when the call's deadline ran out
-    /// meanwhile (inside [`Error::DeadlineExceeded`]) or from a transaction's commit.
+    /// meanwhile (inside [`Error::DeadlineExceeded`]); a transaction whose prepare meets a
+    /// lock fails with [`Error::TxnConflict`] instead and runs again.
     #[error("key {} is locked by transaction {}:{}", crate::client::display_key(&.lock.key), .lock.txn.client_id, .lock.txn.seq)]
     Locked { lock: LockInfo },
 }
