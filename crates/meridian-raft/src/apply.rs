@@ -34,9 +34,9 @@
 use crate::dedup::{DedupChanges, DedupTable};
 use crate::locks::{LockTable, TxnId, TxnStatus};
 use crate::txn_check::{first_conflict, EngineView, LatestView};
-use crate::types::{Command, CommandResult, Expect, MAX_COMMAND_TS};
+use crate::types::{Command, CommandResult, Expect, GcResult, MAX_COMMAND_TS};
 use bytes::Bytes;
-use meridian_storage::{mvcc, Engine, WriteBatch};
+use meridian_storage::{gc, keys, mvcc, Cf, Engine, WriteBatch};
 use meridian_types::{ShardId, Timestamp};
 use std::collections::HashMap;
 use std::io;
@@ -199,7 +199,47 @@ impl<'a> ApplyBatch<'a> {
                 decision,
                 ..
             } => self.resolve(txn, anchor, decision),
+            Command::Gc { threshold, from } => self.gc(threshold, from),
         }
+    }
+
+    /// One page of garbage collection (see [`Command::Gc`]). The threshold rises in the lock
+    /// table, whose write guard the caller holds until the batch is in RocksDB: a reader
+    /// (holding the read guard) sees either the old threshold with the old versions or the
+    /// new threshold, and refuses timestamps below it.
+    fn gc(&mut self, threshold: u64, from: Option<(Bytes, u64)>) -> io::Result<CommandResult> {
+        if threshold > self.locks.gc_threshold {
+            self.locks.gc_threshold = threshold;
+            self.batch.put(
+                Cf::Data,
+                keys::gc_threshold_key(self.shard),
+                threshold.to_be_bytes().to_vec(),
+            );
+        }
+        let threshold = self.locks.gc_threshold;
+        let from = from.map(|(key, ts)| gc::GcCursor {
+            key: key.to_vec(),
+            ts: Timestamp(ts),
+        });
+        let page = gc::gc_page(
+            self.engine,
+            &mut self.batch,
+            self.shard,
+            Timestamp(threshold),
+            from.as_ref(),
+            gc::GC_PAGE_ENTRIES,
+        )
+        .map_err(|e| io::Error::other(format!("shard {}: GC read: {e}", self.shard)))?;
+        Ok(CommandResult {
+            gc: Some(GcResult {
+                threshold,
+                resume: page.resume.map(|c| (Bytes::from(c.key), c.ts.0)),
+                versions_deleted: page.versions_deleted,
+                keys_deleted: page.keys_deleted,
+                examined: page.examined,
+            }),
+            ..Default::default()
+        })
     }
 
     fn duplicate(&self, id: crate::types::RequestId) -> Option<CommandResult> {

@@ -41,5 +41,6 @@ pub mod types;
 
 pub use host::{MultiRaft, ShardReplica, TransportService};
 pub use types::{
-    Command, CommandResult, Expect, NodeId, Raft, RangeCheck, ReadCheck, RequestId, TypeConfig,
+    Command, CommandResult, Expect, GcResult, NodeId, Raft, RangeCheck, ReadCheck, RequestId,
+    TypeConfig,
 };

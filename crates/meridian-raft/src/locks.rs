@@ -124,6 +124,10 @@ pub struct LockTable {
     keys: BTreeMap<Bytes, KeyLocks>,
     /// See `resolutions`.
     pub resolutions: crate::resolutions::Resolutions,
+    /// The shard's GC threshold ([`crate::Command::Gc`]): versions only reads below it could
+    /// see may be gone, so readers refuse timestamps below it. Kept here (and persisted in the
+    /// transaction region) so that it changes under the same guard as the data it describes.
+    pub gc_threshold: u64,
 }
 
 impl LockTable {

@@ -27,6 +27,14 @@
 //! the first application's commit timestamp. The table's changes ride in the same batch. What
 //! each command writes, compare-and-swap included, is `apply`'s concern.
 //!
+//! # Garbage collection
+//! A [`Command::Gc`](crate::types::Command::Gc) raises the shard's GC threshold and deletes
+//! one page of versions no read at or above it can see (`meridian_storage::gc`). It reads
+//! RocksDB while it decides, so it must see every entry before it: apply writes the batch
+//! before a GC entry first and starts a new one with it. The threshold lives in the lock
+//! table (readers check it under the same guard as the locks) and in the shard's transaction
+//! region, so it is restored at open and travels with snapshots.
+//!
 //! # Snapshots are files
 //! A snapshot is the shard's MVCC key range written into one SST file (RocksDB `SstFileWriter`)
 //! plus the Raft meta, the version floor and the dedup table; installing one deletes the range
@@ -50,7 +58,6 @@
 //! # Not done yet
 //! - Building a snapshot holds the shard's state-machine lock (apply waits). A RocksDB snapshot
 //!   (point-in-time iterator) would let apply continue while the file is written.
-//! - Old MVCC versions are never garbage-collected.
 
 use crate::apply::ApplyBatch;
 use crate::dedup::{DedupChanges, DedupEntry, DedupOp, DedupTable};
@@ -189,6 +196,23 @@ impl ShardStateMachine {
         self.shard
     }
 
+    /// Applies committed `entries` as one apply call and returns their results: what
+    /// openraft's `apply` does, for callers (tests) that have no responders to answer.
+    pub async fn apply_for_results(&self, entries: Vec<Entry>) -> io::Result<Vec<CommandResult>> {
+        let mut guard = self.inner.clone().lock_owned().await;
+        // Applying reads RocksDB (compare-and-swap conditions) and writes it: off the reactor,
+        // in one blocking task per apply call.
+        let (guard, results) = blocking(move || {
+            let results = apply_entries(&mut guard, entries)?;
+            Ok((guard, results))
+        })
+        .await?;
+        merge_floor(&guard);
+        self.floor.store(guard.version_floor, Ordering::Release);
+        drop(guard);
+        Ok(results)
+    }
+
     /// The shard's prepared locks and recent resolutions (`resolutions`): hold the read guard
     /// across a read of the shard's data so all are of one applied state.
     pub fn locks(&self) -> Arc<RwLock<LockTable>> {
@@ -245,6 +269,20 @@ fn load_locks(inner: &Inner, installed: bool) -> io::Result<()> {
             codec::decode(&v)?,
         );
     }
+    table.gc_threshold = match inner
+        .engine
+        .get(Cf::Data, &keys::gc_threshold_key(inner.shard))
+        .map_err(io_err)?
+    {
+        Some(raw) => u64::from_be_bytes(raw.as_slice().try_into().map_err(|_| {
+            io_err(format!(
+                "shard {}: GC threshold is {} bytes, want 8",
+                inner.shard,
+                raw.len()
+            ))
+        })?),
+        None => 0,
+    };
     let mut guard = inner.locks.write().unwrap_or_else(|p| p.into_inner());
     if installed {
         table.resolutions = std::mem::take(&mut guard.resolutions);
@@ -368,9 +406,34 @@ fn finish_install(inner: &mut Inner, record: SnapshotRecord) -> io::Result<Optio
     Ok(previous.filter(|old| Some(old) != new_path.as_ref()))
 }
 
-/// Applies `entries` in order as ONE RocksDB batch with the new applied state (blocking);
-/// returns each entry's result.
+/// Applies `entries` in order (blocking) and returns each entry's result: as ONE RocksDB batch
+/// with the new applied state, except that a [`Command::Gc`] starts a batch of its own, so
+/// its page reads RocksDB with every earlier entry in it and every replica, however it
+/// groups entries into apply calls, deletes the same versions.
+///
+/// [`Command::Gc`]: crate::types::Command::Gc
 fn apply_entries(inner: &mut Inner, entries: Vec<Entry>) -> io::Result<Vec<CommandResult>> {
+    let mut results = Vec::with_capacity(entries.len());
+    let mut rest = entries.into_iter().peekable();
+    while let Some(first) = rest.next() {
+        let mut run = vec![first];
+        while let Some(next) = rest.next_if(|e| !is_gc(e)) {
+            run.push(next);
+        }
+        results.extend(apply_run(inner, run)?);
+    }
+    Ok(results)
+}
+
+fn is_gc(entry: &Entry) -> bool {
+    matches!(
+        &entry.payload,
+        EntryPayload::Normal(crate::types::Command::Gc { .. })
+    )
+}
+
+/// [`apply_entries`] for a run of entries that holds no GC command but maybe its first.
+fn apply_run(inner: &mut Inner, entries: Vec<Entry>) -> io::Result<Vec<CommandResult>> {
     let shard = inner.shard;
     let engine = inner.engine.clone();
     let locks = inner.locks.clone();
@@ -514,23 +577,13 @@ impl RaftStateMachine<TypeConfig> for ShardStateMachine {
     where
         Strm: Stream<Item = io::Result<EntryResponder<TypeConfig>>> + Unpin + OptionalSend,
     {
-        let mut guard = self.inner.clone().lock_owned().await;
         let mut applying = Vec::new();
         let mut responders = Vec::new();
         while let Some((entry, responder)) = entries.try_next().await? {
             responders.push(responder);
             applying.push(entry);
         }
-        // Applying reads RocksDB (compare-and-swap conditions) and writes it: off the reactor,
-        // in one blocking task per apply call.
-        let (guard, results) = blocking(move || {
-            let results = apply_entries(&mut guard, applying)?;
-            Ok((guard, results))
-        })
-        .await?;
-        merge_floor(&guard);
-        self.floor.store(guard.version_floor, Ordering::Release);
-        drop(guard);
+        let results = self.apply_for_results(applying).await?;
         for (responder, result) in responders.into_iter().zip(results) {
             if let Some(r) = responder {
                 r.send(result);

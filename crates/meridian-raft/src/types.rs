@@ -100,6 +100,30 @@ pub enum Command {
         anchor: bool,
         decision: crate::locks::Decision,
     },
+    /// One page of MVCC garbage collection (see `meridian_storage::gc`): raise the shard's GC
+    /// threshold to `threshold` (never lower it), then delete, from `from` (a resume point
+    /// `(user key, version ts)` a previous page returned; `None`: the shard's start), at most
+    /// a page of the versions that no read at or above the threshold can see. From the moment
+    /// it applies, the shard's readers refuse timestamps below the threshold. Apply runs it
+    /// at the start of a RocksDB batch of its own (see `state_machine`), so it sees every
+    /// earlier entry and every replica deletes the same versions. Never fenced: it issues no
+    /// version timestamp.
+    Gc {
+        threshold: u64,
+        from: Option<(Bytes, u64)>,
+    },
+}
+
+/// What one [`Command::Gc`] page did.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GcResult {
+    /// The shard's threshold after the page (the command's, or a higher one it already had).
+    pub threshold: u64,
+    /// Where the pass goes on (`None`: it reached the end of the shard).
+    pub resume: Option<(Bytes, u64)>,
+    pub versions_deleted: u64,
+    pub keys_deleted: u64,
+    pub examined: u64,
 }
 
 /// A transaction's point read: `key` had the live version `version` (`None`: absent or
@@ -155,6 +179,7 @@ impl Command {
                 let inner = std::mem::replace(&mut **cmd, Command::placeholder());
                 **cmd = inner.with_ts(new_ts);
             }
+            Command::Gc { .. } => {}
         }
         self
     }
@@ -174,6 +199,9 @@ impl Command {
         match self {
             Command::Fenced { cmd, .. } => match **cmd {
                 Command::Fenced { .. } => Err("a fenced command inside a fenced command".into()),
+                // A GC page must start its own apply batch (see `state_machine`), which only
+                // an unwrapped one does; and it issues no timestamp to fence.
+                Command::Gc { .. } => Err("a GC command is never fenced".into()),
                 ref inner => inner.validate(),
             },
             Command::Write {
@@ -270,6 +298,15 @@ impl Command {
                     return Err("a commit decision needs a timestamp".into());
                 }
                 Ok(())
+            }
+            Command::Gc { threshold, from } => {
+                if *threshold > MAX_COMMAND_TS {
+                    return Err(format!("GC threshold {threshold} is above MAX_COMMAND_TS"));
+                }
+                match from {
+                    Some((key, _)) => check_key(key),
+                    None => Ok(()),
+                }
             }
         }
     }
@@ -426,6 +463,11 @@ impl std::fmt::Display for Command {
                 decision,
                 ..
             } => write!(f, "Resolve(txn={txn:?}, anchor={anchor}, {decision:?})"),
+            Command::Gc { threshold, from } => write!(
+                f,
+                "Gc(threshold={threshold}, from={:?})",
+                from.as_ref().map(|(k, ts)| (k.len(), ts))
+            ),
         }
     }
 }
@@ -458,6 +500,8 @@ pub struct CommandResult {
     /// or never written). A [`Command::Prepare`] on an anchor whose record is already
     /// `Aborted` answers `Some(Aborted)` and locks nothing.
     pub status: Option<crate::locks::TxnStatus>,
+    /// A [`Command::Gc`]: what its page did.
+    pub gc: Option<GcResult>,
 }
 
 openraft::declare_raft_types!(

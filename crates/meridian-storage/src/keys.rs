@@ -438,6 +438,16 @@ pub fn txn_kind_range(shard: ShardId, kind: TxnKeyKind) -> (Vec<u8>, Vec<u8>) {
     (start, end)
 }
 
+/// `shard ‖ 00 01 ‖ 'G'`: the shard's GC threshold (`u64` BE; see `gc` and `meridian-raft`'s
+/// `Command::Gc`). In the transaction region, so it travels with snapshots like the locks.
+/// `'G'` lies outside the lock (`'L'`) and record (`'R'`) kinds' ranges ([`txn_kind_range`]),
+/// so loading locks or records never meets it.
+pub fn gc_threshold_key(shard: ShardId) -> Vec<u8> {
+    let mut k = txn_region_prefix(shard);
+    k.push(b'G');
+    k
+}
+
 /// The `(client_id, seq)` of a [`txn_key`].
 pub fn decode_txn_key(k: &[u8]) -> Result<(TxnKeyKind, u64, u64)> {
     let (_, rest) = decode_shard(k, "txn key")?;

@@ -24,6 +24,7 @@
 
 pub mod engine;
 pub mod error;
+pub mod gc;
 pub mod keys;
 pub mod memory;
 pub mod mvcc;

@@ -114,6 +114,9 @@
 //!   27.1 MiB (+7.5%). Values larger than a block (4 KiB), or a slot and its version split
 //!   across a block boundary, pay the copy on disk too.
 //!
+//! Old versions are garbage-collected below a threshold by `gc` (reads below it must then be
+//! refused by the caller).
+//!
 //! # Invariants
 //! - Every user key with at least one version has exactly one slot, holding its newest
 //!   version's timestamp and a byte-identical copy of that version's value; no slot exists
@@ -124,8 +127,6 @@
 //! - Reads never see versions above `read_ts`, and never return a slot as a row.
 //!
 //! # Not done yet
-//! - No garbage collection of versions below a GC threshold. It must keep the newest version
-//!   (the slot's copy alone is not history: scans read versions).
 //! - Intents are not consulted here; the transaction layer checks them around these reads.
 //! - Scans skip invisible versions one by one (no re-seek past a key's remaining versions),
 //!   so keys with very many versions make scans slower.
@@ -176,7 +177,7 @@ impl VersionValue {
 
 /// Decodes a version's encoding without copying: `Some(value)` for a Put, `None` for a
 /// tombstone.
-fn decode_version_ref(raw: &[u8]) -> Result<Option<&[u8]>> {
+pub(crate) fn decode_version_ref(raw: &[u8]) -> Result<Option<&[u8]>> {
     match raw.split_first() {
         Some((&TAG_PUT, value)) => Ok(Some(value)),
         Some((&TAG_TOMBSTONE, [])) => Ok(None),
@@ -513,7 +514,7 @@ pub fn scan_in_window(
 
 type RawIter<'a> = KvIter<'a>;
 
-fn decode_user_key(prefix: &[u8]) -> Result<Vec<u8>> {
+pub(crate) fn decode_user_key(prefix: &[u8]) -> Result<Vec<u8>> {
     // `prefix` is `shard ‖ encode_bytes(user_key)`; split_data_key checked it has 8+ bytes.
     let (user_key, rest) = keys::decode_bytes(prefix.get(8..).unwrap_or_default())?;
     if !rest.is_empty() {
