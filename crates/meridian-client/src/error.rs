@@ -142,6 +142,12 @@ pub enum Error {
     /// lock fails with [`Error::TxnConflict`] instead and runs again.
     #[error("key {} is locked by transaction {}:{}", crate::client::display_key(&.lock.key), .lock.txn.client_id, .lock.txn.seq)]
     Locked { lock: LockInfo },
+
+    /// A read at a timestamp below the shard's GC threshold: the history it needs may have
+    /// been garbage-collected (the cluster keeps `cluster.gc_ttl_ms` of it, 15 minutes by
+    /// default). A transaction that ran that long must start again; nothing was read.
+    #[error("read below the GC threshold: {message}")]
+    BelowGcThreshold { message: String },
 }
 
 /// A prepared lock of a multi-shard transaction (see `meridian-raft`'s `locks`).
@@ -218,6 +224,7 @@ impl Error {
             Error::Internal { .. } => ErrorCode::Internal,
             Error::Ambiguous { .. } => ErrorCode::Ambiguous,
             Error::Locked { .. } => ErrorCode::Locked,
+            Error::BelowGcThreshold { .. } => ErrorCode::BelowGcThreshold,
             Error::Transport { .. }
             | Error::NoSeeds
             | Error::TxnConflict { .. }
@@ -274,6 +281,7 @@ impl Error {
                     message: format!("{address}: LOCKED without a readable lock: {message}"),
                 },
             },
+            Some(ErrorCode::BelowGcThreshold) => Error::BelowGcThreshold { message },
             None => Self::from_headerless_status(status, address),
         }
     }

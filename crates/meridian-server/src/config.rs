@@ -18,6 +18,8 @@
 //! split_points = []             # explicit split keys (overrides initial_shards)
 //! replication_factor = 3
 //! max_offset_ms = 500
+//! gc_ttl_ms = 900000            # history kept for reads in the past (0 = never collect)
+//! gc_interval_ms = 60000        # how often a leader looks for garbage in its shards
 //!
 //! [raft]
 //! heartbeat_interval_ms = 150
@@ -32,6 +34,9 @@ use meridian_types::NodeId;
 use serde::Deserialize;
 use std::net::SocketAddr;
 use std::path::PathBuf;
+
+/// `cluster.gc_ttl_ms` is at least this many `max_offset_ms`.
+pub const MIN_GC_TTL_OFFSETS: u64 = 4;
 
 #[derive(Debug, thiserror::Error)]
 #[error("config field \"{field}\": {message}")]
@@ -92,6 +97,12 @@ pub struct ClusterSection {
     pub split_points: Vec<String>,
     pub replication_factor: u32,
     pub max_offset_ms: u64,
+    /// MVCC history kept, in milliseconds: a shard's leader collects versions that no read
+    /// newer than `now - gc_ttl_ms` can see (see `gc`). 0 = never collect. Reads (a
+    /// transaction's snapshot) older than that fail with `BELOW_GC_THRESHOLD`.
+    pub gc_ttl_ms: u64,
+    /// How often each node looks for shards it leads with garbage to collect, in milliseconds.
+    pub gc_interval_ms: u64,
 }
 
 impl Default for ClusterSection {
@@ -101,6 +112,10 @@ impl Default for ClusterSection {
             split_points: Vec::new(),
             replication_factor: 3,
             max_offset_ms: 500,
+            // 15 minutes, as YugabyteDB's history retention: far longer than any transaction
+            // this store runs, short enough that hot keys do not pile up versions.
+            gc_ttl_ms: 900_000,
+            gc_interval_ms: 60_000,
         }
     }
 }
@@ -193,6 +208,12 @@ pub struct StartArgs {
     /// Largest clock offset tolerated between nodes, in milliseconds.
     #[arg(long)]
     pub max_offset_ms: Option<u64>,
+    /// MVCC history kept for reads in the past, in milliseconds (0 = never collect).
+    #[arg(long)]
+    pub gc_ttl_ms: Option<u64>,
+    /// How often a node looks for garbage in the shards it leads, in milliseconds.
+    #[arg(long)]
+    pub gc_interval_ms: Option<u64>,
     /// Raft heartbeat interval in milliseconds.
     #[arg(long)]
     pub heartbeat_interval_ms: Option<u64>,
@@ -283,6 +304,12 @@ impl NodeConfig {
         }
         if let Some(v) = args.max_offset_ms {
             file.cluster.max_offset_ms = v;
+        }
+        if let Some(v) = args.gc_ttl_ms {
+            file.cluster.gc_ttl_ms = v;
+        }
+        if let Some(v) = args.gc_interval_ms {
+            file.cluster.gc_interval_ms = v;
         }
         if let Some(v) = args.heartbeat_interval_ms {
             file.raft.heartbeat_interval_ms = v;
@@ -388,6 +415,20 @@ impl NodeConfig {
         }
         if c.max_offset_ms == 0 {
             return Err(err("cluster.max_offset_ms", "must be > 0"));
+        }
+        // A linearizable read is served at a clock reading that may lag the leader that chose
+        // the threshold by up to max_offset: the history kept must cover that and more.
+        if c.gc_ttl_ms != 0 && c.gc_ttl_ms < MIN_GC_TTL_OFFSETS * c.max_offset_ms {
+            return Err(err(
+                "cluster.gc_ttl_ms",
+                format!(
+                    "must be 0 (never collect) or at least {MIN_GC_TTL_OFFSETS} x max_offset_ms ({} ms)",
+                    MIN_GC_TTL_OFFSETS * c.max_offset_ms
+                ),
+            ));
+        }
+        if c.gc_interval_ms == 0 {
+            return Err(err("cluster.gc_interval_ms", "must be > 0"));
         }
         let r = &file.raft;
         if r.heartbeat_interval_ms == 0 || r.heartbeat_interval_ms * 3 > r.election_timeout_min_ms {

@@ -32,6 +32,9 @@ pub enum ServerError {
     /// Another transaction's prepared lock is in the way (see `meridian_raft::locks`).
     #[error("key {:?} is locked by transaction {}:{}", .0.key, .0.txn.client_id, .0.txn.seq)]
     Locked(meridian_raft::locks::LockInfo),
+    /// A read below the shard's GC threshold (see `gc`).
+    #[error("{0}")]
+    BelowGcThreshold(String),
 }
 
 pub type Result<T> = std::result::Result<T, ServerError>;
@@ -47,6 +50,7 @@ impl ServerError {
             ServerError::Internal(_) => ErrorCode::Internal,
             ServerError::Ambiguous(_) => ErrorCode::Ambiguous,
             ServerError::Locked(_) => ErrorCode::Locked,
+            ServerError::BelowGcThreshold(_) => ErrorCode::BelowGcThreshold,
         }
     }
 }
@@ -68,6 +72,7 @@ impl From<ServerError> for Status {
             ErrorCode::Internal => tonic::Code::Internal,
             ErrorCode::Ambiguous => tonic::Code::Unknown,
             ErrorCode::Locked => tonic::Code::Aborted,
+            ErrorCode::BelowGcThreshold => tonic::Code::OutOfRange,
         };
         let mut status = Status::new(grpc, e.to_string());
         if let Ok(v) = code.as_str().parse() {

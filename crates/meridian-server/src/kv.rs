@@ -222,30 +222,40 @@ impl KvService {
         }
     }
 
-    /// Reads the shard's data with `f` unless `locked` finds a lock in `replica`'s lock table
-    /// that the read must wait for (then `LOCKED`). The lock table's read guard is held across
-    /// both, so they see one applied state (see `meridian_raft::state_machine`).
+    /// Reads the shard's data at `read_ts` with `f` unless `read_ts` is below the shard's GC
+    /// threshold (then `BELOW_GC_THRESHOLD`: versions it needs may be gone) or `locked` finds
+    /// a lock in `replica`'s lock table that the read must wait for (then `LOCKED`). The lock
+    /// table's read guard is held across all three, so they see one applied state (see
+    /// `meridian_raft::state_machine`; a GC page raises the threshold under the write guard).
     pub(crate) async fn read_unlocked<T: Send + 'static>(
         &self,
         replica: &ShardReplica,
+        read_ts: Timestamp,
         locked: impl FnOnce(&LockTable) -> Option<LockInfo> + Send + 'static,
         f: impl FnOnce(&dyn meridian_storage::Engine, &LockTable) -> meridian_storage::Result<T>
             + Send
             + 'static,
     ) -> Result<T> {
-        let engine = self.node.engine.clone();
+        let (engine, shard) = (self.node.engine.clone(), replica.sm.shard());
         let table = replica.sm.locks();
         let out = tokio::task::spawn_blocking(move || {
             let table = table.read().unwrap_or_else(|p| p.into_inner());
+            if read_ts.0 < table.gc_threshold {
+                return Ok(Err(ServerError::BelowGcThreshold(format!(
+                    "shard {}: read at {read_ts} is below its GC threshold {}",
+                    shard,
+                    Timestamp(table.gc_threshold)
+                ))));
+            }
             if let Some(lock) = (!table.is_empty()).then(|| locked(&table)).flatten() {
-                return Ok(Err(lock));
+                return Ok(Err(ServerError::Locked(lock)));
             }
             f(&*engine, &table).map(Ok)
         })
         .await
         .map_err(|e| ServerError::Internal(e.to_string()))?
         .map_err(|e| ServerError::Internal(format!("storage: {e}")))?;
-        out.map_err(ServerError::Locked)
+        out
     }
 }
 
@@ -307,6 +317,7 @@ impl Kv for KvService {
         let found = self
             .read_unlocked(
                 &replica,
+                read_ts,
                 move |locks| locks.write_intent(&probe, None, u64::MAX),
                 move |e, _| mvcc::get(e, shard, &key, read_ts),
             )
@@ -414,6 +425,7 @@ impl Kv for KvService {
         let (page, uncertain) = self
             .read_unlocked(
                 &replica,
+                read_ts,
                 move |locks| {
                     locks.write_intent_in(&probe_start, probe_end.as_deref(), None, lock_bound)
                 },
@@ -494,6 +506,7 @@ impl Kv for KvService {
         let found = self
             .read_unlocked(
                 &replica,
+                read_ts,
                 move |locks| {
                     probe
                         .iter()

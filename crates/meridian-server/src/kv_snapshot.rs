@@ -234,6 +234,7 @@ impl KvService {
         let (found, uncertain) = self
             .read_unlocked(
                 replica,
+                snap.read_ts,
                 // An intent prepared at or below the bound may commit at a timestamp it must
                 // see or count as uncertain (see the module docs).
                 move |locks| {

@@ -169,6 +169,7 @@ impl KvService {
             let conflict = self
                 .read_unlocked(
                     &replica,
+                    read_ts,
                     move |locks| {
                         reads
                             .iter()

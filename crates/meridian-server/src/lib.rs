@@ -22,6 +22,7 @@ pub mod admission;
 pub mod cluster;
 pub mod config;
 pub mod error;
+pub mod gc;
 pub mod hlc_ceiling;
 pub mod kv;
 pub mod kv_check;

@@ -65,6 +65,8 @@ pub struct Node {
     registry_cache: RwLock<HashMap<NodeId, NodeRecord>>,
     /// Persists the HLC ceiling (see `hlc_ceiling`); aborted on shutdown.
     ceiling_keeper: tokio::task::JoinHandle<()>,
+    /// What the GC loop did (see `gc`).
+    pub gc_stats: crate::gc::GcStats,
 }
 
 /// A stable id for the founding configuration (FNV-1a over its canonical text).
@@ -192,6 +194,7 @@ impl Node {
             registry_cache: RwLock::new(HashMap::new()),
             config,
             ceiling_keeper,
+            gc_stats: crate::gc::GcStats::default(),
         });
         node.open_and_bootstrap().await?;
         let peers = node
@@ -201,6 +204,8 @@ impl Node {
             .map(|m| (m.node_id, m.peer_addr.to_string()))
             .collect();
         node.host.spawn_quiescence(peers, node.config.raft.quiesce);
+        // The loop holds only a weak reference and ends with the node.
+        let _ = crate::gc::spawn(&node);
         let registering = node.clone();
         tokio::spawn(async move { registering.register_self().await });
         Ok(node)

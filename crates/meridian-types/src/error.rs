@@ -30,6 +30,11 @@ pub enum ErrorCode {
     /// Another transaction's prepared lock is in the way; nothing was done. The status carries
     /// the lock (`LOCK_HEADER`). Retryable once the lock is resolved.
     Locked,
+    /// A read at a timestamp below the shard's GC threshold: the versions it would need may
+    /// have been garbage-collected (`cluster.gc_ttl_ms` of history is kept). Nothing was read.
+    /// Not retryable at that timestamp: a transaction that runs longer than the GC TTL must
+    /// start again.
+    BelowGcThreshold,
 }
 
 impl ErrorCode {
@@ -44,6 +49,7 @@ impl ErrorCode {
             ErrorCode::Internal => "INTERNAL",
             ErrorCode::Ambiguous => "AMBIGUOUS",
             ErrorCode::Locked => "LOCKED",
+            ErrorCode::BelowGcThreshold => "BELOW_GC_THRESHOLD",
         }
     }
 
@@ -58,6 +64,7 @@ impl ErrorCode {
             "INTERNAL" => ErrorCode::Internal,
             "AMBIGUOUS" => ErrorCode::Ambiguous,
             "LOCKED" => ErrorCode::Locked,
+            "BELOW_GC_THRESHOLD" => ErrorCode::BelowGcThreshold,
             _ => return None,
         })
     }

@@ -6,7 +6,10 @@
 //! temporary directory (`/var/tmp/meridian-jepsen-<base>-<pid>/`, deleted at the end; logs are
 //! copied to the run directory). Every node gets the loopback Raft timings
 //! (`--heartbeat-interval-ms 100 --election-timeout-min-ms 600`, so the election timeout and
-//! leader lease max is 1.2 s), `--initial-shards <shards>` and `--max-offset-ms 500`.
+//! leader lease max is 1.2 s), `--initial-shards <shards>`, `--max-offset-ms 500`, and MVCC
+//! garbage collection at a 5 s TTL every second (`--gc-ttl-ms 5000 --gc-interval-ms 1000`), so
+//! every workload is checked while GC deletes history under it (the default 15 min TTL would
+//! never collect within a run).
 //!
 //! # The uid wrapper (only for nemeses that partition)
 //! [`LocalCluster`] spawns `binary start ...` for every node. For partitioning runs, `binary`
@@ -47,8 +50,16 @@ pub fn common_node_args(shards: u32, max_offset_ms: i64) -> Vec<String> {
         shards.to_string(),
         "--max-offset-ms".into(),
         max_offset_ms.to_string(),
+        "--gc-ttl-ms".into(),
+        GC_TTL_MS.to_string(),
+        "--gc-interval-ms".into(),
+        "1000".into(),
     ]
 }
+
+/// The nodes' GC TTL: above the +2 s clock faults of `all` plus max_offset, so no read a
+/// skewed clock serves falls below a threshold another clock chose.
+pub const GC_TTL_MS: u64 = 5_000;
 
 /// A directory the node uids can traverse (0755), created fresh.
 pub fn make_data_dir(base_port: u16) -> anyhow::Result<PathBuf> {
@@ -176,7 +187,16 @@ mod tests {
         assert_eq!(flag_value(&args, "--region"), None);
         assert_eq!(
             common_node_args(4, 500),
-            ["--initial-shards", "4", "--max-offset-ms", "500"]
+            [
+                "--initial-shards",
+                "4",
+                "--max-offset-ms",
+                "500",
+                "--gc-ttl-ms",
+                "5000",
+                "--gc-interval-ms",
+                "1000"
+            ]
         );
     }
 }
