@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Meridian across three emulated regions: what a geo-distributed client actually waits for.
 #
-#   scripts/geo-demo.sh [--ops N] [--base-port P] [--scale F] [--shards S] [--keep]
+#   scripts/geo-demo.sh [--ops N] [--base-port P] [--scale F] [--shards S] [--home RULES] [--keep]
 #
 # Starts `meridian-wan` with the default latency matrix scaled by F (us-east↔eu-west 80 ms,
 # eu-west↔ap-south 130 ms, us-east↔ap-south 200 ms round trips at F=1): one link per ordered node
@@ -14,7 +14,8 @@
 # Every number is the wall time of one `meridian kv` process: process start, connect (shard map
 # from the client's own-region node, through a 0 ms link), then the operation. The get rows whose
 # shard is led in the client's own region show that fixed cost (a leader-lease read pays no
-# round trip). Ports P+1..3 (client API), P+101..103 (Raft), P+200..205 (peer links),
+# round trip). --home passes RULES to every node as --home-regions (e.g. "=eu-west": every shard
+# led from eu-west once the leader-follow loop has moved it; the run waits for that). Ports P+1..3 (client API), P+101..103 (Raft), P+200..205 (peer links),
 # P+220..228 (client links), P+299 (control). Everything is stopped by PID on exit.
 source "$(dirname "$0")/common.sh"
 
@@ -23,13 +24,15 @@ BASE=28000
 SCALE=1
 SHARDS=6
 KEEP=0
-usage() { sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; }
+HOME_RULES=""
+usage() { sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; }
 while (($#)); do
   case "$1" in
     --ops) OPS="${2:?--ops needs a value}"; shift 2 ;;
     --base-port) BASE="${2:?--base-port needs a value}"; shift 2 ;;
     --scale) SCALE="${2:?--scale needs a value}"; shift 2 ;;
     --shards) SHARDS="${2:?--shards needs a value}"; shift 2 ;;
+    --home) HOME_RULES="${2:?--home needs rules, e.g. =eu-west}"; shift 2 ;;
     --keep) KEEP=1; shift ;;
     -h|--help) usage; exit 0 ;;
     *) echo "error: unknown argument '$1' (see --help)" >&2; exit 2 ;;
@@ -138,7 +141,7 @@ for i in 1 2 3; do
   "$BIN/meridian" start --node-id "$i" --region "${REGIONS[i-1]}" --zone a \
     --client-addr "127.0.0.1:$((BASE + i))" --peer-addr "127.0.0.1:$((BASE + 100 + i))" \
     --data-dir "$DIR/node$i" --initial-cluster "$IC" --initial-shards "$SHARDS" \
-    --peer-dial "${PEER_DIAL[$i]}" >"$DIR/node$i.log" 2>&1 &
+    --peer-dial "${PEER_DIAL[$i]}" ${HOME_RULES:+--home-regions "$HOME_RULES"} >"$DIR/node$i.log" 2>&1 &
   PIDS+=($!)
   echo "  node $i (${REGIONS[i-1]}) pid $! dials peers via ${PEER_DIAL[$i]}" >&2
 done
@@ -151,6 +154,7 @@ cluster_status() {
 # shard_rows STATUS: `shard_id start_key leader_id` per data shard ("-" for an open start).
 shard_rows() {
   awk '/^SHARDS/ { s = 1; next }
+       s && NF == 0 { s = 0 }
        s && $1 ~ /^[0-9]+$/ && $1 != "0" {
          line = $0
          start = "-"
@@ -176,6 +180,27 @@ while :; do
   sleep 0.5
 done
 echo "  ready after $SECONDS s" >&2
+
+# With home regions, measure only once every homed shard is led from its home (the HOME
+# column, last in the table).
+if [[ -n "$HOME_RULES" ]]; then
+  say "waiting for leaders to move to their home regions (at most 60 s)"
+  deadline=$((SECONDS + 60))
+  until awk -v regions="${REGIONS[*]}" '
+      BEGIN { split(regions, R, " ") }
+      /^SHARDS/ { s = 1; next }
+      s && NF == 0 { s = 0 }
+      s && $1 ~ /^[0-9]+$/ && $1 != "0" {
+        home = $NF; line = $0; sub(/\[[^)]*\)/, "", line); split(line, f, " ")
+        if (home != "-" && R[f[3]] != home) bad = 1 }
+      END { exit bad }' <<<"$STATUS"; do
+    ((SECONDS < deadline)) || { echo "error: leaders not in their home regions after 60 s; logs in $DIR" >&2; KEEP=1; exit 1; }
+    sleep 1
+    STATUS="$(cluster_status || true)"
+  done
+  rows="$(shard_rows "$STATUS")"
+  echo "  leaders home after $SECONDS s" >&2
+fi
 
 # One key per data shard: its start key plus a suffix (the open-start shard gets "!geo").
 mapfile -t SHARD_IDS < <(awk '{ print $1 }' <<<"$rows")

@@ -189,6 +189,7 @@ impl ClusterView {
             "LAST LOG",
             "QUIESCED",
             "LAG (node:entries)",
+            "HOME",
         ]);
         for shard in self.shards() {
             let range = if shard.shard_id == 0 {
@@ -215,6 +216,11 @@ impl ClusterView {
                 shard.last_log_index.to_string(),
                 yes_no(shard.quiesced).into(),
                 format_lag(&shard),
+                if shard.home_region.is_empty() {
+                    "-".into()
+                } else {
+                    shard.home_region.clone()
+                },
             ]);
         }
         out.push_str(&shards.render());

@@ -42,6 +42,7 @@ impl Cluster for ClusterService {
                 start: Bytes::from(desc.start.clone()),
                 end: Bytes::from(desc.end.clone()),
                 replicas: desc.replicas.clone(),
+                home_region: desc.home.clone().unwrap_or_default(),
                 ..Default::default()
             };
             if let Some(replica) = node.host.get(desc.id) {

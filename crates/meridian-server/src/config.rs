@@ -20,6 +20,7 @@
 //! max_offset_ms = 500
 //! gc_ttl_ms = 900000            # history kept for reads in the past (0 = never collect)
 //! gc_interval_ms = 60000        # how often a leader looks for garbage in its shards
+//! home_regions = []             # "<start key>=<region>": who should lead that key range (`home`)
 //!
 //! [raft]
 //! heartbeat_interval_ms = 150
@@ -103,6 +104,8 @@ pub struct ClusterSection {
     pub gc_ttl_ms: u64,
     /// How often each node looks for shards it leads with garbage to collect, in milliseconds.
     pub gc_interval_ms: u64,
+    /// `<start key>=<region>` rules: the region that should lead each key range (see `home`).
+    pub home_regions: Vec<String>,
 }
 
 impl Default for ClusterSection {
@@ -116,6 +119,7 @@ impl Default for ClusterSection {
             // this store runs, short enough that hot keys do not pile up versions.
             gc_ttl_ms: 900_000,
             gc_interval_ms: 60_000,
+            home_regions: Vec::new(),
         }
     }
 }
@@ -214,6 +218,10 @@ pub struct StartArgs {
     /// How often a node looks for garbage in the shards it leads, in milliseconds.
     #[arg(long)]
     pub gc_interval_ms: Option<u64>,
+    /// Home regions, comma-separated `<start key>=<region>`: the region that should lead the
+    /// keys from that start key to the next rule's (same list on every node).
+    #[arg(long, value_delimiter = ',')]
+    pub home_regions: Option<Vec<String>>,
     /// Raft heartbeat interval in milliseconds.
     #[arg(long)]
     pub heartbeat_interval_ms: Option<u64>,
@@ -253,6 +261,8 @@ pub struct NodeConfig {
     pub clock_offset_ms: i64,
     pub cluster: ClusterSection,
     pub raft: RaftSection,
+    /// `cluster.home_regions`, parsed and sorted.
+    pub home_regions: Vec<crate::home::HomeRule>,
 }
 
 fn parse_addr(field: &str, value: Option<String>) -> Result<SocketAddr, ConfigError> {
@@ -310,6 +320,9 @@ impl NodeConfig {
         }
         if let Some(v) = args.gc_interval_ms {
             file.cluster.gc_interval_ms = v;
+        }
+        if let Some(v) = &args.home_regions {
+            file.cluster.home_regions = v.clone();
         }
         if let Some(v) = args.heartbeat_interval_ms {
             file.raft.heartbeat_interval_ms = v;
@@ -430,6 +443,7 @@ impl NodeConfig {
         if c.gc_interval_ms == 0 {
             return Err(err("cluster.gc_interval_ms", "must be > 0"));
         }
+        let home_regions = crate::home::parse_home_regions(&c.home_regions, &initial_cluster)?;
         let r = &file.raft;
         if r.heartbeat_interval_ms == 0 || r.heartbeat_interval_ms * 3 > r.election_timeout_min_ms {
             return Err(err(
@@ -475,6 +489,7 @@ impl NodeConfig {
             initial_cluster,
             clock_offset_ms: file.clock_offset_ms.unwrap_or(0),
             peer_dial,
+            home_regions,
             cluster: file.cluster,
             raft: file.raft,
         })

@@ -24,11 +24,13 @@ pub mod config;
 pub mod error;
 pub mod gc;
 pub mod hlc_ceiling;
+pub mod home;
 pub mod kv;
 pub mod kv_check;
 mod kv_propose;
 pub mod kv_snapshot;
 pub mod kv_txn;
+mod leader_follow;
 pub mod node;
 pub mod shard_map;
 

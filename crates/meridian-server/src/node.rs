@@ -133,12 +133,15 @@ impl Node {
             .iter()
             .map(|s| s.as_bytes().to_vec())
             .collect();
-        let shard_map = Arc::new(ShardMap::founding(
-            &config.initial_cluster,
-            config.cluster.replication_factor as usize,
-            &splits,
-            config.cluster.initial_shards,
-        ));
+        let shard_map = Arc::new(
+            ShardMap::founding(
+                &config.initial_cluster,
+                config.cluster.replication_factor as usize,
+                &splits,
+                config.cluster.initial_shards,
+            )
+            .with_homes(&config.home_regions, &config.initial_cluster),
+        );
         let id = cluster_id(&config.initial_cluster, &shard_map);
         match engine.read_cluster_id()? {
             None => engine.write_cluster_id(&id)?,
@@ -206,6 +209,7 @@ impl Node {
         node.host.spawn_quiescence(peers, node.config.raft.quiesce);
         // The loop holds only a weak reference and ends with the node.
         let _ = crate::gc::spawn(&node);
+        let _ = crate::leader_follow::spawn(&node);
         let registering = node.clone();
         tokio::spawn(async move { registering.register_self().await });
         Ok(node)

@@ -29,6 +29,8 @@ pub struct ShardDescriptor {
     /// Exclusive; empty = end of keyspace.
     pub end: Vec<u8>,
     pub replicas: Vec<NodeId>,
+    /// The region that should lead this shard (`home`), if any.
+    pub home: Option<String>,
 }
 
 impl ShardDescriptor {
@@ -123,6 +125,7 @@ impl ShardMap {
             start: Vec::new(),
             end: Vec::new(),
             replicas: place(&sorted, rf, ShardId::META, &mut load),
+            home: None,
         };
         let mut data = Vec::new();
         let mut start = Vec::new();
@@ -138,9 +141,37 @@ impl ShardMap {
                 start: std::mem::replace(&mut start, end.clone()),
                 end,
                 replicas: place(&sorted, rf, id, &mut load),
+                home: None,
             });
         }
         ShardMap { meta, data }
+    }
+
+    /// Gives each data shard the home region its start key has under `rules` (see `home`) and
+    /// moves a replica of that region, if it has one, to the front of its replicas: the first
+    /// replica bootstraps the group and so usually leads it first.
+    pub fn with_homes(mut self, rules: &[crate::home::HomeRule], members: &[Member]) -> ShardMap {
+        let region_of = |id: &NodeId| {
+            members
+                .iter()
+                .find(|m| m.node_id == *id)
+                .map(|m| m.region.as_str())
+        };
+        for shard in &mut self.data {
+            shard.home = crate::home::home_of(rules, &shard.start).map(str::to_string);
+            let Some(home) = shard.home.as_deref() else {
+                continue;
+            };
+            if let Some(i) = shard
+                .replicas
+                .iter()
+                .position(|id| region_of(id) == Some(home))
+            {
+                let first = shard.replicas.remove(i);
+                shard.replicas.insert(0, first);
+            }
+        }
+        self
     }
 
     /// The data shard owning `key`.
@@ -217,6 +248,40 @@ mod tests {
         assert_eq!(map.lookup_before(b"g").id, ShardId(1));
         assert_eq!(map.lookup_before(b"g\0").id, ShardId(2));
         assert_eq!(map.lookup_before(b"").id, ShardId(3));
+    }
+
+    #[test]
+    fn a_home_region_puts_its_replica_first() {
+        let members = vec![
+            member(1, "us-east", "a"),
+            member(2, "eu-west", "a"),
+            member(3, "ap-south", "a"),
+        ];
+        let rules = crate::home::parse_home_regions(
+            &["user5=eu-west".to_string(), "user7=ap-south".to_string()],
+            &members,
+        )
+        .unwrap();
+        let plain = ShardMap::founding(&members, 3, &[], 8);
+        let homed = plain.clone().with_homes(&rules, &members);
+        for (before, after) in plain.data.iter().zip(&homed.data) {
+            let mut sorted = (before.replicas.clone(), after.replicas.clone());
+            sorted.0.sort();
+            sorted.1.sort();
+            assert_eq!(sorted.0, sorted.1, "the same replicas, maybe reordered");
+            let want = crate::home::home_of(&rules, &before.start);
+            assert_eq!(after.home.as_deref(), want);
+            match want {
+                None => assert_eq!(before.replicas, after.replicas),
+                Some("eu-west") => assert_eq!(after.replicas[0], 2),
+                Some(_) => assert_eq!(after.replicas[0], 3),
+            }
+        }
+        assert!(homed.data.iter().any(|s| s.home.is_none()));
+        assert!(homed
+            .data
+            .iter()
+            .any(|s| s.home.as_deref() == Some("ap-south")));
     }
 
     #[test]
