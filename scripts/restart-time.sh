@@ -46,9 +46,11 @@ t1=$(date +%s.%N)
 # its log already ends at the leader's commit) and every shard has a leader again.
 until "$BIN/meridian" cluster status --endpoints "127.0.0.1:$((BASE+2))" 2>/dev/null | awk '
   /^SHARDS/ {s=1; next}
+  s && NF == 0 {s=0}                                          # the table ends at a blank line
   s && $1 ~ /^[0-9]+$/ {
     k = NF + 1; for (i = NF; i > 1; i--) if ($i ~ /:/) k = i   # LAG columns hold "node:entries"
-    leader = $(k-4); applied = $(k-2); last = $(k-1)
+    # ... LEADER TERM APPLIED LAST-LOG QUIESCED LAG... HOME
+    leader = $(k-5); applied = $(k-3); last = $(k-2)
     if (leader == "0" || leader == "-" || applied != last) bad = 1; n++ }
   END { exit !(n > 0 && !bad) }'; do sleep 0.05; done
 t2=$(date +%s.%N)

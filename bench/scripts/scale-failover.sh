@@ -54,7 +54,7 @@ trap cleanup EXIT INT TERM
 # The shards table of one node's own status: "id leader lag..." rows.
 status_of() {
   "$BIN" cluster status --endpoints "$1" --timeout-ms 3000 2>/dev/null \
-    | awk '/^SHARDS/ {s=1; next} s && $1 ~ /^[0-9]+$/ {print}'
+    | awk '/^SHARDS/ {s=1; next} s && NF == 0 {s=0} s && $1 ~ /^[0-9]+$/ {print}'
 }
 # Leader column: the 4th field for the metadata row "(metadata)", else after the range, which
 # may contain spaces; take the first field after the replicas list (a,b,c).
