@@ -37,6 +37,9 @@ RUNS=(
   # Snapshot reads under skewed clocks (checked with real-time order per key: no stale read;
   # a causal reverse across shards is allowed under skew, see the README).
   "append clock"
+  # Five nodes under partitions; seed 24's schedule has two bridges and a ring (each node
+  # reaching only its two neighbours) besides isolations (`--plan-only` prints it).
+  "@45 append partition --nodes 5 --seed 24"
 )
 
 passed=0
@@ -54,9 +57,12 @@ for i in "${!RUNS[@]}"; do
   nemesis="${run[1]}"
   extra=("${run[@]:2}")
   port=$((BASE_PORT + i * 20))
-  echo "==> jepsen [$((i + 1))/${#RUNS[@]}]: --workload $workload --nemesis $nemesis ${extra[*]} (${limit}s, seed $((i + 1)))"
+  # A run's seed is its position unless it names one.
+  seed=(--seed "$((i + 1))")
+  [[ " ${extra[*]} " == *" --seed "* ]] && seed=()
+  echo "==> jepsen [$((i + 1))/${#RUNS[@]}]: --workload $workload --nemesis $nemesis ${extra[*]} (${limit}s${seed[*]:+, seed $((i + 1))})"
   if "$ROOT/jepsen/run.sh" --workload "$workload" --nemesis "$nemesis" --time-limit "$limit" \
-      --seed "$((i + 1))" --base-port "$port" "${extra[@]}"; then
+      "${seed[@]}" --base-port "$port" "${extra[@]}"; then
     passed=$((passed + 1))
   else
     failed=$((failed + 1))

@@ -322,6 +322,46 @@ impl Nemesis {
                 record.label = format!("pause {label}");
                 record.nodes = vec![node];
             }
+            Fault::Partition {
+                shape: shape @ (Shape::Bridge { .. } | Shape::Ring),
+            } => {
+                let names = |s: &[u64]| {
+                    s.iter()
+                        .map(|n| format!("n{n}"))
+                        .collect::<Vec<_>>()
+                        .join(" ")
+                };
+                let (cuts, label, note) = match shape {
+                    Shape::Bridge {
+                        bridge,
+                        left,
+                        right,
+                    } => (
+                        vec![(left.clone(), right.clone())],
+                        format!("bridge {} | {} via n{bridge}", names(left), names(right)),
+                        "no leader has to move: every majority includes the bridge",
+                    ),
+                    _ => (
+                        crate::nft::ring_cuts(self.cluster.node_ids().len()),
+                        "ring (each node reaches only its neighbours)".to_string(),
+                        "no node reaches a majority directly: leaders may move or stall",
+                    ),
+                };
+                record.label = format!("partition {label}");
+                record.nodes = self.cluster.node_ids();
+                let Some(nft) = self.nft.clone() else {
+                    record
+                        .errors
+                        .push("partition without an nftables table".into());
+                    return hold_until;
+                };
+                if let Err(e) = nft.cut(&cuts) {
+                    record.errors.push(format!("partition: {e:#}"));
+                    return hold_until;
+                }
+                self.faults.partitioned = true;
+                record.notes.push(note.to_string());
+            }
             Fault::Partition { shape } => {
                 let (side_a, label) = match shape {
                     Shape::Isolate { target } => {
@@ -329,6 +369,7 @@ impl Nemesis {
                         (vec![node], format!("isolate {label}"))
                     }
                     Shape::Halves { minority } => (minority.clone(), String::new()),
+                    Shape::Bridge { .. } | Shape::Ring => unreachable!("handled above"),
                 };
                 let side_b: Vec<u64> = self
                     .cluster

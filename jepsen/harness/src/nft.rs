@@ -92,6 +92,21 @@ impl NftLayout {
 
     /// Script replacing the drop rules with a cut between `side_a` and `side_b`.
     pub fn partition_script(&self, side_a: &[u64], side_b: &[u64]) -> String {
+        self.cuts_script(&[(side_a.to_vec(), side_b.to_vec())])
+    }
+
+    /// Script replacing the drop rules with every cut in `cuts`: for each `(x, y)`, nothing
+    /// passes between a node of `x` and a node of `y` (nodes in neither, or on the same side,
+    /// still talk). A bridge is one cut that leaves the bridge node out; a ring is several.
+    pub fn cuts_script(&self, cuts: &[(Vec<u64>, Vec<u64>)]) -> String {
+        let mut s = self.heal_script();
+        for (side_a, side_b) in cuts {
+            s.push_str(&self.cut_rules(side_a, side_b));
+        }
+        s
+    }
+
+    fn cut_rules(&self, side_a: &[u64], side_b: &[u64]) -> String {
         let t = &self.table;
         let set = |items: Vec<u32>| {
             format!(
@@ -103,7 +118,7 @@ impl NftLayout {
                     .join(", ")
             )
         };
-        let mut s = self.heal_script();
+        let mut s = String::new();
         for (x, y) in [(side_a, side_b), (side_b, side_a)] {
             if x.is_empty() || y.is_empty() {
                 continue;
@@ -178,6 +193,11 @@ impl NftTable {
         run_nft(&self.layout.partition_script(side_a, side_b))
     }
 
+    /// Applies every cut of `cuts` at once (see [`NftLayout::cuts_script`]).
+    pub fn cut(&self, cuts: &[(Vec<u64>, Vec<u64>)]) -> anyhow::Result<()> {
+        run_nft(&self.layout.cuts_script(cuts))
+    }
+
     pub fn heal(&self) -> anyhow::Result<()> {
         run_nft(&self.layout.heal_script())
     }
@@ -192,6 +212,22 @@ impl Drop for NftTable {
             );
         }
     }
+}
+
+/// The cuts that leave each of `nodes` nodes (1..=n, in a circle) talking only to its two
+/// neighbours. Empty for 3 nodes or fewer (everyone is a neighbour).
+pub fn ring_cuts(nodes: usize) -> Vec<(Vec<u64>, Vec<u64>)> {
+    let n = nodes as u64;
+    let mut cuts = Vec::new();
+    for a in 1..=n {
+        for b in a + 1..=n {
+            let gap = b - a;
+            if gap != 1 && gap != n - 1 {
+                cuts.push((vec![a], vec![b]));
+            }
+        }
+    }
+    cuts
 }
 
 #[cfg(test)]
@@ -249,6 +285,32 @@ mod tests {
     }
 
     /// Healing flushes only the drop chains; an empty side cuts nothing.
+    /// A ring of 5 cuts each node from the two it is not next to: five cuts, each both ways.
+    #[test]
+    fn a_ring_is_several_cuts_after_one_heal() {
+        let layout = NftLayout::new(23_000, 5);
+        let cuts = ring_cuts(5);
+        assert_eq!(
+            cuts,
+            vec![
+                (vec![1], vec![3]),
+                (vec![1], vec![4]),
+                (vec![2], vec![4]),
+                (vec![2], vec![5]),
+                (vec![3], vec![5]),
+            ]
+        );
+        let s = layout.cuts_script(&cuts);
+        assert!(s.starts_with(&layout.heal_script()));
+        assert_eq!(s.matches("flush chain").count(), 2, "one heal, first");
+        // Per cut and direction: 2 chains x 2 port directions by mark, 1 by uid.
+        assert_eq!(s.matches(" drop\n").count(), cuts.len() * 2 * 5);
+        assert_eq!(
+            layout.partition_script(&[1], &[3]),
+            layout.cuts_script(&[(vec![1], vec![3])])
+        );
+    }
+
     #[test]
     fn heal_and_empty_sides() {
         let layout = NftLayout::new(24_000, 5);

@@ -10,8 +10,9 @@
 //! Durations, with the loopback Raft timings (election timeout 600–1200 ms = the lease):
 //! - kill: SIGKILL 1 node (5 nodes: 1 or 2, never more than a minority), restart 2–5 s later;
 //! - pause: SIGSTOP for 2–4 s (longer than the 1.2 s lease), then SIGCONT;
-//! - partition: 3–6 s; shapes: isolate a key's leader, isolate a random node, or split off a
-//!   random minority (halves);
+//! - partition: 3–6 s; shapes: isolate a key's leader, isolate a random node, split off a
+//!   random minority (halves), a bridge (two halves cut apart, one node reaching both), or
+//!   with 5 nodes a ring (each node reaches only its two neighbours);
 //! - clock: restart a node with a clock offset, hold 4–8 s, restart it without. `clock` uses
 //!   ±50–200 ms (inside max_offset 500 ms); `all` also uses +2000 ms (beyond: fenced).
 //! - clock-chain: a fixed sequence, not a random mix (the sequence of the lost-writes run kept
@@ -55,6 +56,16 @@ pub enum Shape {
     Isolate { target: Target },
     /// A fixed minority against the majority.
     Halves { minority: Vec<u64> },
+    /// `left` and `right` cannot reach each other; `bridge` reaches both (with 3 nodes: two
+    /// nodes cut apart, both talking to the third). Every majority needs the bridge.
+    Bridge {
+        bridge: u64,
+        left: Vec<u64>,
+        right: Vec<u64>,
+    },
+    /// 5 nodes or more in a circle: each reaches only its two neighbours, so no node reaches a
+    /// majority directly (for 5: itself and two of four).
+    Ring,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -169,12 +180,27 @@ fn fault(rng: &mut StdRng, kind: Kind, nodes: usize, keys: usize) -> Fault {
                         key: rng.gen_range(0..keys),
                     },
                 }
-            } else if roll < 7 {
+            } else if roll < 6 {
                 Shape::Isolate {
                     target: Target::Node {
                         node: rng.gen_range(1..=nodes as u64),
                     },
                 }
+            } else if roll < 8 || (roll == 8 && nodes < 5) {
+                let mut all: Vec<u64> = (1..=nodes as u64).collect();
+                all.shuffle(rng);
+                let bridge = all.remove(0);
+                let mut left: Vec<u64> = all.iter().copied().take(all.len() / 2).collect();
+                let mut right: Vec<u64> = all.iter().copied().skip(all.len() / 2).collect();
+                left.sort_unstable();
+                right.sort_unstable();
+                Shape::Bridge {
+                    bridge,
+                    left,
+                    right,
+                }
+            } else if roll == 8 {
+                Shape::Ring
             } else {
                 let mut all: Vec<u64> = (1..=nodes as u64).collect();
                 all.shuffle(rng);
@@ -328,6 +354,23 @@ mod tests {
                             assert_eq!(m.len(), nodes / 2);
                             assert!(m.iter().all(|n| (1..=nodes as u64).contains(n)));
                         }
+                        Fault::Partition {
+                            shape:
+                                Shape::Bridge {
+                                    bridge,
+                                    left,
+                                    right,
+                                },
+                        } => {
+                            let mut all: Vec<u64> =
+                                left.iter().chain(right).chain([bridge]).copied().collect();
+                            all.sort_unstable();
+                            assert_eq!(all, (1..=nodes as u64).collect::<Vec<_>>(), "{s:?}");
+                            assert!(!left.is_empty() && !right.is_empty(), "{s:?}");
+                        }
+                        Fault::Partition { shape: Shape::Ring } => {
+                            assert!(nodes >= 5, "a ring of {nodes} cuts nothing")
+                        }
                         Fault::Partition { .. } => {}
                         Fault::Clock { offset_ms, .. } => assert!(
                             offset_ms.abs() <= 200 && offset_ms.abs() >= 50
@@ -338,6 +381,29 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// Every partition shape shows up for some seed; rings only with 5 nodes.
+    #[test]
+    fn partition_shapes_include_bridges_and_rings() {
+        let shapes = |nodes| {
+            let mut seen = std::collections::BTreeSet::new();
+            for seed in 0..100 {
+                for step in plan(NemesisKind::Partition, nodes, 3, 60_000, seed) {
+                    if let Fault::Partition { shape } = step.fault {
+                        seen.insert(match shape {
+                            Shape::Isolate { .. } => "isolate",
+                            Shape::Halves { .. } => "halves",
+                            Shape::Bridge { .. } => "bridge",
+                            Shape::Ring => "ring",
+                        });
+                    }
+                }
+            }
+            seen.into_iter().collect::<Vec<_>>()
+        };
+        assert_eq!(shapes(3), ["bridge", "halves", "isolate"]);
+        assert_eq!(shapes(5), ["bridge", "halves", "isolate", "ring"]);
     }
 
     /// `clock` alone stays within max_offset; `all` sometimes goes beyond.
