@@ -544,6 +544,44 @@ mod tests {
     }
 
     #[test]
+    fn gc_and_home_region_flags_are_validated() {
+        let c = NodeConfig::load(&args()).unwrap();
+        assert_eq!(
+            (c.cluster.gc_ttl_ms, c.cluster.gc_interval_ms),
+            (900_000, 60_000)
+        );
+        let mut a = args();
+        a.gc_ttl_ms = Some(0);
+        assert!(NodeConfig::load(&a).is_ok(), "0 turns GC off");
+        // At max_offset 500 ms, the TTL must cover 4 of them.
+        for (ttl, ok) in [(1_999, false), (2_000, true)] {
+            let mut a = args();
+            a.gc_ttl_ms = Some(ttl);
+            let loaded = NodeConfig::load(&a);
+            assert_eq!(loaded.is_ok(), ok, "{ttl}: {loaded:?}");
+            if let Err(e) = loaded {
+                assert!(e.to_string().contains("cluster.gc_ttl_ms"), "{e}");
+            }
+        }
+        let mut a = args();
+        a.gc_interval_ms = Some(0);
+        assert!(NodeConfig::load(&a)
+            .unwrap_err()
+            .to_string()
+            .contains("cluster.gc_interval_ms"));
+        let mut a = args();
+        a.home_regions = Some(vec!["user5=eu".into(), "=us".into()]);
+        let c = NodeConfig::load(&a).unwrap();
+        let starts: Vec<&[u8]> = c.home_regions.iter().map(|r| &r.start[..]).collect();
+        assert_eq!(starts, [&b""[..], &b"user5"[..]], "sorted by start key");
+        a.home_regions = Some(vec!["=mars".into()]);
+        assert!(NodeConfig::load(&a)
+            .unwrap_err()
+            .to_string()
+            .contains("cluster.home_regions[0]"));
+    }
+
+    #[test]
     fn peer_dial_overrides_are_validated() {
         let mut a = args();
         a.peer_dial = Some(vec!["2=127.0.0.1:9002".into()]);
