@@ -31,58 +31,41 @@ use crate::node::Node;
 use meridian_raft::{Command, GcResult, ShardReplica};
 use meridian_types::{ShardId, Timestamp};
 use openraft::type_config::async_runtime::WatchReceiver;
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 /// Most pages one pass proposes (a bound on a pass, at `GC_PAGE_ENTRIES` entries a page).
 const MAX_PAGES_PER_PASS: u32 = 100_000;
 
-/// The node's GC figures, for logs and tests.
-#[derive(Debug, Default)]
-pub struct GcStats {
-    pub passes: AtomicU64,
-    pub pages: AtomicU64,
-    pub versions_deleted: AtomicU64,
-    pub keys_deleted: AtomicU64,
-}
-
-/// Starts the node's GC loop; it ends when the node is dropped. `ttl_ms = 0` disables it.
-pub(crate) fn spawn(node: &Arc<Node>) -> Option<tokio::task::JoinHandle<()>> {
+/// Starts the node's GC loop, which ends when the node is dropped (`ttl_ms = 0`: no loop).
+pub(crate) fn spawn(node: &Arc<Node>) {
     let ttl_ms = node.config.cluster.gc_ttl_ms;
     if ttl_ms == 0 {
         tracing::info!("MVCC garbage collection is off (cluster.gc_ttl_ms = 0)");
-        return None;
+        return;
     }
     let interval = Duration::from_millis(node.config.cluster.gc_interval_ms);
     let weak: Weak<Node> = Arc::downgrade(node);
-    Some(tokio::spawn(async move {
-        // Per shard, the threshold of the last pass this node finished as leader.
-        let mut last: HashMap<ShardId, u64> = HashMap::new();
+    tokio::spawn(async move {
         loop {
             tokio::time::sleep(interval).await;
             let Some(node) = weak.upgrade() else { return };
             for replica in node.host.replicas() {
-                let shard = replica.shard;
-                let Some(target) = due(&node, &replica, ttl_ms, last.get(&shard).copied()) else {
+                let Some(target) = due(&node, &replica, ttl_ms) else {
                     continue;
                 };
-                match pass(&node, shard, target).await {
-                    Ok(done) => {
-                        last.insert(shard, done.threshold);
-                    }
-                    Err(e) => {
-                        tracing::debug!(%shard, error = %e, "GC pass stopped; next interval retries")
-                    }
+                if let Err(e) = pass(&node, replica.shard, target).await {
+                    let shard = replica.shard;
+                    tracing::debug!(%shard, error = %e, "GC pass stopped; next interval retries");
                 }
             }
         }
-    }))
+    });
 }
 
-/// The threshold a pass over `replica` should use now, if one is due.
-fn due(node: &Node, replica: &ShardReplica, ttl_ms: u64, last: Option<u64>) -> Option<u64> {
+/// The threshold a pass over `replica` should use now, if one is due: this node leads it, the
+/// target is above its threshold, and it has a version above the threshold.
+fn due(node: &Node, replica: &ShardReplica, ttl_ms: u64) -> Option<u64> {
     let leader = replica.raft.metrics().borrow_watched().current_leader;
     if leader != Some(node.config.node_id) {
         return None;
@@ -96,12 +79,11 @@ fn due(node: &Node, replica: &ShardReplica, ttl_ms: u64, last: Option<u64>) -> O
         .unwrap_or_else(|p| p.into_inner())
         .gc_threshold;
     let floor = replica.sm.applied_floor().0;
-    let newer_than_last = last.is_none_or(|t| target > t);
-    (floor > threshold && target > threshold && newer_than_last).then_some(target)
+    (floor > threshold && target > threshold).then_some(target)
 }
 
 /// Proposes the pages of one pass over `shard` at `threshold`.
-async fn pass(node: &Node, shard: ShardId, threshold: u64) -> anyhow::Result<GcResult> {
+async fn pass(node: &Node, shard: ShardId, threshold: u64) -> anyhow::Result<()> {
     let replica = node.replica(shard)?;
     let deadline = Duration::from_millis(node.config.raft.rpc_timeout_ms.max(1_000) * 5);
     let mut from = None;
@@ -116,20 +98,12 @@ async fn pass(node: &Node, shard: ShardId, threshold: u64) -> anyhow::Result<GcR
             .data
             .gc
             .ok_or_else(|| anyhow::anyhow!("a GC page applied without a GC result"))?;
-        node.gc_stats.pages.fetch_add(1, Ordering::Relaxed);
-        node.gc_stats
-            .versions_deleted
-            .fetch_add(page.versions_deleted, Ordering::Relaxed);
-        node.gc_stats
-            .keys_deleted
-            .fetch_add(page.keys_deleted, Ordering::Relaxed);
         total.threshold = page.threshold;
         total.versions_deleted += page.versions_deleted;
         total.keys_deleted += page.keys_deleted;
         total.examined += page.examined;
         from = page.resume;
         if from.is_none() {
-            node.gc_stats.passes.fetch_add(1, Ordering::Relaxed);
             if total.versions_deleted > 0 {
                 tracing::info!(
                     %shard,
@@ -142,7 +116,7 @@ async fn pass(node: &Node, shard: ShardId, threshold: u64) -> anyhow::Result<GcR
             } else {
                 tracing::debug!(%shard, examined = total.examined, "GC pass found no garbage");
             }
-            return Ok(total);
+            return Ok(());
         }
     }
     anyhow::bail!("a GC pass took more than {MAX_PAGES_PER_PASS} pages")

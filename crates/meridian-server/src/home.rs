@@ -15,7 +15,7 @@
 //!
 //! What a home does:
 //! - **Placement**: the shard's first replica in placement order (the one that bootstraps the
-//!   group, so usually its first leader) is a node of the home region.
+//!   group, so usually its first leader) is a node of the home region, if one holds a replica.
 //! - **Leaders follow** (`leader_follow`): a node leading a shard from outside its home hands
 //!   leadership to a caught-up voter in the home region with openraft's cooperative
 //!   `transfer_leader`, rate-limited, so after a failover the leader returns home once the

@@ -37,20 +37,20 @@ struct Led {
 }
 
 /// Starts the loop when some shard has a home; it ends when the node is dropped.
-pub(crate) fn spawn(node: &Arc<Node>) -> Option<tokio::task::JoinHandle<()>> {
+pub(crate) fn spawn(node: &Arc<Node>) {
     if !node.shard_map.data.iter().any(|s| s.home.is_some()) {
-        return None;
+        return;
     }
     let period = Duration::from_millis(node.config.raft.election_timeout_max_ms);
     let weak: Weak<Node> = Arc::downgrade(node);
-    Some(tokio::spawn(async move {
+    tokio::spawn(async move {
         let mut led: HashMap<ShardId, Led> = HashMap::new();
         loop {
             tokio::time::sleep(period).await;
             let Some(node) = weak.upgrade() else { return };
             step(&node, &mut led, period).await;
         }
-    }))
+    });
 }
 
 /// One round over the homed shards.
@@ -63,8 +63,7 @@ async fn step(node: &Node, led: &mut HashMap<ShardId, Led>, period: Duration) {
         let Some(replica) = node.host.get(desc.id) else {
             continue;
         };
-        let metrics = replica.raft.metrics().borrow_watched().clone();
-        if metrics.current_leader != Some(me) {
+        if replica.raft.metrics().borrow_watched().current_leader != Some(me) {
             led.remove(&desc.id);
             continue;
         }
@@ -81,6 +80,8 @@ async fn step(node: &Node, led: &mut HashMap<ShardId, Led>, period: Duration) {
         {
             continue;
         }
+        // Only for a shard due a hand-over: a copy of its metrics (membership, replication).
+        let metrics = replica.raft.metrics().borrow_watched().clone();
         let last = metrics.last_log_index.unwrap_or(0);
         let voters: Vec<NodeId> = metrics.membership_config.membership().voter_ids().collect();
         let caught_up = |id: &NodeId| {

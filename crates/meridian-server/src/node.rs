@@ -65,8 +65,6 @@ pub struct Node {
     registry_cache: RwLock<HashMap<NodeId, NodeRecord>>,
     /// Persists the HLC ceiling (see `hlc_ceiling`); aborted on shutdown.
     ceiling_keeper: tokio::task::JoinHandle<()>,
-    /// What the GC loop did (see `gc`).
-    pub gc_stats: crate::gc::GcStats,
 }
 
 /// A stable id for the founding configuration (FNV-1a over its canonical text).
@@ -197,7 +195,6 @@ impl Node {
             registry_cache: RwLock::new(HashMap::new()),
             config,
             ceiling_keeper,
-            gc_stats: crate::gc::GcStats::default(),
         });
         node.open_and_bootstrap().await?;
         let peers = node
@@ -208,8 +205,8 @@ impl Node {
             .collect();
         node.host.spawn_quiescence(peers, node.config.raft.quiesce);
         // The loop holds only a weak reference and ends with the node.
-        let _ = crate::gc::spawn(&node);
-        let _ = crate::leader_follow::spawn(&node);
+        crate::gc::spawn(&node);
+        crate::leader_follow::spawn(&node);
         let registering = node.clone();
         tokio::spawn(async move { registering.register_self().await });
         Ok(node)

@@ -143,7 +143,6 @@ pub fn gc_page(
         if keys::is_slot_ts(ts) {
             continue;
         }
-        let tombstone = decode_version_ref(&raw)?.is_none();
         if ts > threshold {
             key.had_newer = true;
         } else if key.passed_keeper {
@@ -151,7 +150,7 @@ pub fn gc_page(
             page.versions_deleted += 1;
         } else {
             key.passed_keeper = true;
-            if tombstone {
+            if decode_version_ref(&raw)?.is_none() {
                 batch.delete(Cf::Data, k.to_vec());
                 page.versions_deleted += 1;
                 if !key.had_newer {
