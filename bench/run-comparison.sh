@@ -15,7 +15,7 @@ ensure_build_deps
 ensure_packages etcd:etcd-server etcdctl:etcd-client
 
 cd "$ROOT"
-say "building meridian-ycsb and meridian (release; RocksDB takes ~20 minutes on a cold build)"
+say "building meridian-ycsb and meridian (release; RocksDB takes 20-40 minutes on a cold build)"
 cargo build --release --locked -p meridian-bench -p meridian-cli
 
 say "running the comparison: meridian-ycsb compare $*"

@@ -4,7 +4,7 @@ set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 # One target directory outside the clone, reused by every checkout and by CI: RocksDB's C++
-# build (librocksdb-sys) takes ~20 minutes cold on a 2-core machine.
+# build (librocksdb-sys) takes 20-40 minutes cold on a 2-core machine.
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-/var/tmp/meridian-target}"
 
 say() { printf '\033[1m==> %s\033[0m\n' "$*" >&2; }
