@@ -490,6 +490,7 @@ mod tests {
             end: Bytes::from_static(end),
             replicas: vec![1],
             leader_id: None,
+            generation: 1,
         };
         let map = ShardMap::new(
             "c",

@@ -145,14 +145,15 @@ impl ClusterView {
         let mut out = String::new();
         let _ = writeln!(
             out,
-            "cluster {}  ({} of {} nodes answered)",
+            "cluster {}  ({} of {} nodes answered)  shard map v{}",
             if self.base.cluster_id.is_empty() {
                 "?"
             } else {
                 &self.base.cluster_id
             },
             self.answers.len(),
-            self.base.nodes.len()
+            self.base.nodes.len(),
+            self.base.shard_map_version
         );
         let _ = writeln!(out, "\nNODES");
         let mut nodes = Table::new([

@@ -92,6 +92,7 @@ async fn scenario() {
             key: Bytes::new(),
             value: Bytes::from("v"),
             write_id: None,
+            ..Default::default()
         })
         .await
     })
@@ -102,6 +103,7 @@ async fn scenario() {
         c.get(GetRequest {
             key: Bytes::new(),
             consistency: 0,
+            ..Default::default()
         })
         .await
     })
@@ -116,6 +118,7 @@ async fn scenario() {
                 key,
                 value: Bytes::from("v"),
                 write_id: None,
+                ..Default::default()
             })
             .await
         }
@@ -132,6 +135,7 @@ async fn scenario() {
                 key,
                 value,
                 write_id: None,
+                ..Default::default()
             })
             .await
         }
@@ -190,6 +194,7 @@ async fn scenario() {
                 entries,
                 deletes: Vec::new(),
                 write_id: None,
+                ..Default::default()
             })
             .await
         }

@@ -76,6 +76,7 @@ async fn retried_write_is_applied_once(client: &meridian_client::Client) {
         key: key.clone(),
         value: Bytes::from(value.to_string()),
         write_id: Some(WriteId { client_id, seq }),
+        ..Default::default()
     };
     let first = kv
         .put(put("v1", 7, 1))
@@ -97,6 +98,7 @@ async fn retried_write_is_applied_once(client: &meridian_client::Client) {
         .get(GetRequest {
             key: key.clone(),
             consistency: 0,
+            ..Default::default()
         })
         .await
         .expect("get")
@@ -130,6 +132,7 @@ async fn causality_token_never_moves_node_clocks(
             let mut request = tonic::Request::new(GetRequest {
                 key,
                 consistency: 0,
+                ..Default::default()
             });
             request
                 .metadata_mut()

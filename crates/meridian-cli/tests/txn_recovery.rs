@@ -101,6 +101,7 @@ async fn decide(
         key: b(ANCHOR),
         anchor: true,
         decision: Some(resolve_request::Decision::CommitTs(commit_ts)),
+        ..Default::default()
     };
     at_leader(endpoints, |mut kv| {
         let message = message.clone();

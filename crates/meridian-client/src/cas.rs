@@ -13,6 +13,7 @@
 
 use crate::client::{kv_client, request, Route};
 use crate::error::Result;
+use crate::routing::Routed;
 use crate::{validate, Client, Versioned};
 use bytes::Bytes;
 use meridian_proto::kv::{self as proto, cas_request};
@@ -78,10 +79,11 @@ impl Client {
             expect: Some(expect),
             action: Some(action),
             write_id: Some(self.next_write_id()),
+            route: None,
         };
         let response = self
-            .write_call(Route::Key(&key), &deadline, |channel, timeout| {
-                let message = message.clone();
+            .write_call(Route::Key(&key), &deadline, |channel, timeout, route| {
+                let message = message.routed(route);
                 async move {
                     kv_client(channel)
                         .cas(request(message, timeout))

@@ -40,7 +40,7 @@ use crate::backoff::Backoff;
 use crate::config::{endpoint_uri, ClientConfig};
 use crate::error::{Error, Result};
 use crate::locks::{LockPolicy, LockWait};
-use crate::routing::{RoutingState, ShardMap, ShardRoute, Target};
+use crate::routing::{Routed, RoutingState, ShardMap, ShardRoute, Target};
 use crate::validate;
 use crate::write_retry::{WriteAttempts, WriteIds};
 use bytes::Bytes;
@@ -262,10 +262,11 @@ impl Client {
         let message = proto::GetRequest {
             key: key.clone(),
             consistency: self.inner.config.read_consistency.to_proto(),
+            route: None,
         };
         let response = self
-            .call(Route::Key(&key), &deadline, |channel, timeout| {
-                let message = message.clone();
+            .call(Route::Key(&key), &deadline, |channel, timeout, route| {
+                let message = message.routed(route);
                 async move {
                     kv_client(channel)
                         .get(request(message, timeout))
@@ -291,10 +292,11 @@ impl Client {
             key: key.clone(),
             value,
             write_id: Some(self.inner.write_ids.next()),
+            route: None,
         };
         let response = self
-            .write_call(Route::Key(&key), &deadline, |channel, timeout| {
-                let message = message.clone();
+            .write_call(Route::Key(&key), &deadline, |channel, timeout, route| {
+                let message = message.routed(route);
                 async move {
                     kv_client(channel)
                         .put(request(message, timeout))
@@ -314,10 +316,11 @@ impl Client {
         let message = proto::DeleteRequest {
             key: key.clone(),
             write_id: Some(self.inner.write_ids.next()),
+            route: None,
         };
         let response = self
-            .write_call(Route::Key(&key), &deadline, |channel, timeout| {
-                let message = message.clone();
+            .write_call(Route::Key(&key), &deadline, |channel, timeout, route| {
+                let message = message.routed(route);
                 async move {
                     kv_client(channel)
                         .delete(request(message, timeout))
@@ -515,7 +518,7 @@ impl Client {
         send: F,
     ) -> Result<T>
     where
-        F: FnMut(Channel, Duration) -> Fut,
+        F: FnMut(Channel, Duration, Option<proto::Route>) -> Fut,
         Fut: Future<Output = std::result::Result<T, tonic::Status>>,
     {
         self.call_with(route, deadline, LockPolicy::Wait, send)
@@ -531,7 +534,7 @@ impl Client {
         send: F,
     ) -> Result<T>
     where
-        F: FnMut(Channel, Duration) -> Fut,
+        F: FnMut(Channel, Duration, Option<proto::Route>) -> Fut,
         Fut: Future<Output = std::result::Result<T, tonic::Status>>,
     {
         self.attempt_loop(route, deadline, None, locks, send).await
@@ -546,7 +549,7 @@ impl Client {
         send: F,
     ) -> Result<T>
     where
-        F: FnMut(Channel, Duration) -> Fut,
+        F: FnMut(Channel, Duration, Option<proto::Route>) -> Fut,
         Fut: Future<Output = std::result::Result<T, tonic::Status>>,
     {
         self.write_call_with(route, deadline, LockPolicy::Wait, send)
@@ -562,7 +565,7 @@ impl Client {
         send: F,
     ) -> Result<T>
     where
-        F: FnMut(Channel, Duration) -> Fut,
+        F: FnMut(Channel, Duration, Option<proto::Route>) -> Fut,
         Fut: Future<Output = std::result::Result<T, tonic::Status>>,
     {
         let mut attempts = WriteAttempts::new();
@@ -580,7 +583,7 @@ impl Client {
         mut send: F,
     ) -> Result<T>
     where
-        F: FnMut(Channel, Duration) -> Fut,
+        F: FnMut(Channel, Duration, Option<proto::Route>) -> Fut,
         Fut: Future<Output = std::result::Result<T, tonic::Status>>,
     {
         let mut lock_wait = LockWait::new();
@@ -630,8 +633,11 @@ impl Client {
             }
             let error = match self.channel(&target.address) {
                 Ok(channel) => {
-                    match tokio::time::timeout(timeout + ATTEMPT_GRACE, send(channel, timeout))
-                        .await
+                    match tokio::time::timeout(
+                        timeout + ATTEMPT_GRACE,
+                        send(channel, timeout, target.route()),
+                    )
+                    .await
                     {
                         Ok(Ok(value)) => return Ok(value),
                         Ok(Err(status)) => Error::from_status(&status, &target.address),

@@ -24,6 +24,7 @@
 use crate::backoff::Backoff;
 use crate::client::{kv_client, request, Deadline, Route};
 use crate::error::{Error, LockInfo, Result};
+use crate::routing::Routed;
 use crate::Client;
 use bytes::Bytes;
 use meridian_proto::kv::{self as proto, resolve_request, TxnState};
@@ -146,13 +147,14 @@ impl Client {
                 Resolution::Abort => resolve_request::Decision::Abort(true),
                 Resolution::Forget => resolve_request::Decision::Forget(true),
             }),
+            route: None,
         };
         self.call_with(
             Route::Key(key),
             deadline,
             LockPolicy::Fail,
-            |channel, timeout| {
-                let message = message.clone();
+            |channel, timeout, route| {
+                let message = message.routed(route);
                 async move {
                     kv_client(channel)
                         .resolve(request(message, timeout))

@@ -15,6 +15,7 @@
 
 use crate::client::{display_key, kv_client, request, Deadline, Route, MAX_SCAN_PAGES};
 use crate::error::{Error, Result};
+use crate::routing::Routed;
 use crate::snapshot::{SnapRead, SnapshotState};
 use crate::{validate, Client, KeyValue, Versioned};
 use bytes::Bytes;
@@ -76,6 +77,7 @@ impl Client {
                 reverse,
                 consistency,
                 snapshot: snapshot.as_ref().map(|s| s.spec()),
+                route: None,
             };
             let route = if reverse {
                 Route::Below(&cursor_end)
@@ -83,8 +85,8 @@ impl Client {
                 Route::Key(&cursor_start)
             };
             let page = self
-                .call(route, &deadline, |channel, timeout| {
-                    let message = message.clone();
+                .call(route, &deadline, |channel, timeout, route| {
+                    let message = message.routed(route);
                     async move {
                         kv_client(channel)
                             .scan(request(message, timeout))
@@ -237,17 +239,22 @@ impl Client {
                     keys: positions.iter().map(|&p| keys[p].clone()).collect(),
                     consistency,
                     snapshot: spec.clone(),
+                    route: None,
                 };
                 async move {
-                    self.call(Route::Shard(shard_id), &deadline, |channel, timeout| {
-                        let message = message.clone();
-                        async move {
-                            kv_client(channel)
-                                .batch_get(request(message, timeout))
-                                .await
-                                .map(|r| r.into_inner())
-                        }
-                    })
+                    self.call(
+                        Route::Shard(shard_id),
+                        &deadline,
+                        |channel, timeout, route| {
+                            let message = message.routed(route);
+                            async move {
+                                kv_client(channel)
+                                    .batch_get(request(message, timeout))
+                                    .await
+                                    .map(|r| r.into_inner())
+                            }
+                        },
+                    )
                     .await
                 }
             })
@@ -319,17 +326,22 @@ impl Client {
                     .collect(),
                 deletes: Vec::new(),
                 write_id: Some(self.next_write_id()),
+                route: None,
             };
             async move {
-                self.write_call(Route::Shard(shard_id), &deadline, |channel, timeout| {
-                    let message = message.clone();
-                    async move {
-                        kv_client(channel)
-                            .batch_put(request(message, timeout))
-                            .await
-                            .map(|r| r.into_inner())
-                    }
-                })
+                self.write_call(
+                    Route::Shard(shard_id),
+                    &deadline,
+                    |channel, timeout, route| {
+                        let message = message.routed(route);
+                        async move {
+                            kv_client(channel)
+                                .batch_put(request(message, timeout))
+                                .await
+                                .map(|r| r.into_inner())
+                        }
+                    },
+                )
                 .await
             }
         })

@@ -47,6 +47,9 @@ pub struct ShardRoute {
     pub replicas: Vec<u64>,
     /// The cached leader, if known.
     pub leader_id: Option<u64>,
+    /// The shard's range generation (`ShardInfo.generation`; 0 = not reported): sent with
+    /// every request routed by this entry, so a node whose map disagrees answers `WRONG_SHARD`.
+    pub generation: u64,
 }
 
 impl ShardRoute {
@@ -100,6 +103,7 @@ impl ShardMap {
             end: s.end.clone(),
             replicas: s.replicas.clone(),
             leader_id: (s.leader_id != 0).then_some(s.leader_id),
+            generation: s.generation,
         });
         let nodes = status
             .nodes
@@ -142,7 +146,7 @@ impl ShardMap {
     /// use meridian_client::{ShardMap, ShardRoute};
     /// let shard = |id, start: &'static str, end: &'static str| ShardRoute {
     ///     shard_id: id, start: Bytes::from(start), end: Bytes::from(end),
-    ///     replicas: vec![1, 2, 3], leader_id: None,
+    ///     replicas: vec![1, 2, 3], leader_id: None, generation: 1,
     /// };
     /// let map = ShardMap::new("c", [shard(2, "m", ""), shard(1, "", "m")], []);
     /// assert_eq!(map.shard_for_key(b"a").unwrap().shard_id, 1);
@@ -196,6 +200,47 @@ pub(crate) struct Target {
     pub shard_id: u64,
     pub node_id: u64,
     pub address: String,
+    /// The shard's range generation in the cached map (0 = unknown: no route is sent).
+    pub generation: u64,
+}
+
+/// A request message that carries a [`meridian_proto::kv::Route`]: each attempt sends a copy
+/// routed by that attempt's target.
+pub(crate) trait Routed: Clone {
+    fn routed(&self, route: Option<meridian_proto::kv::Route>) -> Self;
+}
+
+macro_rules! routed {
+    ($($t:ident),*) => {$(
+        impl Routed for meridian_proto::kv::$t {
+            fn routed(&self, route: Option<meridian_proto::kv::Route>) -> Self {
+                let mut message = self.clone();
+                message.route = route;
+                message
+            }
+        }
+    )*};
+}
+routed!(
+    GetRequest,
+    PutRequest,
+    DeleteRequest,
+    CasRequest,
+    ScanRequest,
+    BatchGetRequest,
+    BatchPutRequest,
+    CommitRequest,
+    ResolveRequest
+);
+
+impl Target {
+    /// What the request tells the node about how it was routed.
+    pub fn route(&self) -> Option<meridian_proto::kv::Route> {
+        (self.generation > 0).then_some(meridian_proto::kv::Route {
+            shard_id: self.shard_id,
+            generation: self.generation,
+        })
+    }
 }
 
 /// The shard map plus what the client learnt since fetching it.
@@ -242,6 +287,7 @@ impl RoutingState {
                 shard_id,
                 node_id,
                 address,
+                generation: shard.generation,
             })
         };
         if let Some(leader) = shard.leader_id {
@@ -364,6 +410,7 @@ mod tests {
             end: Bytes::from_static(end),
             replicas: vec![1, 2, 3],
             leader_id: leader,
+            generation: 1,
         }
     }
 

@@ -69,6 +69,7 @@
 
 use crate::client::Route;
 use crate::error::{Error, Result};
+use crate::routing::Routed;
 use crate::snapshot::{SnapRead, SnapshotState};
 use crate::txn_commit::{outcome, plan, send_commit, CommitParts, Plan, ScannedRange};
 use crate::{validate, Client, KeyValue};
@@ -533,8 +534,8 @@ impl Txn {
                 // locks out like any write.
                 let response = self
                     .client
-                    .write_call(Route::Shard(shard), &deadline, |channel, timeout| {
-                        send_commit(channel, timeout, message.clone())
+                    .write_call(Route::Shard(shard), &deadline, |channel, timeout, route| {
+                        send_commit(channel, timeout, message.routed(route))
                     })
                     .await?;
                 outcome(response)

@@ -32,6 +32,7 @@
 use crate::client::Route;
 use crate::error::{Error, Result};
 use crate::locks::{LockPolicy, Resolution};
+use crate::routing::Routed;
 use crate::txn_commit::send_commit;
 use crate::Client;
 use bytes::Bytes;
@@ -86,7 +87,7 @@ pub(crate) async fn commit(
                     Route::Shard(shard),
                     deadline,
                     LockPolicy::Fail,
-                    |channel, timeout| send_commit(channel, timeout, message.clone()),
+                    |channel, timeout, route| send_commit(channel, timeout, message.routed(route)),
                 )
                 .await
         }

@@ -160,6 +160,38 @@ async fn wrong_shard_regroups_batches() {
         .is_empty());
 }
 
+/// Every request names the shard and range generation it was routed by: after a split the
+/// client has not seen, a node refuses the stale route (WRONG_SHARD) even where its own map
+/// would serve the key, and the client refreshes its map and sends it again.
+#[tokio::test]
+async fn a_stale_route_is_refused_and_the_client_refreshes() {
+    let fake = Fake::start(&["m"]).await;
+    let client = fake
+        .client(vec![fake.address(1)], Duration::from_secs(5))
+        .await;
+    client.put("a", "1").await.unwrap();
+    assert_eq!(fake.world.route_rejections.load(Ordering::SeqCst), 0);
+    // The same leader and the same owner of "a" (shard 1), but a new generation.
+    fake.set_splits(&["g", "m"], 1);
+    client.put("a", "2").await.unwrap();
+    assert_eq!(
+        fake.world.route_rejections.load(Ordering::SeqCst),
+        1,
+        "the stale route was refused once, then the refreshed one served"
+    );
+    assert_eq!(client.get("a").await.unwrap().as_deref(), Some(&b"2"[..]));
+    assert_eq!(
+        client.shard_map().shards().len(),
+        3,
+        "the map was refreshed"
+    );
+    assert_eq!(
+        fake.world.unrouted.load(Ordering::SeqCst),
+        0,
+        "every request carried its route"
+    );
+}
+
 /// When no attempt can succeed, the call ends near call_timeout with the last error.
 #[tokio::test]
 async fn deadline_exceeded_carries_last_error() {

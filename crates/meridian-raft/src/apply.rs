@@ -36,6 +36,7 @@ use crate::locks::{LockTable, TxnId, TxnStatus};
 use crate::txn_check::{first_conflict, EngineView, LatestView};
 use crate::types::{Command, CommandResult, Expect, GcResult, MAX_COMMAND_TS};
 use bytes::Bytes;
+use meridian_storage::keys::Span;
 use meridian_storage::{gc, keys, mvcc, Cf, Engine, WriteBatch};
 use meridian_types::{ShardId, Timestamp};
 use std::collections::HashMap;
@@ -48,6 +49,8 @@ type KeyState = Option<(u64, Bytes)>;
 /// One apply call's work in progress over a shard's replicated state.
 pub(crate) struct ApplyBatch<'a> {
     pub shard: ShardId,
+    /// The user keys the shard owns: a command naming any other is rejected (`span_check`).
+    pub span: &'a Span,
     pub engine: &'a dyn Engine,
     pub version_floor: &'a mut u64,
     pub dedup: &'a mut DedupTable,
@@ -64,6 +67,7 @@ pub(crate) struct ApplyBatch<'a> {
 impl<'a> ApplyBatch<'a> {
     pub fn new(
         shard: ShardId,
+        span: &'a Span,
         engine: &'a dyn Engine,
         version_floor: &'a mut u64,
         dedup: &'a mut DedupTable,
@@ -71,6 +75,7 @@ impl<'a> ApplyBatch<'a> {
     ) -> ApplyBatch<'a> {
         ApplyBatch {
             shard,
+            span,
             engine,
             version_floor,
             dedup,
@@ -86,6 +91,10 @@ impl<'a> ApplyBatch<'a> {
     /// command a peer can send.
     pub fn apply(&mut self, cmd: Command, entry_term: u64) -> io::Result<CommandResult> {
         if let Err(reason) = cmd.validate() {
+            tracing::warn!(shard = %self.shard, %reason, "rejected a committed command at apply");
+            return Ok(rejected(reason));
+        }
+        if let Some(reason) = crate::span_check::outside_span(&cmd, self.span) {
             tracing::warn!(shard = %self.shard, %reason, "rejected a committed command at apply");
             return Ok(rejected(reason));
         }
@@ -224,7 +233,7 @@ impl<'a> ApplyBatch<'a> {
         let page = gc::gc_page(
             self.engine,
             &mut self.batch,
-            self.shard,
+            self.span,
             Timestamp(threshold),
             from.as_ref(),
             gc::GC_PAGE_ENTRIES,
@@ -345,6 +354,52 @@ mod tests {
     use meridian_storage::MemoryEngine;
 
     const SHARD: ShardId = ShardId(3);
+    static WHOLE: Span = Span {
+        space: keys::Keyspace::User,
+        start: Vec::new(),
+        end: Vec::new(),
+    };
+
+    /// Data shards share one keyspace, so apply is what keeps a command inside its shard:
+    /// a write, a CAS or a commit naming a key of another span is rejected and writes nothing
+    /// (here, before any of its keys, even those inside).
+    #[test]
+    fn a_command_outside_the_shards_span_is_rejected_and_writes_nothing() {
+        let engine = MemoryEngine::new();
+        let span = Span {
+            space: keys::Keyspace::User,
+            start: b"m".to_vec(),
+            end: b"n".to_vec(),
+        };
+        let (mut floor, mut dedup, mut locks) = (0u64, DedupTable::new(), LockTable::new());
+        let mut work = ApplyBatch::new(SHARD, &span, &engine, &mut floor, &mut dedup, &mut locks);
+        let both = Command::Write {
+            ts: 10,
+            puts: vec![(b("m1"), b("inside")), (b("z"), b("outside"))],
+            deletes: vec![],
+            request: None,
+        };
+        let results = [
+            work.apply(both, 1).unwrap(),
+            work.apply(cas(11, "a", Expect::Absent, Some("x")), 1)
+                .unwrap(),
+            work.apply(put(12, "m2", "ok"), 1).unwrap(),
+        ];
+        engine.write(work.batch, false).unwrap();
+        assert!(
+            results[0]
+                .rejected
+                .as_deref()
+                .is_some_and(|r| r.contains("span")),
+            "{results:?}"
+        );
+        assert!(results[1].rejected.is_some(), "{results:?}");
+        assert!(results[2].rejected.is_none(), "{results:?}");
+        assert_eq!(latest(&engine, "m1"), None);
+        assert_eq!(latest(&engine, "z"), None);
+        assert_eq!(latest(&engine, "a"), None);
+        assert_eq!(latest(&engine, "m2"), Some((12, b"ok".to_vec())));
+    }
 
     fn b(s: &str) -> Bytes {
         Bytes::copy_from_slice(s.as_bytes())
@@ -375,7 +430,8 @@ mod tests {
         let (mut floor, mut dedup, mut locks) = (0u64, DedupTable::new(), LockTable::new());
         let mut results = Vec::new();
         for group in groups {
-            let mut work = ApplyBatch::new(SHARD, engine, &mut floor, &mut dedup, &mut locks);
+            let mut work =
+                ApplyBatch::new(SHARD, &WHOLE, engine, &mut floor, &mut dedup, &mut locks);
             for cmd in group {
                 results.push(work.apply(cmd, 1).expect("apply"));
             }
@@ -495,7 +551,7 @@ mod tests {
             request: Some(id),
         };
         let (mut floor, mut dedup, mut locks) = (0u64, DedupTable::new(), LockTable::new());
-        let mut work = ApplyBatch::new(SHARD, &engine, &mut floor, &mut dedup, &mut locks);
+        let mut work = ApplyBatch::new(SHARD, &WHOLE, &engine, &mut floor, &mut dedup, &mut locks);
         let first = work.apply(with_id(10, Expect::Absent, "a"), 1).unwrap();
         // Another client's write, then the retry of the first swap: answered from the table.
         work.apply(put(11, "k", "z"), 1).unwrap();
@@ -511,7 +567,7 @@ mod tests {
             client_id: 7,
             seq: 2,
         };
-        let mut work = ApplyBatch::new(SHARD, &engine, &mut floor, &mut dedup, &mut locks);
+        let mut work = ApplyBatch::new(SHARD, &WHOLE, &engine, &mut floor, &mut dedup, &mut locks);
         let cmd = |ts| Command::Cas {
             ts,
             key: b("k"),

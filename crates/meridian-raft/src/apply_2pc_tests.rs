@@ -9,6 +9,11 @@ use meridian_storage::{mvcc, Engine, MemoryEngine};
 use meridian_types::{ShardId, Timestamp};
 
 const SHARD: ShardId = ShardId(5);
+static WHOLE: meridian_storage::keys::Span = meridian_storage::keys::Span {
+    space: meridian_storage::keys::Keyspace::User,
+    start: Vec::new(),
+    end: Vec::new(),
+};
 
 fn b(s: &str) -> Bytes {
     Bytes::copy_from_slice(s.as_bytes())
@@ -40,6 +45,7 @@ impl Shard {
     fn apply(&mut self, cmds: Vec<Command>) -> Vec<CommandResult> {
         let mut work = ApplyBatch::new(
             SHARD,
+            &WHOLE,
             &self.engine,
             &mut self.floor,
             &mut self.dedup,

@@ -13,6 +13,7 @@ use crate::state_machine::{ShardStateMachine, SnapshotFile};
 use crate::types::*;
 use meridian_proto::raft::raft_transport_server::RaftTransport;
 use meridian_proto::raft::{RaftReply, RaftRequest, SnapshotChunk};
+use meridian_storage::keys::Span;
 use meridian_storage::Engine;
 use meridian_types::limits::{MAX_MESSAGE_BYTES, SNAPSHOT_CHUNK_BYTES};
 use meridian_types::{Clock, ShardId, Timestamp};
@@ -105,8 +106,13 @@ impl MultiRaft {
         std::time::Instant::now() < self.votes_from
     }
 
-    /// Opens (or creates) this node's replica of `shard` and starts its Raft.
-    pub async fn open_shard(&self, shard: ShardId) -> Result<Arc<ShardReplica>, String> {
+    /// Opens (or creates) this node's replica of `shard`, which owns the user keys of `span`,
+    /// and starts its Raft.
+    pub async fn open_shard(
+        &self,
+        shard: ShardId,
+        span: Span,
+    ) -> Result<Arc<ShardReplica>, String> {
         if let Some(r) = self.get(shard) {
             return Ok(r);
         }
@@ -116,11 +122,12 @@ impl MultiRaft {
             .data_dir
             .join("snapshots")
             .join(format!("shard-{}", shard.0));
-        let sm =
-            tokio::task::spawn_blocking(move || ShardStateMachine::open(shard, engine, clock, dir))
-                .await
-                .map_err(|e| e.to_string())?
-                .map_err(|e| format!("opening shard {shard} state machine: {e}"))?;
+        let sm = tokio::task::spawn_blocking(move || {
+            ShardStateMachine::open(shard, span, engine, clock, dir)
+        })
+        .await
+        .map_err(|e| e.to_string())?
+        .map_err(|e| format!("opening shard {shard} state machine: {e}"))?;
         let log = LogStore::new(shard, self.engine.clone(), self.writer.clone());
         let network = NetworkFactory {
             shard,

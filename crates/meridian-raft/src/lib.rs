@@ -18,6 +18,8 @@
 //! - Applied index, membership, version floor and dedup entries are written in the same atomic
 //!   batch as the data they describe.
 //! - Apply is total: a command that fails validation is applied as a rejection, never a panic.
+//! - Apply touches only its shard's span of the user keyspace (`span_check`) and its own
+//!   shard-local keys.
 //! - Every RPC carries the sender's HLC timestamp and is rejected beyond `max_offset`.
 //!
 //! # Not done yet
@@ -35,6 +37,7 @@ pub mod log_writer;
 pub mod network;
 pub mod quiesce;
 pub mod resolutions;
+pub mod span_check;
 pub mod state_machine;
 pub mod txn_check;
 pub mod types;

@@ -31,9 +31,9 @@
 //! transaction at its anchor and resolves the lock itself. Read locks are shared.
 //!
 //! # Where
-//! Both live in the shard's *transaction region* of `Cf::Data` (`keys::txn_key`): inside the
-//! shard's data range, so snapshots carry them and a snapshot install replaces them, and no
-//! user key can meet them. The locks are also held in memory ([`LockTable`], rebuilt from
+//! Both live in the shard's *transaction region* of `Cf::Data` (`keys::txn_key`): shard-local
+//! keys (`01 ‖ shard ‖ …`) that every snapshot of the shard carries and a snapshot install
+//! replaces, and that no user key can meet (user keys live in their own keyspace). The locks are also held in memory ([`LockTable`], rebuilt from
 //! RocksDB at open and after an install) for the read and write paths to check cheaply.
 //!
 //! # Invariants

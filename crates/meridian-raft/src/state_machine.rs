@@ -36,16 +36,18 @@
 //! region, so it is restored at open and travels with snapshots.
 //!
 //! # Snapshots are files
-//! A snapshot is the shard's MVCC key range written into one SST file (RocksDB `SstFileWriter`)
-//! plus the Raft meta, the version floor and the dedup table; installing one deletes the range
-//! and ingests the file. The file is what travels over the network (see `network`), in
+//! A snapshot is the shard's data written into one SST file (RocksDB `SstFileWriter`): two
+//! ranges of `Cf::Data`, its shard-local keys (prepared locks, transaction records, GC
+//! threshold) and its span's MVCC versions (`meridian_storage::keys`) — plus the Raft meta, the
+//! version floor and the dedup table; installing one deletes both ranges (the other shards'
+//! keys between them are untouched) and ingests the file. The file is what travels over the network (see `network`), in
 //! checksummed chunks, never as one in-memory blob.
 //!
 //! # Installing a snapshot is crash-atomic
-//! Replacing the data range (a synced range delete, then an ingest) and recording the new
+//! Replacing the data ranges (synced range deletes, then an ingest) and recording the new
 //! applied index cannot be one RocksDB batch. So install runs in three durable steps:
 //! 1. a synced batch writes an install marker (the snapshot's meta and file);
-//! 2. the range is cleared and the file ingested (the file is copied, never moved);
+//! 2. the ranges are cleared and the file ingested (the file is copied, never moved);
 //! 3. a synced batch writes the applied index, membership, floor, dedup table and snapshot
 //!    record, and deletes the marker.
 //!
@@ -64,7 +66,7 @@ use crate::dedup::{DedupChanges, DedupEntry, DedupOp, DedupTable};
 use crate::locks::LockTable;
 use crate::types::{CommandResult, Entry, LogId, SnapshotMeta, StoredMembership, TypeConfig};
 use futures::{Stream, TryStreamExt};
-use meridian_storage::keys::{self, MetaKind};
+use meridian_storage::keys::{self, MetaKind, Span};
 use meridian_storage::{Cf, Engine, WriteBatch};
 use meridian_types::{Clock, ShardId, Timestamp};
 use openraft::storage::{EntryResponder, RaftStateMachine};
@@ -95,6 +97,8 @@ struct SnapshotRecord {
 
 struct Inner {
     shard: ShardId,
+    /// The user keys the shard owns (its data; see `meridian_storage::keys`).
+    span: Span,
     engine: Arc<dyn Engine>,
     clock: Arc<Clock>,
     snapshot_dir: PathBuf,
@@ -145,9 +149,11 @@ fn read_meta<T: serde::de::DeserializeOwned>(
 }
 
 impl ShardStateMachine {
-    /// Loads the shard's applied state (blocking; call at startup).
+    /// Loads the shard's applied state (blocking; call at startup). `span` is the user keys
+    /// the shard owns: its snapshots carry them and apply refuses any other.
     pub fn open(
         shard: ShardId,
+        span: Span,
         engine: Arc<dyn Engine>,
         clock: Arc<Clock>,
         snapshot_dir: PathBuf,
@@ -162,6 +168,7 @@ impl ShardStateMachine {
         let locks = Arc::new(RwLock::new(LockTable::new()));
         let mut inner = Inner {
             shard,
+            span,
             engine,
             clock,
             snapshot_dir,
@@ -251,8 +258,8 @@ impl ShardStateMachine {
         };
         write_marker(&inner, &record).await?;
         let engine = inner.engine.clone();
-        let (shard, file) = (inner.shard, record.file.clone());
-        blocking(move || replace_data_with(&*engine, shard, &file)).await
+        let (shard, span, file) = (inner.shard, inner.span.clone(), record.file.clone());
+        blocking(move || replace_data_with(&*engine, shard, &span, &file)).await
     }
 }
 
@@ -357,8 +364,19 @@ async fn write_marker(inner: &Inner, record: &SnapshotRecord) -> io::Result<()> 
     blocking(move || engine.write(batch, true).map_err(io_err)).await
 }
 
-/// Step 2 of an install: the shard's data range becomes the file's contents.
-fn replace_data_with(engine: &dyn Engine, shard: ShardId, file: &SnapshotFile) -> io::Result<()> {
+/// The two `Cf::Data` ranges a snapshot of the shard holds, ascending: its shard-local keys
+/// (transaction region, GC threshold) and its span's MVCC data.
+fn snapshot_ranges(shard: ShardId, span: &Span) -> [(Vec<u8>, Vec<u8>); 2] {
+    [keys::shard_local_range(shard), span.data_range()]
+}
+
+/// Step 2 of an install: the shard's snapshot ranges become the file's contents.
+fn replace_data_with(
+    engine: &dyn Engine,
+    shard: ShardId,
+    span: &Span,
+    file: &SnapshotFile,
+) -> io::Result<()> {
     if let Some(path) = &file.path {
         if !path.exists() {
             return Err(io_err(format!(
@@ -367,14 +385,15 @@ fn replace_data_with(engine: &dyn Engine, shard: ShardId, file: &SnapshotFile) -
             )));
         }
     }
-    let (start, end) = keys::shard_data_range(shard);
+    let ranges = snapshot_ranges(shard, span);
+    let ranges = ranges.each_ref().map(|(s, e)| (s.as_slice(), e.as_slice()));
     engine
-        .ingest_range_sst(Cf::Data, &start, &end, file.path.as_deref())
+        .ingest_sst(Cf::Data, &ranges, file.path.as_deref())
         .map_err(io_err)
 }
 
 fn replace_data(inner: &Inner, file: &SnapshotFile) -> io::Result<()> {
-    replace_data_with(&*inner.engine, inner.shard, file)
+    replace_data_with(&*inner.engine, inner.shard, &inner.span, file)
 }
 
 /// Step 3 of an install (blocking): the shard's state becomes the snapshot's, synced, and the
@@ -440,6 +459,7 @@ fn apply_run(inner: &mut Inner, entries: Vec<Entry>) -> io::Result<Vec<CommandRe
     let mut table = locks.write().unwrap_or_else(|p| p.into_inner());
     let mut work = ApplyBatch::new(
         shard,
+        &inner.span,
         &*engine,
         &mut inner.version_floor,
         &mut inner.dedup,
@@ -514,13 +534,12 @@ impl RaftSnapshotBuilder<TypeConfig> for ShardStateMachine {
             .snapshot_dir
             .join(format!("shard-{}-{index}.sst.tmp", shard.0));
         let engine = inner.engine.clone();
-        let (start, end) = keys::shard_data_range(shard);
+        let ranges = snapshot_ranges(shard, &inner.span);
         let (tmp, fin) = (tmp_path.clone(), final_path.clone());
         let written = blocking(move || {
             let _ = std::fs::remove_file(&tmp);
-            let n = engine
-                .export_range_sst(Cf::Data, &start, &end, &tmp)
-                .map_err(io_err)?;
+            let ranges = ranges.each_ref().map(|(s, e)| (s.as_slice(), e.as_slice()));
+            let n = engine.export_sst(Cf::Data, &ranges, &tmp).map_err(io_err)?;
             if n > 0 {
                 std::fs::rename(&tmp, &fin)?;
             }

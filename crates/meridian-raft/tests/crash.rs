@@ -96,9 +96,13 @@ async fn applied_index_and_data_agree_after_a_power_loss_at_any_point() {
         let engine = Arc::new(CrashEngine::new());
         let dyn_engine: Arc<dyn Engine> = engine.clone();
         let dir = tempfile::tempdir().unwrap();
-        let clock = || Arc::new(Clock::new(Duration::from_millis(500)));
-        let mut sm =
-            ShardStateMachine::open(SHARD, dyn_engine.clone(), clock(), dir.path().into()).unwrap();
+        let open = || {
+            let clock = Arc::new(Clock::new(Duration::from_millis(500)));
+            let span = meridian_storage::keys::Span::user();
+            ShardStateMachine::open(SHARD, span, dyn_engine.clone(), clock, dir.path().into())
+                .unwrap()
+        };
+        let mut sm = open();
         engine.crash(); // whatever open wrote is the durable starting point
                         // One apply call per entry: one batch each.
         for index in 1..=ENTRIES {
@@ -107,8 +111,7 @@ async fn applied_index_and_data_agree_after_a_power_loss_at_any_point() {
         }
         drop(sm);
         engine.crash_keeping(keep);
-        let mut sm =
-            ShardStateMachine::open(SHARD, dyn_engine.clone(), clock(), dir.path().into()).unwrap();
+        let mut sm = open();
         let (applied, _) = sm.applied_state().await.unwrap();
         let applied = applied.map_or(0, |l| l.index);
         for index in 1..=ENTRIES {

@@ -49,16 +49,26 @@ async fn apply(sm: &mut ShardStateMachine, entries: Vec<Entry>) -> Vec<CommandRe
 
 fn open(engine: &Arc<dyn Engine>, dir: &std::path::Path) -> ShardStateMachine {
     let clock = Arc::new(Clock::new(Duration::from_millis(500)));
-    ShardStateMachine::open(SHARD, engine.clone(), clock, dir.to_path_buf()).expect("open")
+    ShardStateMachine::open(
+        SHARD,
+        meridian_storage::keys::Span::user(),
+        engine.clone(),
+        clock,
+        dir.to_path_buf(),
+    )
+    .expect("open")
 }
 
-/// Every stored entry of the shard's data range, raw.
+/// Every stored entry of the shard's data, raw: its shard-local keys, then its span's.
 fn dump(engine: &Arc<dyn Engine>) -> Vec<(Vec<u8>, Vec<u8>)> {
-    let (lo, hi) = keys::shard_data_range(SHARD);
-    engine
-        .scan(Cf::Data, &lo, Some(&hi), false)
-        .map(|item| item.expect("scan"))
-        .collect()
+    [
+        keys::shard_local_range(SHARD),
+        meridian_storage::keys::Span::user().data_range(),
+    ]
+    .iter()
+    .flat_map(|(lo, hi)| engine.scan(Cf::Data, lo, Some(hi), false))
+    .map(|item| item.expect("scan"))
+    .collect()
 }
 
 fn threshold(sm: &ShardStateMachine) -> u64 {

@@ -32,9 +32,14 @@ impl StoreBuilder<TypeConfig, LogStore, ShardStateMachine, tempfile::TempDir> fo
         let shard = ShardId(3);
         let writer = Arc::new(LogWriter::start(engine.clone()));
         let clock = Arc::new(Clock::new(Duration::from_millis(500)));
-        let sm =
-            ShardStateMachine::open(shard, engine.clone(), clock, dir.path().join("snapshots"))
-                .expect("open state machine");
+        let sm = ShardStateMachine::open(
+            shard,
+            meridian_storage::keys::Span::user(),
+            engine.clone(),
+            clock,
+            dir.path().join("snapshots"),
+        )
+        .expect("open state machine");
         Ok((dir, LogStore::new(shard, engine, writer), sm))
     }
 }

@@ -61,7 +61,14 @@ async fn apply(sm: &mut ShardStateMachine, entries: Vec<Entry>) {
 
 fn open(engine: &Arc<dyn Engine>, dir: &std::path::Path) -> ShardStateMachine {
     let clock = Arc::new(Clock::new(Duration::from_millis(500)));
-    ShardStateMachine::open(SHARD, engine.clone(), clock, dir.to_path_buf()).expect("open")
+    ShardStateMachine::open(
+        SHARD,
+        meridian_storage::keys::Span::user(),
+        engine.clone(),
+        clock,
+        dir.to_path_buf(),
+    )
+    .expect("open")
 }
 
 fn read(engine: &Arc<dyn Engine>, key: &str) -> Option<(Timestamp, Vec<u8>)> {
@@ -166,6 +173,66 @@ async fn snapshot_file_moves_a_shard_between_engines() {
         .unwrap()
         .expect("current snapshot recorded");
     assert_eq!(current.meta, snapshot.meta);
+}
+
+/// Data shards share one keyspace, so a node's engine holds the neighbours' keys between and
+/// around a shard's span. A snapshot of shard [m, n) carries exactly its span (and its
+/// shard-local keys); installing it replaces exactly that span and leaves the neighbours'
+/// keys (another shard's replicas on the same node) as they were.
+#[tokio::test]
+async fn a_snapshot_carries_and_replaces_exactly_the_shards_span() {
+    use meridian_storage::keys::{Keyspace, Span};
+    let span = |start: &str, end: &str| Span {
+        space: Keyspace::User,
+        start: start.into(),
+        end: end.into(),
+    };
+    let open_span = |engine: &Arc<dyn Engine>, dir: &std::path::Path, id: u64, s: Span| {
+        let clock = Arc::new(Clock::new(Duration::from_millis(500)));
+        ShardStateMachine::open(ShardId(id), s, engine.clone(), clock, dir.to_path_buf())
+            .expect("open")
+    };
+    let dirs: Vec<_> = (0..4).map(|_| tempfile::tempdir().unwrap()).collect();
+    let a: Arc<dyn Engine> = Arc::new(MemoryEngine::new());
+    let b: Arc<dyn Engine> = Arc::new(MemoryEngine::new());
+    // On both engines: the neighbours [.., m) and [n, ..) hold keys of their own.
+    for (engine, dir_left, dir_right, tag) in [(&a, 0, 1, "a"), (&b, 2, 3, "b")] {
+        let mut left = open_span(engine, dirs[dir_left].path(), 1, span("", "m"));
+        let mut right = open_span(engine, dirs[dir_right].path(), 3, span("n", ""));
+        apply(&mut left, vec![write(1, 10, "l", tag)]).await;
+        apply(
+            &mut right,
+            vec![write(1, 10, "n", tag), write(2, 11, "z", tag)],
+        )
+        .await;
+    }
+    let dir_ma = tempfile::tempdir().unwrap();
+    let dir_mb = tempfile::tempdir().unwrap();
+    let mut middle_a = open_span(&a, dir_ma.path(), 2, span("m", "n"));
+    let mut middle_b = open_span(&b, dir_mb.path(), 2, span("m", "n"));
+    apply(
+        &mut middle_a,
+        vec![write(1, 20, "m1", "new"), write(2, 21, "m2", "new")],
+    )
+    .await;
+    apply(&mut middle_b, vec![write(1, 5, "m3", "stale")]).await;
+
+    let snapshot = middle_a.build_snapshot().await.expect("build");
+    middle_b
+        .install_snapshot(&snapshot.meta, snapshot.snapshot.clone())
+        .await
+        .expect("install");
+    let value = |key: &str| read(&b, key).map(|(_, v)| String::from_utf8(v).unwrap());
+    assert_eq!(value("m1").as_deref(), Some("new"));
+    assert_eq!(value("m2").as_deref(), Some("new"));
+    assert_eq!(value("m3"), None, "the span is replaced whole");
+    for key in ["l", "n", "z"] {
+        assert_eq!(
+            value(key).as_deref(),
+            Some("b"),
+            "{key}: a neighbour's key is untouched"
+        );
+    }
 }
 
 #[tokio::test]

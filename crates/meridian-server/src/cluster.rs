@@ -43,6 +43,7 @@ impl Cluster for ClusterService {
                 end: Bytes::from(desc.end.clone()),
                 replicas: desc.replicas.clone(),
                 home_region: desc.home.clone().unwrap_or_default(),
+                generation: desc.generation,
                 ..Default::default()
             };
             if let Some(replica) = node.host.get(desc.id) {
@@ -89,6 +90,7 @@ impl Cluster for ClusterService {
         Ok(Response::new(StatusResponse {
             cluster_id: node.cluster_id.clone(),
             answering_node: me,
+            shard_map_version: node.shard_map.version,
             nodes,
             shards,
             hlc_now: node.clock.now().0,

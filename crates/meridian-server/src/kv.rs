@@ -46,9 +46,10 @@
 
 use crate::admission::{Admission, Admitted};
 use crate::error::{invalid, Result, ServerError};
-use crate::kv_check::{cas_command, check_key, check_scan, check_value};
+use crate::kv_check::{cas_command, check_key, check_route, check_scan, check_value};
 use crate::kv_txn::TxnCommit;
 use crate::node::Node;
+use crate::shard_map::ShardDescriptor;
 use bytes::Bytes;
 use meridian_proto::kv::kv_server::Kv;
 use meridian_proto::kv::*;
@@ -281,22 +282,29 @@ pub(crate) fn get_response(
     }
 }
 
-/// All keys must belong to one shard; returns it.
-fn one_shard<'a>(node: &'a Node, keys: impl Iterator<Item = &'a [u8]>) -> Result<ShardId> {
-    let mut shard = None;
+/// All keys must belong to one shard, the one `route` names if set; returns it.
+fn one_shard<'a>(
+    node: &'a Node,
+    keys: impl Iterator<Item = &'a [u8]>,
+    route: Option<&Route>,
+) -> Result<ShardId> {
+    let mut shard: Option<&ShardDescriptor> = None;
     for key in keys {
-        let s = node.shard_map.lookup(key).id;
+        let s = node.shard_map.lookup(key);
         match shard {
             None => shard = Some(s),
-            Some(prev) if prev != s => {
+            Some(prev) if prev.id != s.id => {
                 return Err(ServerError::WrongShard(format!(
-                    "batch spans shards {prev} and {s}; batches must target one shard"
+                    "batch spans shards {} and {}; batches must target one shard",
+                    prev.id, s.id
                 )))
             }
             _ => {}
         }
     }
-    shard.ok_or_else(|| invalid("batch is empty"))
+    let desc = shard.ok_or_else(|| invalid("batch is empty"))?;
+    check_route(desc, route)?;
+    Ok(desc.id)
 }
 
 #[tonic::async_trait]
@@ -309,6 +317,7 @@ impl Kv for KvService {
         let req = request.into_inner();
         check_key(&req.key, "key")?;
         let (desc, replica) = self.node.route(&req.key)?;
+        check_route(desc, req.route.as_ref())?;
         let shard = desc.id;
         let t0 = std::time::Instant::now();
         let read_ts = self.linearize(shard, &replica, req.consistency).await?;
@@ -339,6 +348,7 @@ impl Kv for KvService {
         check_key(&req.key, "key")?;
         check_value(&req.value)?;
         let (desc, replica) = self.node.route(&req.key)?;
+        check_route(desc, req.route.as_ref())?;
         let shard = desc.id;
         let cmd = Command::Write {
             ts: 0,
@@ -361,6 +371,7 @@ impl Kv for KvService {
         let req = request.into_inner();
         check_key(&req.key, "key")?;
         let (desc, replica) = self.node.route(&req.key)?;
+        check_route(desc, req.route.as_ref())?;
         let shard = desc.id;
         let cmd = Command::Write {
             ts: 0,
@@ -387,6 +398,7 @@ impl Kv for KvService {
         } else {
             self.node.shard_map.lookup(&req.start)
         };
+        check_route(desc, req.route.as_ref())?;
         let shard = desc.id;
         let replica = self.node.replica(shard)?;
         // Every page at its own linearizable timestamp: an earlier page's timestamp is not a
@@ -492,7 +504,11 @@ impl Kv for KvService {
         for (i, k) in req.keys.iter().enumerate() {
             check_key(k, &format!("keys[{i}]"))?;
         }
-        let shard = one_shard(&self.node, req.keys.iter().map(|k| &k[..]))?;
+        let shard = one_shard(
+            &self.node,
+            req.keys.iter().map(|k| &k[..]),
+            req.route.as_ref(),
+        )?;
         let replica = self.node.replica(shard)?;
         if let Some(spec) = &req.snapshot {
             return Ok(Response::new(
@@ -564,6 +580,7 @@ impl Kv for KvService {
                 .iter()
                 .map(|kv| &kv.key[..])
                 .chain(req.deletes.iter().map(|k| &k[..])),
+            req.route.as_ref(),
         )?;
         let replica = self.node.replica(shard)?;
         let cmd = Command::Write {
@@ -589,9 +606,10 @@ impl Kv for KvService {
     ) -> std::result::Result<Response<CasResponse>, Status> {
         let permit = self.admit(&request).await?;
         let req = request.into_inner();
-        let key = req.key.clone();
+        let (key, route) = (req.key.clone(), req.route);
         let cmd = cas_command(req, 0)?;
         let (desc, replica) = self.node.route(&key)?;
+        check_route(desc, route.as_ref())?;
         let shard = desc.id;
         let result = self
             .propose_for_result(shard, &replica, cmd, permit)

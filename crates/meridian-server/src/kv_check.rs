@@ -1,11 +1,30 @@
 //! Request validation for the `Kv` service: every limit is checked before anything is
 //! proposed or read, and a bad request is `INVALID_ARGUMENT` with the limit's name.
 
+use crate::error::ServerError;
 use crate::error::{invalid, Result};
 use crate::kv::request_id;
-use meridian_proto::kv::{cas_request, CasRequest, ScanRequest};
+use crate::shard_map::ShardDescriptor;
+use meridian_proto::kv::{cas_request, CasRequest, Route, ScanRequest};
 use meridian_raft::{Command, Expect};
 use meridian_types::limits::*;
+
+/// `WRONG_SHARD` unless the client's `route`, if it sent one, names the shard this node's map
+/// gives the request (`desc`) at that shard's current generation: a client whose cached map is
+/// stale (a split or merge since, or another cluster's map) must refresh it rather than have
+/// its keys served by a shard it did not mean.
+pub fn check_route(desc: &ShardDescriptor, route: Option<&Route>) -> Result<()> {
+    match route {
+        Some(r) if r.shard_id != desc.id.0 || r.generation != desc.generation => {
+            Err(ServerError::WrongShard(format!(
+                "the request was routed to shard {} generation {}, but this node's shard map \
+                 gives it to shard {} generation {}; refresh the shard map",
+                r.shard_id, r.generation, desc.id, desc.generation
+            )))
+        }
+        _ => Ok(()),
+    }
+}
 
 pub fn check_key(key: &[u8], what: &str) -> Result<()> {
     if key.is_empty() {
@@ -98,6 +117,7 @@ mod tests {
             expect,
             action,
             write_id: None,
+            route: None,
         }
     }
 

@@ -19,7 +19,7 @@
 use crate::admission::Admitted;
 use crate::error::{invalid, Result, ServerError};
 use crate::kv::{request_id, KvService};
-use crate::kv_check::{check_key, check_value};
+use crate::kv_check::{check_key, check_route, check_value};
 use crate::shard_map::ShardMap;
 use bytes::Bytes;
 use meridian_proto::kv::{
@@ -50,6 +50,7 @@ pub struct TxnCommit {
 impl TxnCommit {
     /// Validates `req` and finds its shard in `map`.
     pub fn parse(req: CommitRequest, map: &ShardMap) -> Result<TxnCommit> {
+        let route = req.route;
         let prepare = match req.prepare {
             None => None,
             Some(p) => {
@@ -105,6 +106,10 @@ impl TxnCommit {
             owner(&range.start)?;
         }
         let shard = shard.expect("a non-empty commit has a key");
+        check_route(
+            map.get(shard).expect("looked up in this map"),
+            route.as_ref(),
+        )?;
         for range in &ranges {
             let shard_end = &map.lookup(&range.start).end;
             let fits = shard_end.is_empty()
@@ -220,6 +225,7 @@ impl KvService {
             }
         };
         let (desc, replica) = self.node.route(&req.key)?;
+        check_route(desc, req.route.as_ref())?;
         if req.anchor {
             // `key` must be the anchor key: a record decided on another shard would let a
             // transaction commit on one shard and abort on another.
@@ -374,6 +380,7 @@ mod tests {
                 writes,
                 write_id: None,
                 prepare: None,
+                ..Default::default()
             },
             &map(),
         )

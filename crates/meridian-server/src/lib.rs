@@ -2,7 +2,8 @@
 //!
 //! # Layout
 //! - [`config`]: TOML + flags, validated with errors naming the field.
-//! - [`shard_map`]: the founding shard map and region/zone-aware replica placement.
+//! - [`shard_map`]: the founding shard map and region/zone-aware replica placement;
+//!   [`shard_map_store`]: the map as one versioned record in the metadata shard.
 //! - [`node`]: startup (storage, Raft groups, bootstrap, registration) and shutdown.
 //! - [`kv`]: the public `Kv` service (its write path in `kv_propose`, transactions' snapshot
 //!   reads in [`kv_snapshot`], commits in [`kv_txn`], admission in [`admission`]);
@@ -33,6 +34,7 @@ pub mod kv_txn;
 mod leader_follow;
 pub mod node;
 pub mod shard_map;
+pub mod shard_map_store;
 
 pub use config::{NodeConfig, StartArgs};
 

@@ -12,6 +12,8 @@
 //!    after a few election timeouts (the first one being down or fenced by clock skew).
 //! 4. A background task registers this node (client address, region, zone) in the metadata
 //!    group (shard 0), forwarding to its leader; Status and leader hints read the registry.
+//!    Then it stores the founding shard map there, or checks it against the one stored
+//!    (`shard_map_store`; a node with a local metadata replica also checks it before step 2).
 //!
 //! # Cluster identity
 //! The cluster id is derived from the founding member list and shard layout, so founding
@@ -35,8 +37,6 @@ use std::time::Duration;
 
 /// Key prefix of node records in the metadata group.
 pub const NODE_KEY_PREFIX: &[u8] = b"node/";
-/// Key prefix of shard descriptors in the metadata group.
-pub const SHARD_KEY_PREFIX: &[u8] = b"shard/";
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NodeRecord {
@@ -65,6 +65,17 @@ pub struct Node {
     registry_cache: RwLock<HashMap<NodeId, NodeRecord>>,
     /// Persists the HLC ceiling (see `hlc_ceiling`); aborted on shutdown.
     ceiling_keeper: tokio::task::JoinHandle<()>,
+}
+
+/// Stops the node: its configuration gives another shard map than the one the cluster stored.
+fn map_mismatch(diff: &str) -> ! {
+    tracing::error!(%diff, "this node's shard map differs from the stored one; stopping");
+    eprintln!(
+        "fatal: the shard map stored in the metadata shard differs from the one this node's \
+         configuration gives ({diff}); stopping (start the node with the configuration the \
+         cluster was founded with)"
+    );
+    std::process::exit(crate::shard_map_store::EXIT_MAP_MISMATCH)
 }
 
 /// A stable id for the founding configuration (FNV-1a over its canonical text).
@@ -151,6 +162,26 @@ impl Node {
             ),
         }
 
+        // The map the cluster agreed on wins over this node's configuration (see
+        // `shard_map_store`): a node whose configuration gives another map does not start.
+        crate::shard_map_store::encode(&shard_map).map_err(|e| anyhow::anyhow!(e))?;
+        let stored =
+            crate::shard_map_store::read_local(&*engine).map_err(|e| anyhow::anyhow!(e))?;
+        if let Some(stored) = stored {
+            if let Some(diff) = crate::shard_map_store::difference(&stored, &shard_map) {
+                anyhow::bail!(
+                    "the shard map stored in the metadata shard (version {}) differs from the one \
+                     this node's configuration gives: {diff}; start the node with the \
+                     configuration the cluster was founded with",
+                    stored.version
+                );
+            }
+            tracing::info!(
+                version = stored.version,
+                "the stored shard map matches this node's"
+            );
+        }
+
         let dyn_engine: Arc<dyn Engine> = engine.clone();
         // Before any timestamp is issued: never below one issued before a restart.
         let waited = crate::hlc_ceiling::wait_past_ceiling(&*dyn_engine, &clock).await?;
@@ -229,7 +260,7 @@ impl Node {
             }
             let replica = self
                 .host
-                .open_shard(desc.id)
+                .open_shard(desc.id, desc.span())
                 .await
                 .map_err(|e| anyhow::anyhow!(e))?;
             let members: BTreeMap<NodeId, BasicNode> = desc
@@ -276,21 +307,10 @@ impl Node {
     /// Registers this node in the metadata group; retries with backoff until it succeeds.
     async fn register_self(self: Arc<Self>) {
         let record = self.my_record();
-        let mut puts = vec![(
+        let puts = vec![(
             Bytes::from(node_key(record.node_id)),
             Bytes::from(serde_json::to_vec(&record).expect("node record serializes")),
         )];
-        if self.shard_map.meta.replicas.first() == Some(&self.config.node_id) {
-            for s in &self.shard_map.data {
-                let desc = serde_json::json!({
-                    "id": s.id.0, "start": String::from_utf8_lossy(&s.start), "end": String::from_utf8_lossy(&s.end),
-                    "replicas": s.replicas,
-                });
-                let mut key = SHARD_KEY_PREFIX.to_vec();
-                key.extend_from_slice(format!("{:020}", s.id.0).as_bytes());
-                puts.push((Bytes::from(key), Bytes::from(desc.to_string())));
-            }
-        }
         let mut delay = Duration::from_millis(20);
         loop {
             let cmd = Command::Write {
@@ -303,13 +323,64 @@ impl Node {
             match self.propose_anywhere(ShardId::META, cmd).await {
                 Ok(_) => {
                     tracing::info!(node = record.node_id, "registered in the metadata group");
-                    return;
+                    break;
                 }
                 Err(e) => tracing::debug!(error = %e, "node registration not done yet; retrying"),
             }
             tokio::time::sleep(delay).await;
             // Kept short: clients cannot route to this node until it is registered.
             delay = (delay * 2).min(Duration::from_millis(200));
+        }
+        self.store_or_check_shard_map().await;
+    }
+
+    /// Stores this node's founding map in the metadata shard unless a map is stored already,
+    /// in which case it must be this node's (see `shard_map_store`): a node whose map differs
+    /// stops. Retries until the metadata shard answers.
+    async fn store_or_check_shard_map(&self) {
+        let value = match crate::shard_map_store::encode(&self.shard_map) {
+            Ok(v) => v,
+            Err(e) => unreachable!("checked at start: {e}"),
+        };
+        let mut delay = Duration::from_millis(50);
+        loop {
+            let cmd = Command::Cas {
+                ts: self.clock.now().0,
+                key: Bytes::from_static(crate::shard_map_store::SHARD_MAP_KEY),
+                expect: meridian_raft::Expect::Absent,
+                value: Some(value.clone()),
+                request: None,
+            };
+            match self.propose_anywhere(ShardId::META, cmd).await {
+                Ok(result) => match result.mismatch {
+                    None if result.rejected.is_none() => {
+                        tracing::info!(
+                            version = self.shard_map.version,
+                            "stored the founding shard map in the metadata group"
+                        );
+                        return;
+                    }
+                    Some(Some((_, stored))) => {
+                        let diff = crate::shard_map_store::decode(&stored).map(|stored| {
+                            crate::shard_map_store::difference(&stored, &self.shard_map)
+                        });
+                        match diff {
+                            Ok(None) => {
+                                tracing::info!("the stored shard map matches this node's");
+                                return;
+                            }
+                            Ok(Some(diff)) => map_mismatch(&diff),
+                            Err(e) => map_mismatch(&e),
+                        }
+                    }
+                    _ => tracing::warn!(?result, "unexpected answer storing the shard map"),
+                },
+                Err(e) => {
+                    tracing::debug!(error = %e, "storing the shard map not done yet; retrying")
+                }
+            }
+            tokio::time::sleep(delay).await;
+            delay = (delay * 2).min(Duration::from_secs(1));
         }
     }
 

@@ -18,6 +18,7 @@
 //! replicas so far, then to a rotation by shard id so leaders' initial homes spread out.
 
 use crate::config::Member;
+use meridian_storage::keys::{Keyspace, Span};
 use meridian_types::{NodeId, ShardId};
 use std::collections::{BTreeMap, HashSet};
 
@@ -31,17 +32,33 @@ pub struct ShardDescriptor {
     pub replicas: Vec<NodeId>,
     /// The region that should lead this shard (`home`), if any.
     pub home: Option<String>,
+    /// The range generation: bumped whenever the shard's range changes (a split or a merge;
+    /// none exists yet, so every founding shard has generation 1). Clients send the
+    /// generation they routed by, and a node whose map disagrees answers `WRONG_SHARD`.
+    pub generation: u64,
 }
 
 impl ShardDescriptor {
     pub fn contains(&self, key: &[u8]) -> bool {
-        key >= self.start.as_slice() && (self.end.is_empty() || key < self.end.as_slice())
+        self.span().contains(key)
+    }
+
+    /// The keys this shard owns in storage: its range of the user keyspace, or (the metadata
+    /// group) the whole system keyspace.
+    pub fn span(&self) -> Span {
+        Span {
+            space: Keyspace::from(self.id),
+            start: self.start.clone(),
+            end: self.end.clone(),
+        }
     }
 }
 
 /// Data shards sorted by start key, plus the metadata group's replicas.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ShardMap {
+    /// Bumped by every change to the map (the founding map is version 1).
+    pub version: u64,
     pub meta: ShardDescriptor,
     pub data: Vec<ShardDescriptor>,
 }
@@ -126,6 +143,7 @@ impl ShardMap {
             end: Vec::new(),
             replicas: place(&sorted, rf, ShardId::META, &mut load),
             home: None,
+            generation: 1,
         };
         let mut data = Vec::new();
         let mut start = Vec::new();
@@ -142,9 +160,14 @@ impl ShardMap {
                 end,
                 replicas: place(&sorted, rf, id, &mut load),
                 home: None,
+                generation: 1,
             });
         }
-        ShardMap { meta, data }
+        ShardMap {
+            version: 1,
+            meta,
+            data,
+        }
     }
 
     /// Gives each data shard the home region its start key has under `rules` (see `home`) and

@@ -51,6 +51,8 @@ pub fn run_all<E: Engine>(make: impl Fn() -> E) {
     check_export_ingest(&make);
     eprintln!("conformance: export_ingest_empty_range");
     check_export_ingest_empty(&make);
+    eprintln!("conformance: export_ingest_two_ranges");
+    check_export_ingest_two_ranges(&make);
 }
 
 fn put(e: &impl Engine, cf: Cf, k: &[u8], v: &[u8]) {
@@ -330,7 +332,7 @@ fn check_cluster_id<E: Engine>(e: &E) {
 fn check_export_ingest<E: Engine>(make: &impl Fn() -> E) {
     let dir = TempDir::new();
     let file = dir.path.join("shard1.sst");
-    let (s1, e1) = keys::shard_data_range(ShardId(1));
+    let (s1, e1) = keys::shard_range(ShardId(1));
     let source = make();
     let mut b = WriteBatch::new();
     for i in 0..500u32 {
@@ -340,11 +342,7 @@ fn check_export_ingest<E: Engine>(make: &impl Fn() -> E) {
             format!("v{i}"),
         );
     }
-    b.put(
-        Cf::Data,
-        keys::shard_data_prefix(ShardId(2)),
-        b"other shard",
-    );
+    b.put(Cf::Data, keys::shard_prefix(ShardId(2)), b"other shard");
     b.put(
         Cf::Intents,
         [s1.as_slice(), b"intent"].concat(),
@@ -352,7 +350,7 @@ fn check_export_ingest<E: Engine>(make: &impl Fn() -> E) {
     );
     source.write(b, false).unwrap();
     source.flush().unwrap();
-    let n = source.export_range_sst(Cf::Data, &s1, &e1, &file).unwrap();
+    let n = source.export_sst(Cf::Data, &[(&s1, &e1)], &file).unwrap();
     assert_eq!(n, 500);
     assert!(file.exists());
 
@@ -364,16 +362,8 @@ fn check_export_ingest<E: Engine>(make: &impl Fn() -> E) {
         [s1.as_slice(), &7u32.to_be_bytes()].concat(),
         b"overwritten",
     );
-    b.put(
-        Cf::Data,
-        keys::shard_data_prefix(ShardId(0)),
-        b"shard 0 stays",
-    );
-    b.put(
-        Cf::Data,
-        keys::shard_data_prefix(ShardId(2)),
-        b"shard 2 stays",
-    );
+    b.put(Cf::Data, keys::shard_prefix(ShardId(0)), b"shard 0 stays");
+    b.put(Cf::Data, keys::shard_prefix(ShardId(2)), b"shard 2 stays");
     b.put(
         Cf::Intents,
         [s1.as_slice(), b"x"].concat(),
@@ -381,7 +371,7 @@ fn check_export_ingest<E: Engine>(make: &impl Fn() -> E) {
     );
     target.write(b, false).unwrap();
     target
-        .ingest_range_sst(Cf::Data, &s1, &e1, Some(&file))
+        .ingest_sst(Cf::Data, &[(&s1, &e1)], Some(&file))
         .unwrap();
 
     let src: Vec<_> = source
@@ -402,13 +392,13 @@ fn check_export_ingest<E: Engine>(make: &impl Fn() -> E) {
     assert_eq!(rev.first(), src.last().map(|(k, _)| k));
     assert_eq!(
         target
-            .get(Cf::Data, &keys::shard_data_prefix(ShardId(0)))
+            .get(Cf::Data, &keys::shard_prefix(ShardId(0)))
             .unwrap(),
         Some(b"shard 0 stays".to_vec())
     );
     assert_eq!(
         target
-            .get(Cf::Data, &keys::shard_data_prefix(ShardId(2)))
+            .get(Cf::Data, &keys::shard_prefix(ShardId(2)))
             .unwrap(),
         Some(b"shard 2 stays".to_vec())
     );
@@ -426,7 +416,7 @@ fn check_export_ingest<E: Engine>(make: &impl Fn() -> E) {
     assert_eq!(target.get(Cf::Data, &src[0].0).unwrap(), None);
     // Ingesting the same file again restores it (re-installing a snapshot is idempotent).
     target
-        .ingest_range_sst(Cf::Data, &s1, &e1, Some(&file))
+        .ingest_sst(Cf::Data, &[(&s1, &e1)], Some(&file))
         .unwrap();
     assert_eq!(
         target.get(Cf::Data, &src[0].0).unwrap(),
@@ -434,40 +424,99 @@ fn check_export_ingest<E: Engine>(make: &impl Fn() -> E) {
     );
 }
 
-fn check_export_ingest_empty<E: Engine>(make: &impl Fn() -> E) {
+/// A snapshot is a shard's data span plus its shard-local keys: two ranges in one file. Keys
+/// between them belong to other shards and survive the ingest; overlapping or descending
+/// ranges are refused.
+fn check_export_ingest_two_ranges<E: Engine>(make: &impl Fn() -> E) {
     let dir = TempDir::new();
-    let file = dir.path.join("empty.sst");
-    let (s3, e3) = keys::shard_data_range(ShardId(3));
+    let file = dir.path.join("two.sst");
+    let (low, high) = (keys::shard_range(ShardId(1)), keys::shard_range(ShardId(3)));
+    let gap = keys::shard_prefix(ShardId(2));
+    let ranges = [
+        (low.0.as_slice(), low.1.as_slice()),
+        (high.0.as_slice(), high.1.as_slice()),
+    ];
     let source = make();
     put(
         &source,
         Cf::Data,
-        &keys::shard_data_prefix(ShardId(4)),
+        &[low.0.as_slice(), b"a"].concat(),
+        b"low",
+    );
+    put(
+        &source,
+        Cf::Data,
+        &[high.0.as_slice(), b"b"].concat(),
+        b"high",
+    );
+    put(&source, Cf::Data, &gap, b"not exported");
+    assert_eq!(source.export_sst(Cf::Data, &ranges, &file).unwrap(), 2);
+
+    let target = make();
+    put(
+        &target,
+        Cf::Data,
+        &[low.0.as_slice(), b"stale"].concat(),
+        b"x",
+    );
+    put(
+        &target,
+        Cf::Data,
+        &[high.0.as_slice(), b"stale"].concat(),
+        b"x",
+    );
+    put(&target, Cf::Data, &gap, b"the neighbour's");
+    target.ingest_sst(Cf::Data, &ranges, Some(&file)).unwrap();
+    let pairs = |e: &E| -> Vec<(Vec<u8>, Vec<u8>)> {
+        e.scan(Cf::Data, &low.0, Some(&high.1), false)
+            .map(|r| r.expect("scan item"))
+            .collect()
+    };
+    let all = pairs(&target);
+    let want = vec![
+        ([low.0.as_slice(), b"a"].concat(), b"low".to_vec()),
+        (gap.clone(), b"the neighbour's".to_vec()),
+        ([high.0.as_slice(), b"b"].concat(), b"high".to_vec()),
+    ];
+    assert_eq!(all, want, "both ranges replaced, the gap untouched");
+
+    let backwards = [ranges[1], ranges[0]];
+    assert!(source.export_sst(Cf::Data, &backwards, &file).is_err());
+    assert!(target.ingest_sst(Cf::Data, &backwards, None).is_err());
+    let overlapping = [(low.0.as_slice(), high.1.as_slice()), ranges[1]];
+    assert!(target.ingest_sst(Cf::Data, &overlapping, None).is_err());
+    assert_eq!(pairs(&target), want, "a refused call changes nothing");
+}
+
+fn check_export_ingest_empty<E: Engine>(make: &impl Fn() -> E) {
+    let dir = TempDir::new();
+    let file = dir.path.join("empty.sst");
+    let (s3, e3) = keys::shard_range(ShardId(3));
+    let source = make();
+    put(
+        &source,
+        Cf::Data,
+        &keys::shard_prefix(ShardId(4)),
         b"outside",
     );
     assert_eq!(
-        source.export_range_sst(Cf::Data, &s3, &e3, &file).unwrap(),
+        source.export_sst(Cf::Data, &[(&s3, &e3)], &file).unwrap(),
         0
     );
     assert!(!file.exists(), "no file for an empty range");
     assert_eq!(
-        source.export_range_sst(Cf::Data, &e3, &s3, &file).unwrap(),
+        source.export_sst(Cf::Data, &[(&e3, &s3)], &file).unwrap(),
         0
     );
 
     let target = make();
     put(&target, Cf::Data, &[s3.as_slice(), b"old"].concat(), b"v");
-    put(
-        &target,
-        Cf::Data,
-        &keys::shard_data_prefix(ShardId(4)),
-        b"kept",
-    );
-    target.ingest_range_sst(Cf::Data, &s3, &e3, None).unwrap();
+    put(&target, Cf::Data, &keys::shard_prefix(ShardId(4)), b"kept");
+    target.ingest_sst(Cf::Data, &[(&s3, &e3)], None).unwrap();
     assert!(scan_all(&target, Cf::Data, &s3, Some(&e3), false).is_empty());
     assert_eq!(
         target
-            .get(Cf::Data, &keys::shard_data_prefix(ShardId(4)))
+            .get(Cf::Data, &keys::shard_prefix(ShardId(4)))
             .unwrap(),
         Some(b"kept".to_vec())
     );
@@ -674,7 +723,7 @@ fn check_batch_atomic_crash<E: Crashable>(e: &E) {
     );
 }
 
-/// `ingest_range_sst` is durable once it returns, so (the survivors being a prefix) every
+/// `ingest_sst` is durable once it returns, so (the survivors being a prefix) every
 /// earlier write is durable too; so is a plain range clear (`path = None`).
 fn check_ingest_durable<E: Crashable>(e: &E) {
     let dir = TempDir::new();
@@ -685,7 +734,7 @@ fn check_ingest_durable<E: Crashable>(e: &E) {
         put(e, Cf::Data, &row_key(i), format!("row{i}").as_bytes());
     }
     assert_eq!(
-        e.export_range_sst(Cf::Data, &start, &end, &file).unwrap(),
+        e.export_sst(Cf::Data, &[(&start, &end)], &file).unwrap(),
         10
     );
     let exported: Vec<_> = e
@@ -698,7 +747,7 @@ fn check_ingest_durable<E: Crashable>(e: &E) {
     b.delete(Cf::Data, row_key(0));
     e.write(b, false).unwrap();
     put(e, Cf::Intents, &crash_key(1), b"written before the ingest");
-    e.ingest_range_sst(Cf::Data, &start, &end, Some(&file))
+    e.ingest_sst(Cf::Data, &[(&start, &end)], Some(&file))
         .unwrap();
     e.crash();
     let after: Vec<_> = e
@@ -714,7 +763,7 @@ fn check_ingest_durable<E: Crashable>(e: &E) {
         Some(b"written before the ingest".to_vec()),
         "a write before a durable ingest survives a crash"
     );
-    e.ingest_range_sst(Cf::Data, &start, &end, None).unwrap();
+    e.ingest_sst(Cf::Data, &[(&start, &end)], None).unwrap();
     e.crash();
     assert!(
         scan_all(e, Cf::Data, &start, Some(&end), false).is_empty(),

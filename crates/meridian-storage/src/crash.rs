@@ -12,7 +12,7 @@
 //! - `write(batch, sync = false)` appends the batch to an ordered list of pending writes.
 //! - `write(batch, sync = true)`, `sync_wal` and `flush` make every pending write (and the
 //!   batch) durable. `flush` persists because a RocksDB flush writes the memtables to SST files.
-//! - `ingest_range_sst` clears the range as a synced write would (every pending write becomes
+//! - `ingest_sst` clears the range as a synced write would (every pending write becomes
 //!   durable first, as RocksEngine clears with a synced write), and the ingested keys are
 //!   durable once it returns, as RocksDB's ingest is. Invalid files change nothing, as in
 //!   [`MemoryEngine`].
@@ -36,7 +36,7 @@
 //! the crash checks of `crate::conformance` must fail on it.
 
 use crate::conformance::Crashable;
-use crate::engine::{Cf, Engine, KvIter, KvPair, WriteBatch};
+use crate::engine::{Cf, Engine, KeyRange, KvIter, KvPair, WriteBatch};
 use crate::error::Result;
 use crate::memory::MemoryEngine;
 use std::path::Path;
@@ -183,28 +183,24 @@ impl Engine for CrashEngine {
         Ok(())
     }
 
-    fn export_range_sst(&self, cf: Cf, start: &[u8], end: &[u8], path: &Path) -> Result<u64> {
-        self.read().live.export_range_sst(cf, start, end, path)
+    fn export_sst(&self, cf: Cf, ranges: &[KeyRange<'_>], path: &Path) -> Result<u64> {
+        self.read().live.export_sst(cf, ranges, path)
     }
 
-    fn ingest_range_sst(
-        &self,
-        cf: Cf,
-        start: &[u8],
-        end: &[u8],
-        path: Option<&Path>,
-    ) -> Result<()> {
+    fn ingest_sst(&self, cf: Cf, ranges: &[KeyRange<'_>], path: Option<&Path>) -> Result<()> {
         let mut state = self.write_lock();
         // Validates the file before touching anything: on error nothing changed.
-        state.live.ingest_range_sst(cf, start, end, path)?;
+        state.live.ingest_sst(cf, ranges, path)?;
         // The clear is a synced write: it and every earlier write become durable. Then the
         // ingested keys are durable too, so `durable` ends equal to `live`.
         state.persist_all();
         let mut replace = WriteBatch::new();
-        replace.delete_range(cf, start, end);
-        for row in state.live.scan(cf, start, Some(end), false) {
-            let (k, v) = row?;
-            replace.put(cf, k, v);
+        for &(start, end) in ranges {
+            replace.delete_range(cf, start, end);
+            for row in state.live.scan(cf, start, Some(end), false) {
+                let (k, v) = row?;
+                replace.put(cf, k, v);
+            }
         }
         state.durable.write(replace, true)
     }
@@ -217,7 +213,7 @@ impl Crashable for CrashEngine {
 }
 
 /// A [`CrashEngine`] that ignores `sync`: every write is unsynced and `sync_wal` does nothing
-/// (`flush` and `ingest_range_sst` still persist). It models an engine that never fsyncs its
+/// (`flush` and `ingest_sst` still persist). It models an engine that never fsyncs its
 /// WAL, which the ordinary conformance suite cannot tell from a correct one. Only a negative
 /// control for the crash checks; never use it to test anything else.
 #[derive(Debug)]
@@ -269,18 +265,12 @@ impl Engine for ForgetfulEngine {
         self.0.sync_wal()
     }
 
-    fn export_range_sst(&self, cf: Cf, start: &[u8], end: &[u8], path: &Path) -> Result<u64> {
-        self.0.export_range_sst(cf, start, end, path)
+    fn export_sst(&self, cf: Cf, ranges: &[KeyRange<'_>], path: &Path) -> Result<u64> {
+        self.0.export_sst(cf, ranges, path)
     }
 
-    fn ingest_range_sst(
-        &self,
-        cf: Cf,
-        start: &[u8],
-        end: &[u8],
-        path: Option<&Path>,
-    ) -> Result<()> {
-        self.0.ingest_range_sst(cf, start, end, path)
+    fn ingest_sst(&self, cf: Cf, ranges: &[KeyRange<'_>], path: Option<&Path>) -> Result<()> {
+        self.0.ingest_sst(cf, ranges, path)
     }
 }
 
@@ -424,9 +414,7 @@ mod tests {
         b.put(Cf::Data, b"a", b"pending");
         e.write(b, false).unwrap();
         let before = dump(&e);
-        assert!(e
-            .ingest_range_sst(Cf::Data, b"a", b"z", Some(&bad))
-            .is_err());
+        assert!(e.ingest_sst(Cf::Data, &[(b"a", b"z")], Some(&bad)).is_err());
         assert_eq!(dump(&e), before);
         assert_eq!(e.pending_writes(), 1);
     }

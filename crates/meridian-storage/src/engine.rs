@@ -9,9 +9,10 @@
 //! ```text
 //!   raft log store ──┐                 ┌── Cf::RaftLog     shard ‖ index
 //!   state machine ───┼── Engine ──────►├── Cf::RaftMeta    shard ‖ kind, reserved keys
-//!   mvcc / txn ──────┘   (this trait)  ├── Cf::Data        shard ‖ key ‖ !ts (+ slot)
-//!                                      ├── Cf::Intents     shard ‖ key
-//!                                      └── Cf::TxnRecords  shard ‖ txn id
+//!   mvcc / txn ──────┘   (this trait)  ├── Cf::Data        space ‖ key ‖ !ts (+ slot),
+//!                                      │                   01 ‖ shard ‖ … (shard-local)
+//!                                      ├── Cf::Intents     (reserved, unused)
+//!                                      └── Cf::TxnRecords  (reserved, unused)
 //! ```
 //!
 //! # Durability contract
@@ -99,6 +100,30 @@ impl std::fmt::Display for Cf {
 
 /// A key and its value.
 pub type KvPair = (Vec<u8>, Vec<u8>);
+
+/// `[start, end)` of one column family's keys.
+pub type KeyRange<'a> = (&'a [u8], &'a [u8]);
+
+/// Refuses `ranges` unless they are ascending and disjoint (an empty range, `start >= end`,
+/// is allowed anywhere and holds nothing).
+pub fn check_ranges(ranges: &[KeyRange<'_>]) -> Result<()> {
+    let mut previous_end: Option<&[u8]> = None;
+    for &(start, end) in ranges.iter().filter(|(s, e)| s < e) {
+        if previous_end.is_some_and(|p| start < p) {
+            return Err(crate::error::Error::Io(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                "key ranges must be ascending and disjoint",
+            )));
+        }
+        previous_end = Some(end);
+    }
+    Ok(())
+}
+
+/// Whether `key` lies in one of `ranges`.
+pub fn in_ranges(ranges: &[KeyRange<'_>], key: &[u8]) -> bool {
+    ranges.iter().any(|&(s, e)| key >= s && key < e)
+}
 
 /// The iterator [`Engine::scan`] returns.
 pub type KvIter<'a> = Box<dyn Iterator<Item = Result<KvPair>> + 'a>;
@@ -228,20 +253,21 @@ pub trait Engine: Send + Sync + 'static {
         self.write(marker, true)
     }
 
-    /// Writes every key of `cf` in `[start, end)` into one file at `path` (created or
-    /// truncated) and returns the number of keys written. With 0 keys no file is created and
-    /// `Ok(0)` is returned. The file format is engine-specific (an SST file for RocksDB); a
-    /// file is only meant to be ingested by the same kind of engine. For file-based Raft
-    /// snapshots.
-    fn export_range_sst(&self, cf: Cf, start: &[u8], end: &[u8], path: &Path) -> Result<u64>;
+    /// Writes every key of `cf` in the `ranges` (each `[start, end)`, ascending and disjoint,
+    /// see [`check_ranges`]) into one file at `path` (created or truncated) and returns the
+    /// number of keys written. With 0 keys no file is created and `Ok(0)` is returned. The file
+    /// format is engine-specific (an SST file for RocksDB); a file is only meant to be ingested
+    /// by the same kind of engine. For file-based Raft snapshots (a shard's data span and its
+    /// shard-local keys).
+    fn export_sst(&self, cf: Cf, ranges: &[KeyRange<'_>], path: &Path) -> Result<u64>;
 
-    /// Replaces `cf`'s `[start, end)` with the contents of the file at `path` (as written by
-    /// `export_range_sst`); `path = None` just clears the range. The file must hold only keys
-    /// in `[start, end)`. The caller must record "snapshot installed" (e.g. the applied state)
-    /// only after this returns: a crash in the middle can leave the range cleared but not yet
-    /// filled, and redoing the install fixes that.
-    fn ingest_range_sst(&self, cf: Cf, start: &[u8], end: &[u8], path: Option<&Path>)
-        -> Result<()>;
+    /// Replaces `cf`'s `ranges` with the contents of the file at `path` (as written by
+    /// `export_sst` for the same ranges); `path = None` just clears them. Keys between the
+    /// ranges are untouched. The file must hold only keys inside the ranges. The caller must
+    /// record "snapshot installed" (e.g. the applied state) only after this returns: a crash
+    /// in the middle can leave the ranges cleared but not yet filled, and redoing the install
+    /// fixes that.
+    fn ingest_sst(&self, cf: Cf, ranges: &[KeyRange<'_>], path: Option<&Path>) -> Result<()>;
 
     /// For each `(start, end)` range, the first entry of `cf` in `[start, end)`, or `None`.
     /// MVCC batched reads use this (one seek per key) only for keys written after the read

@@ -2,7 +2,7 @@
 //! stall: every `write` waits while the gate is closed) and whose WAL sync can be made to fail
 //! (a dying disk), for tests of what sits above the engine.
 
-use crate::{Cf, Engine, Error, KvIter, MemoryEngine, Result, WriteBatch};
+use crate::{Cf, Engine, Error, KeyRange, KvIter, MemoryEngine, Result, WriteBatch};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Condvar, Mutex};
@@ -59,16 +59,10 @@ impl Engine for FaultyEngine {
         }
         self.write(WriteBatch::new(), true)
     }
-    fn export_range_sst(&self, cf: Cf, start: &[u8], end: &[u8], path: &Path) -> Result<u64> {
-        self.inner.export_range_sst(cf, start, end, path)
+    fn export_sst(&self, cf: Cf, ranges: &[KeyRange<'_>], path: &Path) -> Result<u64> {
+        self.inner.export_sst(cf, ranges, path)
     }
-    fn ingest_range_sst(
-        &self,
-        cf: Cf,
-        start: &[u8],
-        end: &[u8],
-        path: Option<&Path>,
-    ) -> Result<()> {
-        self.inner.ingest_range_sst(cf, start, end, path)
+    fn ingest_sst(&self, cf: Cf, ranges: &[KeyRange<'_>], path: Option<&Path>) -> Result<()> {
+        self.inner.ingest_sst(cf, ranges, path)
     }
 }

@@ -41,22 +41,24 @@
 //!   which may sit in the middle of one key's versions. A resumed page knows whether the
 //!   key's keeper is behind it from the cursor alone: the keeper was passed iff the last
 //!   version examined had `ts <= T`.
+//! - A page never leaves its span (a shard's keys: data shards share one keyspace), whatever
+//!   its resume cursor says.
 //! - A page only reads the engine and adds deletes to the caller's batch: it must see every
 //!   write applied before it (the Raft state machine applies a GC command on its own, after
 //!   writing the batch before it), and writes after it in the same batch win (a later put of
 //!   a removed key writes its slot again after the delete).
 //!
 //! # Not done yet
-//! - A full pass examines every stored entry of the shard, garbage or not; there are no
+//! - A full pass examines every stored entry of the span, garbage or not; there are no
 //!   per-shard statistics (live vs. total bytes) to skip shards or spans with little garbage.
 //! - Deletes are point deletes, one per version (RocksDB drops them at compaction); a key with
 //!   very many versions could use one range delete instead.
 
 use crate::engine::{Cf, Engine, WriteBatch};
 use crate::error::Result;
-use crate::keys;
+use crate::keys::{self, Span};
 use crate::mvcc::{decode_user_key, decode_version_ref};
-use meridian_types::{ShardId, Timestamp};
+use meridian_types::Timestamp;
 
 /// Default budget of a [`gc_page`]: entries examined per page (one Raft command's work).
 pub const GC_PAGE_ENTRIES: usize = 4096;
@@ -90,32 +92,31 @@ struct KeyState {
     had_newer: bool,
 }
 
-/// Adds to `batch` the deletes of one page of `shard`'s garbage below `threshold` (see the
-/// module docs), starting at the beginning of the shard or after `from`.
+/// Adds to `batch` the deletes of one page of the garbage below `threshold` among the keys of
+/// `span` (a shard's; see the module docs), starting at the beginning of the span or after
+/// `from`.
 pub fn gc_page(
     engine: &dyn Engine,
     batch: &mut WriteBatch,
-    shard: ShardId,
+    span: &Span,
     threshold: Timestamp,
     from: Option<&GcCursor>,
     budget: usize,
 ) -> Result<GcPage> {
     let budget = budget.max(1);
+    let (span_start, upper) = span.data_range();
     let lower = match from {
-        None => keys::data_scan_lower(shard, b""),
+        None => span_start.clone(),
         // Versions below `ts` sort after it (inverted timestamps); at ts 0 nothing is below.
-        Some(c) if c.ts.0 > 0 => keys::data_key(shard, &c.key, Timestamp(c.ts.0 - 1)),
-        Some(c) => keys::data_key_versions_range(shard, &c.key).1,
+        Some(c) if c.ts.0 > 0 => keys::data_key(span.space, &c.key, Timestamp(c.ts.0 - 1)),
+        Some(c) => keys::data_key_versions_range(span.space, &c.key).1,
     };
-    let upper = keys::shard_data_range(shard).1;
-    let mut state = from.map(|c| {
-        let mut prefix = keys::shard_prefix(shard);
-        keys::encode_bytes(&mut prefix, &c.key);
-        KeyState {
-            prefix,
-            passed_keeper: c.ts <= threshold,
-            had_newer: true,
-        }
+    // A cursor from before the span (a malformed command) must not reach a neighbour's keys.
+    let lower = lower.max(span_start);
+    let mut state = from.map(|c| KeyState {
+        prefix: keys::data_key_seek(span.space, &c.key),
+        passed_keeper: c.ts <= threshold,
+        had_newer: true,
     });
     let mut page = GcPage::default();
     // The last version examined: where the next page resumes.
@@ -155,7 +156,7 @@ pub fn gc_page(
                 page.versions_deleted += 1;
                 if !key.had_newer {
                     let user_key = decode_user_key(prefix)?;
-                    batch.delete(Cf::Data, keys::data_slot_key(shard, &user_key));
+                    batch.delete(Cf::Data, keys::data_slot_key(span.space, &user_key));
                     page.keys_deleted += 1;
                 }
             }
@@ -165,11 +166,11 @@ pub fn gc_page(
     Ok(page)
 }
 
-/// Runs whole passes of [`gc_page`] over `shard` until it is done, writing each page's batch
+/// Runs whole passes of [`gc_page`] over `span` until it is done, writing each page's batch
 /// (tests and tools; the Raft state machine replicates one page per command instead).
-pub fn gc_shard(
+pub fn gc_span(
     engine: &dyn Engine,
-    shard: ShardId,
+    span: &Span,
     threshold: Timestamp,
     budget: usize,
 ) -> Result<GcPage> {
@@ -177,7 +178,7 @@ pub fn gc_shard(
     let mut from = None;
     loop {
         let mut batch = WriteBatch::new();
-        let page = gc_page(engine, &mut batch, shard, threshold, from.as_ref(), budget)?;
+        let page = gc_page(engine, &mut batch, span, threshold, from.as_ref(), budget)?;
         engine.write(batch, false)?;
         total.versions_deleted += page.versions_deleted;
         total.keys_deleted += page.keys_deleted;
@@ -197,7 +198,51 @@ mod tests {
     use proptest::prelude::*;
     use std::collections::BTreeMap;
 
+    use meridian_types::ShardId;
+
     const SHARD: ShardId = ShardId(3);
+
+    fn whole() -> Span {
+        Span::whole(keys::Keyspace::User)
+    }
+
+    /// A shard's GC pass stays inside its span: the neighbours' garbage is theirs to collect.
+    #[test]
+    fn a_pass_collects_only_inside_its_span() {
+        let engine = MemoryEngine::new();
+        let mut model = Model::new();
+        for key in [&b"a"[..], b"m", b"m2", b"z"] {
+            for ts in [10, 20] {
+                write(&engine, &mut model, key, ts, Some(b"v"));
+            }
+        }
+        let span = Span {
+            space: keys::Keyspace::User,
+            start: b"m".to_vec(),
+            end: b"n".to_vec(),
+        };
+        gc_span(&engine, &span, Timestamp(25), GC_PAGE_ENTRIES).unwrap();
+        let versions = |key: &[u8]| -> Vec<u64> {
+            stored(&engine)
+                .into_iter()
+                .filter(|(k, ts, _)| k == key && !keys::is_slot_ts(*ts))
+                .map(|(_, ts, _)| ts.0)
+                .collect()
+        };
+        assert_eq!(versions(b"m"), [20]);
+        assert_eq!(versions(b"m2"), [20]);
+        assert_eq!(versions(b"a"), [20, 10], "left of the span: untouched");
+        assert_eq!(versions(b"z"), [20, 10], "right of the span: untouched");
+        // Nor does a resume cursor from before the span lead it there.
+        let stray = GcCursor {
+            key: b"a".to_vec(),
+            ts: Timestamp(30),
+        };
+        let mut batch = WriteBatch::new();
+        gc_page(&engine, &mut batch, &span, Timestamp(25), Some(&stray), 100).unwrap();
+        engine.write(batch, false).unwrap();
+        assert_eq!(versions(b"a"), [20, 10], "a stray cursor stays in the span");
+    }
 
     /// The full history of every key: `ts → value` (`None` = tombstone).
     type Model = BTreeMap<Vec<u8>, BTreeMap<u64, Option<Vec<u8>>>>;
@@ -227,13 +272,10 @@ mod tests {
             .collect()
     }
 
-    /// Every stored MVCC entry of the shard: `(user_key, ts, is_tombstone)`, slots as
-    /// `ts = MAX` (the transaction region is not MVCC data).
+    /// Every stored MVCC entry of the user keyspace: `(user_key, ts, is_tombstone)`, slots as
+    /// `ts = MAX` (shard-local keys are not MVCC data).
     fn stored(engine: &MemoryEngine) -> Vec<(Vec<u8>, Timestamp, bool)> {
-        let (lo, hi) = (
-            keys::data_scan_lower(SHARD, b""),
-            keys::shard_data_range(SHARD).1,
-        );
+        let (lo, hi) = keys::Keyspace::User.range();
         engine
             .scan(Cf::Data, &lo, Some(&hi), false)
             .map(|item| {
@@ -310,7 +352,7 @@ mod tests {
         write(&engine, &mut model, b"k", 20, Some(b"b"));
         write(&engine, &mut model, b"j", 20, None);
         write(&engine, &mut model, b"k", 30, Some(b"c"));
-        let done = gc_shard(&engine, SHARD, Timestamp(25), GC_PAGE_ENTRIES).unwrap();
+        let done = gc_span(&engine, &whole(), Timestamp(25), GC_PAGE_ENTRIES).unwrap();
         assert_eq!((done.versions_deleted, done.keys_deleted), (3, 1));
         assert_eq!(
             stored(&engine),
@@ -324,7 +366,7 @@ mod tests {
             assert_reads_match(&engine, &model, at);
         }
         // Nothing left to collect at the same threshold.
-        let again = gc_shard(&engine, SHARD, Timestamp(25), GC_PAGE_ENTRIES).unwrap();
+        let again = gc_span(&engine, &whole(), Timestamp(25), GC_PAGE_ENTRIES).unwrap();
         assert_eq!((again.versions_deleted, again.keys_deleted), (0, 0));
     }
 
@@ -348,8 +390,15 @@ mod tests {
         let mut pages = 0;
         loop {
             let mut batch = WriteBatch::new();
-            let page =
-                gc_page(&engine, &mut batch, SHARD, Timestamp(15), from.as_ref(), 3).unwrap();
+            let page = gc_page(
+                &engine,
+                &mut batch,
+                &whole(),
+                Timestamp(15),
+                from.as_ref(),
+                3,
+            )
+            .unwrap();
             assert!(page.examined <= 3, "{page:?}");
             engine.write(batch, false).unwrap();
             pages += 1;
@@ -403,7 +452,7 @@ mod tests {
                     }
                     Op::Gc { back, budget } => {
                         threshold = threshold.max(now.saturating_sub(back));
-                        gc_shard(&engine, SHARD, Timestamp(threshold), budget).unwrap();
+                        gc_span(&engine, &whole(), Timestamp(threshold), budget).unwrap();
                         assert_collected(&engine, threshold);
                     }
                 }

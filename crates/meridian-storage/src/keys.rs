@@ -1,20 +1,29 @@
 //! Order-preserving key encodings, one documented layout per keyspace.
 //!
-//! One RocksDB database serves every shard on a node, so every key starts with its shard id
-//! as a big-endian `u64`: a shard's keys are one contiguous range in each column family, and a
-//! range delete or an SST export of `[prefix(shard), prefix(shard + 1))` touches exactly that
-//! shard.
+//! One RocksDB database serves every shard on a node. **MVCC data is keyed by user key
+//! alone**: a shard owns a range of user keys, and that range is metadata (the shard map), not
+//! part of the stored keys. A split or a merge moves no data, and a replica move ships a plain
+//! key range (as TiKV's regions and CockroachDB's ranges do). What belongs to one Raft group
+//! and to no user key (its Raft log and state, its dedup table, its transaction region and GC
+//! threshold) is keyed by shard id.
 //!
-//! # Layouts
+//! # Layouts (format 6)
 //! ```text
-//! Cf::Data        shard u64 BE ‖ encode_bytes(user_key) ‖ 0x00×8    (latest-version slot:
-//!                                                           newest ts + copy of its value)
-//!                 shard u64 BE ‖ encode_bytes(user_key) ‖ !ts u64 BE     (versions newest first)
+//! Cf::Data        01 ‖ shard u64 BE ‖ kind ‖ ...                (shard-local: transaction
+//!                                                                region, GC threshold)
+//!                 space ‖ encode_bytes(key) ‖ 0x00×8               (latest-version slot:
+//!                                                                newest ts + copy of its value)
+//!                 space ‖ encode_bytes(key) ‖ !ts u64 BE           (versions newest first)
+//!                   space = 02: the metadata shard's keys (node records, shard descriptors)
+//!                   space = 03: user keys, one keyspace shared by every data shard
 //! Cf::RaftLog     shard u64 BE ‖ index u64 BE
 //! Cf::RaftMeta    shard u64 BE ‖ MetaKind u8
 //!                 0xFF×8 ‖ name                                        (node-wide reserved keys)
-//! Cf::Intents     shard u64 BE ‖ encode_bytes(user_key)
 //! ```
+//! A shard's data is [`Span::data_range`]: the versions of every user key in `[start, end)`
+//! of its keyspace. Data shards partition the user keyspace, so no two shards' spans overlap;
+//! the metadata shard's span is the whole system keyspace. A snapshot of a shard is its span's
+//! data range plus its shard-local range ([`shard_local_range`]).
 //!
 //! # Byte-string encoding
 //! [`encode_bytes`] escapes each `0x00` as `0x00 0xFF` and terminates with `0x00 0x00`. This is
@@ -26,10 +35,10 @@
 //! # MVCC versions
 //! The timestamp is stored inverted (`!ts`) so that, for one user key, newer versions sort
 //! first. "The newest version at or below `read_ts`" is then the first *version* at or after
-//! `data_key(shard, key, read_ts)` that still has the key's prefix ([`data_key_seek`]).
+//! `data_key(space, key, read_ts)` that still has the key's prefix ([`data_key_seek`]).
 //!
 //! # Latest-version slot
-//! `Timestamp::MAX` is not a version timestamp: `data_key(shard, key, Timestamp::MAX)`
+//! `Timestamp::MAX` is not a version timestamp: `data_key(space, key, Timestamp::MAX)`
 //! ([`data_slot_key`], suffix `!u64::MAX` = eight `0x00` bytes) is the key's *slot*, whose
 //! value holds the newest version's timestamp and a copy of that version's value (see
 //! `mvcc`). It is an exact key a point get or a MultiGet can find without knowing any
@@ -37,13 +46,13 @@
 //! every version of its key, inside [`data_key_versions_range`]:
 //!
 //! ```text
-//!   s ‖ enc("k") ‖ 00 00 00 00 00 00 00 00   slot  → ts 30 + Put("c")  (copy of !30's value)
-//!   s ‖ enc("k") ‖ !30                        version → Put("c")
-//!   s ‖ enc("k") ‖ !10                        version → Put("a")
-//!   s ‖ enc("k\0") ‖ 00×8                     next user key's slot
+//!   03 ‖ enc("k") ‖ 00 00 00 00 00 00 00 00   slot  → ts 30 + Put("c")  (copy of !30's value)
+//!   03 ‖ enc("k") ‖ !30                        version → Put("c")
+//!   03 ‖ enc("k") ‖ !10                        version → Put("a")
+//!   03 ‖ enc("k\0") ‖ 00×8                     next user key's slot
 //! ```
 //!
-//! A seek from `data_key(shard, key, read_ts)` with `read_ts < Timestamp::MAX` starts after
+//! A seek from `data_key(space, key, read_ts)` with `read_ts < Timestamp::MAX` starts after
 //! the slot; scans over a key's range meet it and must skip it ([`is_slot_ts`]).
 //!
 //! # Reserved keys
@@ -53,11 +62,15 @@
 //!
 //! # Invariants
 //! - Decoders never panic on arbitrary input; they return `Error::Corrupt`.
-//! - `shard_*_range(shard)` is exactly the set of keys whose first 8 bytes are `shard`.
+//! - `shard_*_range(shard)` is exactly the set of keys whose first 8 bytes are `shard`;
+//!   [`shard_local_range`] exactly the shard-local keys of `shard`.
+//! - The three `Cf::Data` prefixes (01, 02, 03) never meet: a user key, however chosen,
+//!   encodes inside its keyspace, and [`Span::data_range`] holds exactly the versions and
+//!   slots of the span's keys (property-tested below).
 //!
 //! # Not done yet
-//! - Intent and transaction record layouts beyond the shard prefix belong to `meridian-txn`;
-//!   only [`intent_key`] is fixed here.
+//! - Splitting a shard's local range (its prepared locks and records) at a split key: no
+//!   split exists yet.
 
 use crate::error::{Error, Result};
 use meridian_types::{ShardId, Timestamp};
@@ -164,12 +177,104 @@ pub fn shard_range(shard: ShardId) -> (Vec<u8>, Vec<u8>) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Cf::Data
+// Cf::Data: keyspaces and spans
 
-/// `shard ‖ encode_bytes(user_key) ‖ !ts`: one MVCC version.
-pub fn data_key(shard: ShardId, user_key: &[u8], ts: Timestamp) -> Vec<u8> {
-    let mut k = Vec::with_capacity(SHARD_BYTES + user_key.len() + 4 + TS_BYTES);
-    k.extend_from_slice(&shard_bytes(shard));
+/// The MVCC keyspaces of `Cf::Data`; the discriminant is the first byte of every data key in
+/// the space (stable on disk).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[repr(u8)]
+pub enum Keyspace {
+    /// The metadata shard's keys (node records, shard descriptors).
+    System = 0x02,
+    /// User keys, shared by every data shard; each owns a [`Span`] of it.
+    User = 0x03,
+}
+
+impl Keyspace {
+    /// `[space, space + 1)`: every data key of the keyspace.
+    pub fn range(self) -> (Vec<u8>, Vec<u8>) {
+        (vec![self as u8], vec![self as u8 + 1])
+    }
+
+    fn from_byte(b: u8) -> Result<Keyspace> {
+        match b {
+            0x02 => Ok(Keyspace::System),
+            0x03 => Ok(Keyspace::User),
+            other => Err(Error::corrupt(
+                "data key",
+                format!("unknown keyspace {other:#04x}"),
+            )),
+        }
+    }
+}
+
+/// The keyspace a shard's MVCC data lives in: the metadata shard's own, or the user keyspace.
+impl From<ShardId> for Keyspace {
+    fn from(shard: ShardId) -> Keyspace {
+        if shard.is_meta() {
+            Keyspace::System
+        } else {
+            Keyspace::User
+        }
+    }
+}
+
+/// The user keys a shard owns: `[start, end)` of its keyspace (`end` empty = to the
+/// keyspace's end; `start` empty = from its beginning).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Span {
+    pub space: Keyspace,
+    pub start: Vec<u8>,
+    pub end: Vec<u8>,
+}
+
+impl Span {
+    /// The whole of `space`.
+    pub fn whole(space: Keyspace) -> Span {
+        Span {
+            space,
+            start: Vec::new(),
+            end: Vec::new(),
+        }
+    }
+
+    /// The whole user keyspace: the span of a cluster's only data shard.
+    pub fn user() -> Span {
+        Span::whole(Keyspace::User)
+    }
+
+    /// `[start, end)` of `Cf::Data` holding exactly the slots and versions of the span's keys.
+    pub fn data_range(&self) -> (Vec<u8>, Vec<u8>) {
+        let (space_start, space_end) = self.space.range();
+        let start = if self.start.is_empty() {
+            space_start
+        } else {
+            data_key_seek(self.space, &self.start)
+        };
+        let end = if self.end.is_empty() {
+            space_end
+        } else {
+            data_key_seek(self.space, &self.end)
+        };
+        (start, end)
+    }
+
+    /// Whether `key` is one of the span's user keys.
+    pub fn contains(&self, key: &[u8]) -> bool {
+        key >= self.start.as_slice() && (self.end.is_empty() || key < self.end.as_slice())
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Cf::Data: MVCC versions
+
+/// Length of a data key's keyspace prefix.
+pub const SPACE_BYTES: usize = 1;
+
+/// `space ‖ encode_bytes(user_key) ‖ !ts`: one MVCC version.
+pub fn data_key(space: impl Into<Keyspace>, user_key: &[u8], ts: Timestamp) -> Vec<u8> {
+    let mut k = Vec::with_capacity(SPACE_BYTES + user_key.len() + 4 + TS_BYTES);
+    k.push(space.into() as u8);
     encode_bytes(&mut k, user_key);
     k.extend_from_slice(&(!ts.0).to_be_bytes());
     k
@@ -181,10 +286,10 @@ pub const SLOT_TS: Timestamp = Timestamp::MAX;
 /// Newest timestamp a version may carry (`Timestamp::MAX - 1`): `Timestamp::MAX` is the slot.
 pub const MAX_VERSION_TS: Timestamp = Timestamp(u64::MAX - 1);
 
-/// `shard ‖ encode_bytes(user_key) ‖ 0x00×8`: the key's latest-version slot, i.e.
-/// `data_key(shard, user_key, SLOT_TS)`. Sorts before every version of `user_key`.
-pub fn data_slot_key(shard: ShardId, user_key: &[u8]) -> Vec<u8> {
-    data_key(shard, user_key, SLOT_TS)
+/// `space ‖ encode_bytes(user_key) ‖ 0x00×8`: the key's latest-version slot, i.e.
+/// `data_key(space, user_key, SLOT_TS)`. Sorts before every version of `user_key`.
+pub fn data_slot_key(space: impl Into<Keyspace>, user_key: &[u8]) -> Vec<u8> {
+    data_key(space, user_key, SLOT_TS)
 }
 
 /// Whether a data key's timestamp (from [`split_data_key`] or [`decode_data_key`]) marks the
@@ -193,18 +298,21 @@ pub fn is_slot_ts(ts: Timestamp) -> bool {
     ts == SLOT_TS
 }
 
-/// Decodes a [`data_key`] into `(shard, user_key, ts)`. A slot decodes with `ts = SLOT_TS`.
-pub fn decode_data_key(k: &[u8]) -> Result<(ShardId, Vec<u8>, Timestamp)> {
-    let (shard, rest) = decode_shard(k, "data key")?;
+/// Decodes a [`data_key`] into `(space, user_key, ts)`. A slot decodes with `ts = SLOT_TS`.
+pub fn decode_data_key(k: &[u8]) -> Result<(Keyspace, Vec<u8>, Timestamp)> {
+    let Some((&space, rest)) = k.split_first() else {
+        return Err(Error::corrupt("data key", "empty"));
+    };
+    let space = Keyspace::from_byte(space)?;
     let (user_key, rest) = decode_bytes(rest)?;
     let ts = decode_inverted_ts(rest)?;
-    Ok((shard, user_key, ts))
+    Ok((space, user_key, ts))
 }
 
-/// Splits a data key into its version prefix (`shard ‖ encode_bytes(user_key)`, identical for
+/// Splits a data key into its version prefix (`space ‖ encode_bytes(user_key)`, identical for
 /// all versions of one user key) and its timestamp, without decoding the user key.
 pub fn split_data_key(k: &[u8]) -> Result<(&[u8], Timestamp)> {
-    if k.len() < SHARD_BYTES + 2 + TS_BYTES {
+    if k.len() < SPACE_BYTES + 2 + TS_BYTES {
         return Err(Error::corrupt(
             "data key",
             format!("{} bytes, too short", k.len()),
@@ -212,6 +320,18 @@ pub fn split_data_key(k: &[u8]) -> Result<(&[u8], Timestamp)> {
     }
     let (prefix, ts) = k.split_at(k.len() - TS_BYTES);
     Ok((prefix, decode_inverted_ts(ts)?))
+}
+
+/// The user key of a version prefix from [`split_data_key`].
+pub fn decode_version_prefix(prefix: &[u8]) -> Result<Vec<u8>> {
+    let (user_key, rest) = decode_bytes(prefix.get(SPACE_BYTES..).unwrap_or_default())?;
+    if !rest.is_empty() {
+        return Err(Error::corrupt(
+            "data key",
+            "trailing bytes after the user key",
+        ));
+    }
+    Ok(user_key)
 }
 
 fn decode_inverted_ts(rest: &[u8]) -> Result<Timestamp> {
@@ -224,22 +344,12 @@ fn decode_inverted_ts(rest: &[u8]) -> Result<Timestamp> {
     Ok(Timestamp(!u64::from_be_bytes(raw)))
 }
 
-/// The 8-byte prefix of `shard`'s data keys (same as [`shard_prefix`]).
-pub fn shard_data_prefix(shard: ShardId) -> Vec<u8> {
-    shard_prefix(shard)
-}
-
-/// `[prefix(shard), prefix(shard + 1))` in `Cf::Data`.
-pub fn shard_data_range(shard: ShardId) -> (Vec<u8>, Vec<u8>) {
-    shard_range(shard)
-}
-
-/// `shard ‖ encode_bytes(user_key)`: sorts before every version of `user_key` and after every
+/// `space ‖ encode_bytes(user_key)`: sorts before every version of `user_key` and after every
 /// version of smaller user keys, i.e. the start of that key's versions. Also the exclusive
 /// bound "all keys before `user_key`".
-pub fn data_key_seek(shard: ShardId, user_key: &[u8]) -> Vec<u8> {
-    let mut k = Vec::with_capacity(SHARD_BYTES + user_key.len() + 2);
-    k.extend_from_slice(&shard_bytes(shard));
+pub fn data_key_seek(space: impl Into<Keyspace>, user_key: &[u8]) -> Vec<u8> {
+    let mut k = Vec::with_capacity(SPACE_BYTES + user_key.len() + 2);
+    k.push(space.into() as u8);
     encode_bytes(&mut k, user_key);
     k
 }
@@ -247,13 +357,29 @@ pub fn data_key_seek(shard: ShardId, user_key: &[u8]) -> Vec<u8> {
 /// `[start, end)` holding exactly `user_key`'s slot (first) and versions. The end replaces
 /// the final terminator byte `0x00` with `0x01`: no valid encoding continues `… 0x00 0x01`,
 /// so nothing but this key's slot and versions lies in between.
-pub fn data_key_versions_range(shard: ShardId, user_key: &[u8]) -> (Vec<u8>, Vec<u8>) {
-    let start = data_key_seek(shard, user_key);
+pub fn data_key_versions_range(space: impl Into<Keyspace>, user_key: &[u8]) -> (Vec<u8>, Vec<u8>) {
+    let start = data_key_seek(space, user_key);
     let mut end = start.clone();
     if let Some(last) = end.last_mut() {
         *last = 0x01;
     }
     (start, end)
+}
+
+/// The bounds of a scan of `space`'s user keys in `[start, end)` (`end = None`: to the
+/// keyspace's end; an empty `start`: from its beginning).
+pub fn data_scan_bounds(
+    space: impl Into<Keyspace>,
+    start: &[u8],
+    end: Option<&[u8]>,
+) -> (Vec<u8>, Vec<u8>) {
+    let space = space.into();
+    let lower = data_key_seek(space, start);
+    let upper = match end {
+        Some(end) => data_key_seek(space, end),
+        None => space.range().1,
+    };
+    (lower, upper)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -389,25 +515,29 @@ pub fn raft_meta_range(shard: ShardId) -> (Vec<u8>, Vec<u8>) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Cf::Data: the shard's transaction region
+// Cf::Data: shard-local keys (the transaction region and the GC threshold)
 
-/// `shard ‖ 0x00 0x01`: the start of the shard's *transaction region* in `Cf::Data`, where the
-/// prepared locks and the transaction records of multi-shard transactions live (see
-/// `meridian-raft`'s `locks`). No user key encodes to anything starting `0x00 0x01` (after a
-/// `0x00`, [`encode_bytes`] writes only `0xFF` or the terminator `0x00`), so the region never
-/// meets a user key; and being inside the shard's data range, it travels with every snapshot
-/// (SST export and ingest) and goes with every range delete of the shard.
-pub fn txn_region_prefix(shard: ShardId) -> Vec<u8> {
-    let mut k = shard_prefix(shard);
-    k.extend_from_slice(&[0x00, 0x01]);
+/// First byte of every shard-local key in `Cf::Data`; sorts before both MVCC keyspaces.
+pub const SHARD_LOCAL_PREFIX: u8 = 0x01;
+
+/// `01 ‖ shard`: the prefix of `shard`'s local keys in `Cf::Data`, where the prepared locks
+/// and the transaction records of multi-shard transactions live (see `meridian-raft`'s
+/// `locks`) and the GC threshold. They belong to the Raft group, not to a user key, so they
+/// are keyed by shard id; they travel with every snapshot of the shard (exported and ingested
+/// with its data range).
+fn shard_local_prefix(shard: ShardId) -> Vec<u8> {
+    let mut k = Vec::with_capacity(1 + SHARD_BYTES + 1 + 16);
+    k.push(SHARD_LOCAL_PREFIX);
+    k.extend_from_slice(&shard_bytes(shard));
     k
 }
 
-/// `[shard ‖ 00 01, shard ‖ 00 02)`: the whole transaction region of `shard`.
-pub fn txn_region_range(shard: ShardId) -> (Vec<u8>, Vec<u8>) {
-    let start = txn_region_prefix(shard);
-    let mut end = shard_prefix(shard);
-    end.extend_from_slice(&[0x00, 0x02]);
+/// `[01 ‖ shard, 01 ‖ shard + 1)`: every shard-local key of `shard`.
+pub fn shard_local_range(shard: ShardId) -> (Vec<u8>, Vec<u8>) {
+    let start = shard_local_prefix(shard);
+    let mut end = vec![SHARD_LOCAL_PREFIX];
+    // shard <= MAX_SHARD_ID (asserted in shard_bytes), so shard + 1 does not overflow.
+    end.extend_from_slice(&(shard.0 + 1).to_be_bytes());
     (start, end)
 }
 
@@ -420,9 +550,9 @@ pub enum TxnKeyKind {
     Record = b'R' as isize,
 }
 
-/// `shard ‖ 00 01 ‖ kind ‖ client_id u64 BE ‖ seq u64 BE`.
+/// `01 ‖ shard ‖ kind ‖ client_id u64 BE ‖ seq u64 BE`.
 pub fn txn_key(shard: ShardId, kind: TxnKeyKind, client_id: u64, seq: u64) -> Vec<u8> {
-    let mut k = txn_region_prefix(shard);
+    let mut k = shard_local_prefix(shard);
     k.push(kind as u8);
     k.extend_from_slice(&client_id.to_be_bytes());
     k.extend_from_slice(&seq.to_be_bytes());
@@ -431,28 +561,31 @@ pub fn txn_key(shard: ShardId, kind: TxnKeyKind, client_id: u64, seq: u64) -> Ve
 
 /// `[start, end)` of every key of one `kind` in `shard`'s transaction region.
 pub fn txn_kind_range(shard: ShardId, kind: TxnKeyKind) -> (Vec<u8>, Vec<u8>) {
-    let mut start = txn_region_prefix(shard);
+    let mut start = shard_local_prefix(shard);
     start.push(kind as u8);
-    let mut end = txn_region_prefix(shard);
+    let mut end = shard_local_prefix(shard);
     end.push(kind as u8 + 1);
     (start, end)
 }
 
-/// `shard ‖ 00 01 ‖ 'G'`: the shard's GC threshold (`u64` BE; see `gc` and `meridian-raft`'s
-/// `Command::Gc`). In the transaction region, so it travels with snapshots like the locks.
-/// `'G'` lies outside the lock (`'L'`) and record (`'R'`) kinds' ranges ([`txn_kind_range`]),
-/// so loading locks or records never meets it.
+/// `01 ‖ shard ‖ 'G'`: the shard's GC threshold (`u64` BE; see `gc` and `meridian-raft`'s
+/// `Command::Gc`). Shard-local, so it travels with snapshots like the locks. `'G'` lies
+/// outside the lock (`'L'`) and record (`'R'`) kinds' ranges ([`txn_kind_range`]), so loading
+/// locks or records never meets it.
 pub fn gc_threshold_key(shard: ShardId) -> Vec<u8> {
-    let mut k = txn_region_prefix(shard);
+    let mut k = shard_local_prefix(shard);
     k.push(b'G');
     k
 }
 
-/// The `(client_id, seq)` of a [`txn_key`].
+/// The `(kind, client_id, seq)` of a [`txn_key`].
 pub fn decode_txn_key(k: &[u8]) -> Result<(TxnKeyKind, u64, u64)> {
-    let (_, rest) = decode_shard(k, "txn key")?;
-    let [0x00, 0x01, kind, id @ ..] = rest else {
-        return Err(Error::corrupt("txn key", "not in the transaction region"));
+    let [SHARD_LOCAL_PREFIX, rest @ ..] = k else {
+        return Err(Error::corrupt("txn key", "not a shard-local key"));
+    };
+    let (_, rest) = decode_shard(rest, "txn key")?;
+    let [kind, id @ ..] = rest else {
+        return Err(Error::corrupt("txn key", "no kind"));
     };
     let kind = match *kind {
         b'L' => TxnKeyKind::Locks,
@@ -475,45 +608,55 @@ pub fn decode_txn_key(k: &[u8]) -> Result<(TxnKeyKind, u64, u64)> {
     Ok((kind, client_id, seq))
 }
 
-/// The lower bound of a scan of user keys from `start`: [`data_key_seek`], but never inside
-/// the transaction region (an empty `start`, the first shard's, would otherwise begin there).
-pub fn data_scan_lower(shard: ShardId, start: &[u8]) -> Vec<u8> {
-    let seek = data_key_seek(shard, start);
-    let past_region = txn_region_range(shard).1;
-    seek.max(past_region)
-}
-
-// ---------------------------------------------------------------------------------------------
-// Cf::Intents
-
-/// `shard ‖ encode_bytes(user_key)`: at most one intent per user key.
-pub fn intent_key(shard: ShardId, user_key: &[u8]) -> Vec<u8> {
-    data_key_seek(shard, user_key)
-}
-
-pub fn decode_intent_key(k: &[u8]) -> Result<(ShardId, Vec<u8>)> {
-    let (shard, rest) = decode_shard(k, "intent key")?;
-    let (user_key, rest) = decode_bytes(rest)?;
-    if !rest.is_empty() {
-        return Err(Error::corrupt("intent key", "trailing bytes"));
-    }
-    Ok((shard, user_key))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use proptest::prelude::*;
+    use std::cmp::Reverse;
+
+    const U: Keyspace = Keyspace::User;
 
     proptest! {
+        /// Whatever the user key, its data keys stay in its keyspace and never meet the
+        /// shard-local keys or the other keyspace.
         #[test]
-        fn no_user_key_falls_in_the_transaction_region(key in proptest::collection::vec(any::<u8>(), 1..24), ts in any::<u64>()) {
-            let shard = ShardId(9);
-            let (start, end) = txn_region_range(shard);
-            for k in [data_key(shard, &key, Timestamp(ts)), data_slot_key(shard, &key), data_key_seek(shard, &key)] {
-                prop_assert!(k < start || k >= end, "{k:?}");
+        fn keyspaces_and_the_local_region_never_meet(key in proptest::collection::vec(any::<u8>(), 0..24), ts in any::<u64>(), shard in 0u64..1_000) {
+            let (ls, le) = shard_local_range(ShardId(shard));
+            for space in [Keyspace::System, Keyspace::User] {
+                let (ss, se) = space.range();
+                for k in [data_key(space, &key, Timestamp(ts)), data_slot_key(space, &key), data_key_seek(space, &key)] {
+                    prop_assert!(k < ls || k >= le, "{k:?}");
+                    prop_assert!(ss <= k && k < se, "{k:?}");
+                }
             }
-            prop_assert!(data_scan_lower(shard, &key) >= end);
+            for k in [txn_key(ShardId(shard), TxnKeyKind::Locks, ts, 1), gc_threshold_key(ShardId(shard))] {
+                prop_assert!(ls <= k && k < le);
+                prop_assert!(k < Keyspace::System.range().0);
+            }
+        }
+
+        /// A span's data range holds exactly the versions and slots of the span's keys.
+        #[test]
+        fn a_span_holds_exactly_its_keys(
+            bounds in (small_key(), small_key()),
+            open_start in any::<bool>(),
+            open_end in any::<bool>(),
+            key in small_key(),
+            ts in any::<u64>(),
+        ) {
+            let (mut a, mut b) = bounds;
+            if a > b { std::mem::swap(&mut a, &mut b); }
+            let span = Span {
+                space: U,
+                start: if open_start { Vec::new() } else { a },
+                end: if open_end { Vec::new() } else { b },
+            };
+            let (start, end) = span.data_range();
+            for k in [data_key(U, &key, Timestamp(ts)), data_slot_key(U, &key)] {
+                prop_assert_eq!(start <= k && k < end, span.contains(&key), "{:?} {:?}", span, key);
+                let other = data_key(Keyspace::System, &key, Timestamp(ts));
+                prop_assert!(!(start <= other && other < end));
+            }
         }
     }
 
@@ -525,13 +668,14 @@ mod tests {
             assert_eq!(decode_txn_key(&k).unwrap(), (kind, 7, u64::MAX));
             let (start, end) = txn_kind_range(shard, kind);
             assert!(k >= start && k < end);
-            let (rs, re) = txn_region_range(shard);
+            let (rs, re) = shard_local_range(shard);
             assert!(k >= rs && k < re);
+            let (_, other_end) = shard_local_range(ShardId(3));
+            assert!(k >= other_end);
         }
-        assert!(decode_txn_key(&data_key_seek(shard, b"a")).is_err());
-        assert!(data_scan_lower(shard, b"") == txn_region_range(shard).1);
+        assert!(decode_txn_key(&data_key_seek(U, b"a")).is_err());
+        assert!(decode_txn_key(&gc_threshold_key(shard)).is_err());
     }
-    use std::cmp::Reverse;
 
     fn enc(b: &[u8]) -> Vec<u8> {
         let mut out = Vec::new();
@@ -559,34 +703,52 @@ mod tests {
 
     #[test]
     fn decoders_reject_wrong_lengths() {
-        assert!(decode_data_key(&[0; 7]).is_err());
-        assert!(decode_data_key(&data_key(ShardId(1), b"k", Timestamp(5))[..12]).is_err());
+        assert!(decode_data_key(&[]).is_err());
+        assert!(decode_data_key(&[3, 0]).is_err());
+        assert!(decode_data_key(&data_key(U, b"k", Timestamp(5))[..6]).is_err());
+        let mut foreign = data_key(U, b"k", Timestamp(5));
+        foreign[0] = SHARD_LOCAL_PREFIX;
+        assert!(decode_data_key(&foreign).is_err(), "not a keyspace");
         assert!(decode_raft_log_key(&[0; 15]).is_err());
         assert!(decode_raft_meta_key(&[0; 10]).is_err());
         assert!(decode_raft_meta_key(&[0, 0, 0, 0, 0, 0, 0, 1, 99]).is_err());
         assert!(decode_raft_meta_key(FORMAT_VERSION_KEY).is_err());
+        assert!(decode_version_prefix(&[3, b'k', 0, 0, 9]).is_err());
+        assert_eq!(
+            decode_version_prefix(&data_key_seek(U, b"k")).unwrap(),
+            b"k"
+        );
     }
 
     /// A slot sorts before every version of its key, after every entry of smaller keys, and
     /// lies inside the key's versions range.
     #[test]
     fn slot_key_sorts_first_among_its_versions() {
-        let s = ShardId(4);
-        let slot = data_slot_key(s, b"a");
-        assert_eq!(slot, data_key(s, b"a", SLOT_TS));
+        let slot = data_slot_key(U, b"a");
+        assert_eq!(slot, data_key(U, b"a", SLOT_TS));
         assert!(slot.ends_with(&[0u8; 8]));
         for ts in [0, 1, 30, MAX_VERSION_TS.0] {
-            assert!(slot < data_key(s, b"a", Timestamp(ts)));
-            assert!(data_key(s, b"", Timestamp(ts)) < slot);
-            assert!(data_key(s, b"a", Timestamp(ts)) < data_slot_key(s, b"a\0"));
+            assert!(slot < data_key(U, b"a", Timestamp(ts)));
+            assert!(data_key(U, b"", Timestamp(ts)) < slot);
+            assert!(data_key(U, b"a", Timestamp(ts)) < data_slot_key(U, b"a\0"));
         }
-        let (vs, ve) = data_key_versions_range(s, b"a");
+        let (vs, ve) = data_key_versions_range(U, b"a");
         assert!(vs <= slot && slot < ve);
         let (_, ts) = split_data_key(&slot).unwrap();
         assert!(is_slot_ts(ts));
         assert!(!is_slot_ts(MAX_VERSION_TS));
         // A seek at any real read timestamp starts after the slot.
-        assert!(slot < data_key(s, b"a", MAX_VERSION_TS));
+        assert!(slot < data_key(U, b"a", MAX_VERSION_TS));
+    }
+
+    #[test]
+    fn the_metadata_shard_has_the_system_keyspace() {
+        assert_eq!(Keyspace::from(ShardId::META), Keyspace::System);
+        assert_eq!(Keyspace::from(ShardId(1)), Keyspace::User);
+        assert_ne!(
+            data_key(ShardId::META, b"node/1", Timestamp(1)),
+            data_key(ShardId(1), b"node/1", Timestamp(1))
+        );
     }
 
     #[test]
@@ -607,11 +769,6 @@ mod tests {
         assert_eq!(decode_raft_log_key(&k).unwrap(), (ShardId(3), 42));
         let (s, e) = raft_log_range(ShardId(3));
         assert!(s <= k && k < e);
-        let k = intent_key(ShardId(3), b"x\0y");
-        assert_eq!(
-            decode_intent_key(&k).unwrap(),
-            (ShardId(3), b"x\0y".to_vec())
-        );
     }
 
     fn small_key() -> impl Strategy<Value = Vec<u8>> {
@@ -622,9 +779,13 @@ mod tests {
         )
     }
 
-    fn triple() -> impl Strategy<Value = (u64, Vec<u8>, u64)> {
+    fn space() -> impl Strategy<Value = Keyspace> {
+        prop_oneof![Just(Keyspace::System), Just(Keyspace::User)]
+    }
+
+    fn triple() -> impl Strategy<Value = (Keyspace, Vec<u8>, u64)> {
         (
-            prop_oneof![0u64..3, Just(MAX_SHARD_ID)],
+            space(),
             small_key(),
             prop_oneof![Just(0u64), Just(u64::MAX), any::<u64>(), 0u64..4],
         )
@@ -645,25 +806,26 @@ mod tests {
             }
         }
 
-        /// Data keys order by (shard, user key, newest ts first) and round-trip.
+        /// Data keys order by (keyspace, user key, newest ts first) and round-trip.
         #[test]
         fn data_key_order_and_round_trip(x in triple(), y in triple()) {
-            let kx = data_key(ShardId(x.0), &x.1, Timestamp(x.2));
-            let ky = data_key(ShardId(y.0), &y.1, Timestamp(y.2));
+            let kx = data_key(x.0, &x.1, Timestamp(x.2));
+            let ky = data_key(y.0, &y.1, Timestamp(y.2));
             let ox = (x.0, x.1.clone(), Reverse(x.2));
             let oy = (y.0, y.1.clone(), Reverse(y.2));
             prop_assert_eq!(ox.cmp(&oy), kx.cmp(&ky));
-            prop_assert_eq!(decode_data_key(&kx).unwrap(), (ShardId(x.0), x.1.clone(), Timestamp(x.2)));
+            prop_assert_eq!(decode_data_key(&kx).unwrap(), (x.0, x.1.clone(), Timestamp(x.2)));
             let (prefix, ts) = split_data_key(&kx).unwrap();
-            let seek = data_key_seek(ShardId(x.0), &x.1);
+            let seek = data_key_seek(x.0, &x.1);
             prop_assert_eq!(prefix, seek.as_slice());
+            prop_assert_eq!(decode_version_prefix(prefix).unwrap(), x.1.clone());
             prop_assert_eq!(ts, Timestamp(x.2));
             // The version range of x's key holds kx and holds ky iff ky is a version of x's key.
-            let (vs, ve) = data_key_versions_range(ShardId(x.0), &x.1);
+            let (vs, ve) = data_key_versions_range(x.0, &x.1);
             prop_assert!(vs <= kx && kx < ve);
             prop_assert_eq!(vs <= ky && ky < ve, x.0 == y.0 && x.1 == y.1);
-            // The shard range holds exactly the shard's keys.
-            let (ss, se) = shard_data_range(ShardId(x.0));
+            // The keyspace's range holds exactly its keys.
+            let (ss, se) = x.0.range();
             prop_assert!(ss <= kx && kx < se);
             prop_assert_eq!(ss <= ky && ky < se, x.0 == y.0);
         }
@@ -674,7 +836,8 @@ mod tests {
             let _ = decode_data_key(&raw);
             let _ = decode_raft_log_key(&raw);
             let _ = decode_raft_meta_key(&raw);
-            let _ = decode_intent_key(&raw);
+            let _ = decode_txn_key(&raw);
+            let _ = decode_version_prefix(&raw);
             let _ = split_data_key(&raw);
         }
     }

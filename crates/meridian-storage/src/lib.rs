@@ -38,7 +38,9 @@ pub mod crash;
 #[cfg(any(test, feature = "testing"))]
 pub mod faulty;
 
-pub use engine::{BatchOp, Cf, Engine, EngineOptions, KvIter, KvPair, WriteBatch, MAX_ENTRY_BYTES};
+pub use engine::{
+    BatchOp, Cf, Engine, EngineOptions, KeyRange, KvIter, KvPair, WriteBatch, MAX_ENTRY_BYTES,
+};
 pub use error::{Error, Result};
 pub use memory::MemoryEngine;
 pub use rocks::{RocksEngine, STORAGE_FORMAT_VERSION};

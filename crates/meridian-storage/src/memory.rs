@@ -5,7 +5,7 @@
 //! nothing survives the process, so `sync` and `flush` are no-ops.
 //!
 //! # Snapshot file format
-//! `export_range_sst` writes its own format so the snapshot code path (export, ship the file,
+//! `export_sst` writes its own format so the snapshot code path (export, ship the file,
 //! ingest) runs unchanged in tests:
 //!
 //! ```text
@@ -20,7 +20,7 @@
 //! - `scan` materializes the whole range under the read lock (fine for tests, not for
 //!   millions of keys).
 
-use crate::engine::{BatchOp, Cf, Engine, KvIter, KvPair, WriteBatch, MAX_ENTRY_BYTES};
+use crate::engine::{BatchOp, Cf, Engine, KeyRange, KvIter, KvPair, WriteBatch, MAX_ENTRY_BYTES};
 use crate::error::{Error, Result};
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
@@ -120,15 +120,18 @@ impl Engine for MemoryEngine {
         Ok(())
     }
 
-    fn export_range_sst(&self, cf: Cf, start: &[u8], end: &[u8], path: &Path) -> Result<u64> {
-        if end <= start {
-            return Ok(0);
-        }
+    fn export_sst(&self, cf: Cf, ranges: &[KeyRange<'_>], path: &Path) -> Result<u64> {
+        crate::engine::check_ranges(ranges)?;
         let rows: Vec<KvPair> = {
             let trees = self.read();
-            trees[cf.index()]
-                .range::<[u8], _>(range_bounds(start, Some(end)))
-                .map(|(k, v)| (k.clone(), v.clone()))
+            ranges
+                .iter()
+                .filter(|(s, e)| s < e)
+                .flat_map(|&(start, end)| {
+                    trees[cf.index()]
+                        .range::<[u8], _>(range_bounds(start, Some(end)))
+                        .map(|(k, v)| (k.clone(), v.clone()))
+                })
                 .collect()
         };
         if rows.is_empty() {
@@ -155,27 +158,24 @@ impl Engine for MemoryEngine {
         Ok(rows.len() as u64)
     }
 
-    fn ingest_range_sst(
-        &self,
-        cf: Cf,
-        start: &[u8],
-        end: &[u8],
-        path: Option<&Path>,
-    ) -> Result<()> {
+    fn ingest_sst(&self, cf: Cf, ranges: &[KeyRange<'_>], path: Option<&Path>) -> Result<()> {
+        crate::engine::check_ranges(ranges)?;
         let rows = match path {
-            Some(path) => read_snapshot_file(path, start, end)?,
+            Some(path) => read_snapshot_file(path, ranges)?,
             None => Vec::new(),
         };
         let mut trees = self.write_lock();
         let tree = &mut trees[cf.index()];
-        delete_range(tree, start, end);
+        for &(start, end) in ranges {
+            delete_range(tree, start, end);
+        }
         tree.extend(rows);
         Ok(())
     }
 }
 
-/// Reads and fully validates a snapshot file written by `export_range_sst`.
-fn read_snapshot_file(path: &Path, start: &[u8], end: &[u8]) -> Result<Vec<KvPair>> {
+/// Reads and fully validates a snapshot file written by `export_sst`.
+fn read_snapshot_file(path: &Path, ranges: &[KeyRange<'_>]) -> Result<Vec<KvPair>> {
     const WHAT: &str = "memory snapshot file";
     let mut raw = Vec::new();
     std::fs::File::open(path)?.read_to_end(&mut raw)?;
@@ -211,8 +211,8 @@ fn read_snapshot_file(path: &Path, start: &[u8], end: &[u8]) -> Result<Vec<KvPai
         let (key, tail) = rest.split_at(key_len);
         let (value, tail) = tail.split_at(value_len);
         rest = tail;
-        if key < start || key >= end {
-            return Err(Error::corrupt(WHAT, "key outside the ingested range"));
+        if !crate::engine::in_ranges(ranges, key) {
+            return Err(Error::corrupt(WHAT, "key outside the ingested ranges"));
         }
         if rows.last().is_some_and(|(prev, _)| prev.as_slice() >= key) {
             return Err(Error::corrupt(WHAT, "keys not strictly ascending"));
@@ -247,9 +247,7 @@ mod tests {
         b.put(Cf::Data, b"k2".to_vec(), b"v2".to_vec());
         source.write(b, false).unwrap();
         assert_eq!(
-            source
-                .export_range_sst(Cf::Data, b"k", b"l", &path)
-                .unwrap(),
+            source.export_sst(Cf::Data, &[(b"k", b"l")], &path).unwrap(),
             2
         );
         let good = std::fs::read(&path).unwrap();
@@ -269,7 +267,7 @@ mod tests {
         ] {
             std::fs::write(&path, &bad).unwrap();
             let err = target
-                .ingest_range_sst(Cf::Data, b"k", b"l", Some(&path))
+                .ingest_sst(Cf::Data, &[(b"k", b"l")], Some(&path))
                 .unwrap_err();
             assert!(matches!(err, Error::Corrupt { .. }), "{err}");
             assert_eq!(target.get(Cf::Data, b"k0").unwrap(), Some(b"old".to_vec()));
@@ -277,10 +275,10 @@ mod tests {
         // Keys outside the ingested range are refused too.
         std::fs::write(&path, &good).unwrap();
         assert!(target
-            .ingest_range_sst(Cf::Data, b"k", b"k2", Some(&path))
+            .ingest_sst(Cf::Data, &[(b"k", b"k2")], Some(&path))
             .is_err());
         target
-            .ingest_range_sst(Cf::Data, b"k", b"l", Some(&path))
+            .ingest_sst(Cf::Data, &[(b"k", b"l")], Some(&path))
             .unwrap();
         assert_eq!(target.get(Cf::Data, b"k0").unwrap(), None);
         assert_eq!(target.get(Cf::Data, b"k2").unwrap(), Some(b"v2".to_vec()));

@@ -8,10 +8,10 @@
 //! ```text
 //!  Cf::Data, one user key "k" (slot first, then versions newest first thanks to !ts):
 //!
-//!    s ‖ enc("k") ‖ 0x00×8 → Latest(30, Put("c"))  copy of the newest version, by exact key
-//!    s ‖ enc("k") ‖ !30    → Put("c")      read at 35 → "c"@30 (answered by the slot alone)
-//!    s ‖ enc("k") ‖ !20    → Tombstone     read at 25 → none
-//!    s ‖ enc("k") ‖ !10    → Put("a")      read at 15 → "a"@10,  read at 5 → none
+//!    03 ‖ enc("k") ‖ 0x00×8 → Latest(30, Put("c"))  copy of the newest version, by exact key
+//!    03 ‖ enc("k") ‖ !30    → Put("c")      read at 35 → "c"@30 (answered by the slot alone)
+//!    03 ‖ enc("k") ‖ !20    → Tombstone     read at 25 → none
+//!    03 ‖ enc("k") ‖ !10    → Put("a")      read at 15 → "a"@10,  read at 5 → none
 //! ```
 //!
 //! # Value encoding
@@ -28,7 +28,7 @@
 //! # The latest-version slot
 //! RocksDB's MultiGet needs *exact* keys, but a version's key contains its timestamp, which a
 //! reader does not know. So every [`put`] and [`delete`] also overwrites, in the same
-//! `WriteBatch`, the key's slot ([`keys::data_slot_key`], i.e. `data_key(shard, key,
+//! `WriteBatch`, the key's slot ([`keys::data_slot_key`], i.e. `data_key(space, key,
 //! Timestamp::MAX)`) with the timestamp **and the value** it wrote. A read at or above the
 //! newest version is then one exact-key lookup, the same count as a single-version KV store,
 //! and MultiGet batches it across keys.
@@ -58,9 +58,6 @@
 //!   was taken above the floor (see `meridian-raft`'s `locks`). A write below the slot's
 //!   timestamp would make the slot claim it is the newest and hide the newer version from
 //!   reads at or above it.
-//! - **User keys are not empty.** Every shard keeps a transaction region in `Cf::Data` right
-//!   after where the empty key's versions would be (`keys::txn_region_prefix`), and scans
-//!   start past it; the API and apply refuse empty keys (`MAX_KEY_BYTES` checks). Asserted.
 //! - **Version timestamps are below `Timestamp::MAX`** (at most [`keys::MAX_VERSION_TS`]):
 //!   `Timestamp::MAX` is the slot's key. Asserted (in release builds too: a version at `MAX`
 //!   would silently overwrite the slot).
@@ -70,7 +67,7 @@
 //!   version is written in one atomic batch with its slot, and snapshots carry the whole data
 //!   range), so `None`. Slot ts `<= read_ts`: the slot's copy is the answer (a tombstone reads
 //!   as `None`); no second lookup. Slot ts `> read_ts` (a read in the past of a key written
-//!   since): fall back to a bounded seek from `data_key(shard, key, read_ts)`, which starts
+//!   since): fall back to a bounded seek from `data_key(space, key, read_ts)`, which starts
 //!   after the slot because the slot sorts first.
 //! - **Batched read** ([`multi_get`]): the keys are sorted (the slot keys then come out sorted
 //!   too, since the encoding preserves order), and **one** [`Engine::multi_get`] fetches every
@@ -137,9 +134,9 @@
 
 use crate::engine::{Cf, Engine, KvIter, KvPair, WriteBatch};
 use crate::error::{Error, Result};
-use crate::keys;
+use crate::keys::{self, Keyspace};
 use meridian_types::limits::MAX_SCAN_ENTRIES_PER_PAGE;
-use meridian_types::{ShardId, Timestamp};
+use meridian_types::Timestamp;
 
 /// A visible version: its timestamp and value.
 pub type Versioned = (Timestamp, Vec<u8>);
@@ -264,19 +261,15 @@ pub fn decode_slot(raw: &[u8]) -> Result<(Timestamp, VersionValue)> {
 }
 
 /// Adds the version `raw` of `key` at `ts` and overwrites the key's slot with a copy of it.
-fn write_version(batch: &mut WriteBatch, shard: ShardId, key: &[u8], ts: Timestamp, raw: Vec<u8>) {
-    assert!(
-        !key.is_empty(),
-        "user keys are never empty (see the module docs)"
-    );
+fn write_version(batch: &mut WriteBatch, space: Keyspace, key: &[u8], ts: Timestamp, raw: Vec<u8>) {
     assert!(
         ts <= keys::MAX_VERSION_TS,
         "version timestamp {} is Timestamp::MAX, reserved for the latest-version slot",
         ts.0
     );
     let slot = encode_slot(ts, &raw);
-    batch.put(Cf::Data, keys::data_key(shard, key, ts), raw);
-    batch.put(Cf::Data, keys::data_slot_key(shard, key), slot);
+    batch.put(Cf::Data, keys::data_key(space, key, ts), raw);
+    batch.put(Cf::Data, keys::data_slot_key(space, key), slot);
 }
 
 /// Adds a version of `key` holding `value` at `ts` to `batch`, and overwrites the key's
@@ -285,20 +278,32 @@ fn write_version(batch: &mut WriteBatch, shard: ShardId, key: &[u8], ts: Timesta
 ///
 /// Preconditions (see the module docs): per key, writes are applied in non-decreasing
 /// timestamp order, so `ts` is the key's newest version once the batch is applied;
-/// `ts < Timestamp::MAX` (panics otherwise: `MAX` is the slot's key); `key` is not empty
-/// (panics otherwise).
-pub fn put(batch: &mut WriteBatch, shard: ShardId, key: &[u8], ts: Timestamp, value: &[u8]) {
-    write_version(batch, shard, key, ts, encode_put(value));
+/// `ts < Timestamp::MAX` (panics otherwise: `MAX` is the slot's key). The empty key is a key
+/// like any other here (the API refuses it).
+pub fn put(
+    batch: &mut WriteBatch,
+    space: impl Into<Keyspace>,
+    key: &[u8],
+    ts: Timestamp,
+    value: &[u8],
+) {
+    write_version(batch, space.into(), key, ts, encode_put(value));
 }
 
 /// Adds a tombstone version of `key` at `ts` to `batch`, and overwrites the key's
 /// latest-version slot with `ts` and a tombstone in the same batch. Same preconditions as
 /// [`put`].
-pub fn delete(batch: &mut WriteBatch, shard: ShardId, key: &[u8], ts: Timestamp) {
-    write_version(batch, shard, key, ts, VersionValue::Tombstone.encode());
+pub fn delete(batch: &mut WriteBatch, space: impl Into<Keyspace>, key: &[u8], ts: Timestamp) {
+    write_version(
+        batch,
+        space.into(),
+        key,
+        ts,
+        VersionValue::Tombstone.encode(),
+    );
 }
 
-/// Turns the first entry found by a seek from `data_key(shard, key, read_ts)` into a read
+/// Turns the first entry found by a seek from `data_key(space, key, read_ts)` into a read
 /// result.
 pub(crate) fn visible(found: Option<KvPair>) -> Result<Option<Versioned>> {
     let Some((k, v)) = found else {
@@ -323,9 +328,9 @@ fn visible_at(ts: Timestamp, raw: &[u8]) -> Result<Option<Versioned>> {
 /// `[start, end)` of a bounded seek for the newest version of `key` at or below `read_ts`.
 /// `read_ts` is clamped to [`keys::MAX_VERSION_TS`] (no version is newer) so the seek never
 /// starts at the slot.
-pub(crate) fn seek_bounds(shard: ShardId, key: &[u8], read_ts: Timestamp) -> KvPair {
-    let start = keys::data_key(shard, key, read_ts.min(keys::MAX_VERSION_TS));
-    let (_, end) = keys::data_key_versions_range(shard, key);
+pub(crate) fn seek_bounds(space: Keyspace, key: &[u8], read_ts: Timestamp) -> KvPair {
+    let start = keys::data_key(space, key, read_ts.min(keys::MAX_VERSION_TS));
+    let (_, end) = keys::data_key_versions_range(space, key);
     (start, end)
 }
 
@@ -337,18 +342,19 @@ pub(crate) fn seek_bounds(shard: ShardId, key: &[u8], read_ts: Timestamp) -> KvP
 /// See the module docs.
 pub fn get(
     engine: &dyn Engine,
-    shard: ShardId,
+    space: impl Into<Keyspace>,
     key: &[u8],
     read_ts: Timestamp,
 ) -> Result<Option<Versioned>> {
-    let Some(slot) = engine.get(Cf::Data, &keys::data_slot_key(shard, key))? else {
+    let space = space.into();
+    let Some(slot) = engine.get(Cf::Data, &keys::data_slot_key(space, key))? else {
         return Ok(None);
     };
     let (newest, value) = split_slot(&slot)?;
     if newest <= read_ts {
         return Ok(value.map(|v| (newest, v.to_vec())));
     }
-    let (start, end) = seek_bounds(shard, key, read_ts);
+    let (start, end) = seek_bounds(space, key, read_ts);
     let first = engine
         .scan(Cf::Data, &start, Some(&end), false)
         .next()
@@ -374,10 +380,11 @@ fn check_len(what: &'static str, got: usize, want: usize) -> Result<()> {
 /// the others (none when `read_ts` is at or above every key's newest version).
 pub fn multi_get(
     engine: &dyn Engine,
-    shard: ShardId,
+    space: impl Into<Keyspace>,
     keys: &[&[u8]],
     read_ts: Timestamp,
 ) -> Result<Vec<Option<Versioned>>> {
+    let space = space.into();
     let mut out = vec![None; keys.len()];
     if keys.is_empty() {
         return Ok(out);
@@ -389,7 +396,7 @@ pub fn multi_get(
 
     let slot_keys: Vec<Vec<u8>> = order
         .iter()
-        .map(|&i| keys::data_slot_key(shard, keys[i]))
+        .map(|&i| keys::data_slot_key(space, keys[i]))
         .collect();
     let slot_refs: Vec<&[u8]> = slot_keys.iter().map(Vec::as_slice).collect();
     let slots = engine.multi_get(Cf::Data, &slot_refs)?;
@@ -407,7 +414,7 @@ pub fn multi_get(
             out[i] = value.map(|v| (newest, v.to_vec()));
         } else {
             past.push(i);
-            past_bounds.push(seek_bounds(shard, keys[i], read_ts));
+            past_bounds.push(seek_bounds(space, keys[i], read_ts));
         }
     }
 
@@ -438,14 +445,15 @@ pub struct ScanPage {
     pub resume_key: Option<Vec<u8>>,
 }
 
-/// Visible user keys in `[start, end)` (`end = None`: to the end of the shard) at `read_ts`,
+/// Visible user keys in `[start, end)` (`end = None`: to the end of the keyspace; a shard's
+/// caller bounds it by the shard's span) at `read_ts`,
 /// each at its newest version `<= read_ts`, tombstoned and invisible keys skipped, at most
 /// `limit` rows (a `limit` of 0 is treated as 1), ascending or (`reverse`) descending. A page
 /// examines at most [`MAX_SCAN_ENTRIES_PER_PAGE`] stored entries (finishing the key it is on)
 /// and then returns early with a `resume_key`.
 pub fn scan(
     engine: &dyn Engine,
-    shard: ShardId,
+    space: impl Into<Keyspace>,
     start: &[u8],
     end: Option<&[u8]>,
     read_ts: Timestamp,
@@ -454,7 +462,7 @@ pub fn scan(
 ) -> Result<ScanPage> {
     scan_with_budget(
         engine,
-        shard,
+        space,
         (start, end),
         read_ts,
         limit,
@@ -466,7 +474,7 @@ pub fn scan(
 /// [`scan`] with an explicit budget of examined entries (tests use small ones).
 pub fn scan_with_budget(
     engine: &dyn Engine,
-    shard: ShardId,
+    space: impl Into<Keyspace>,
     (start, end): (&[u8], Option<&[u8]>),
     read_ts: Timestamp,
     limit: usize,
@@ -474,11 +482,7 @@ pub fn scan_with_budget(
     budget: usize,
 ) -> Result<ScanPage> {
     let limit = limit.max(1);
-    let lower = keys::data_scan_lower(shard, start);
-    let upper = match end {
-        Some(end) => keys::data_key_seek(shard, end),
-        None => keys::shard_data_range(shard).1,
-    };
+    let (lower, upper) = keys::data_scan_bounds(space, start, end);
     let iter = engine.scan(Cf::Data, &lower, Some(&upper), reverse);
     let budget = budget.max(1);
     if reverse {
@@ -493,16 +497,12 @@ pub fn scan_with_budget(
 /// snapshot read's uncertainty check (see `uncertainty`).
 pub fn scan_in_window(
     engine: &dyn Engine,
-    shard: ShardId,
+    space: impl Into<Keyspace>,
     (start, end): (&[u8], Option<&[u8]>),
     (read_ts, window_end): (Timestamp, Timestamp),
     limit: usize,
 ) -> Result<(ScanPage, Option<Timestamp>)> {
-    let lower = keys::data_scan_lower(shard, start);
-    let upper = match end {
-        Some(end) => keys::data_key_seek(shard, end),
-        None => keys::shard_data_range(shard).1,
-    };
+    let (lower, upper) = keys::data_scan_bounds(space, start, end);
     let iter = engine.scan(Cf::Data, &lower, Some(&upper), false);
     scan_forward(
         iter,
@@ -515,15 +515,7 @@ pub fn scan_in_window(
 type RawIter<'a> = KvIter<'a>;
 
 pub(crate) fn decode_user_key(prefix: &[u8]) -> Result<Vec<u8>> {
-    // `prefix` is `shard ‖ encode_bytes(user_key)`; split_data_key checked it has 8+ bytes.
-    let (user_key, rest) = keys::decode_bytes(prefix.get(8..).unwrap_or_default())?;
-    if !rest.is_empty() {
-        return Err(Error::corrupt(
-            "data key",
-            "bytes between user key and timestamp",
-        ));
-    }
-    Ok(user_key)
+    keys::decode_version_prefix(prefix)
 }
 
 fn scan_forward(
@@ -649,11 +641,11 @@ fn finish_group(
 /// One point get of the key's latest-version slot (its value copy is checked, not copied).
 pub fn latest_version_ts(
     engine: &dyn Engine,
-    shard: ShardId,
+    space: impl Into<Keyspace>,
     key: &[u8],
 ) -> Result<Option<Timestamp>> {
     engine
-        .get(Cf::Data, &keys::data_slot_key(shard, key))?
+        .get(Cf::Data, &keys::data_slot_key(space, key))?
         .map(|raw| split_slot(&raw).map(|(ts, _)| ts))
         .transpose()
 }
@@ -661,7 +653,8 @@ pub fn latest_version_ts(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::MemoryEngine;
+    use crate::{KeyRange, MemoryEngine};
+    use meridian_types::ShardId;
     use std::path::Path;
     use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -739,7 +732,9 @@ mod tests {
         assert_eq!(get(&e, s, b"k", Timestamp(5)).unwrap(), None);
         assert_eq!(latest_version_ts(&e, s, b"k").unwrap(), Some(Timestamp(30)));
         assert_eq!(latest_version_ts(&e, s, b"k2").unwrap(), None);
-        assert_eq!(get(&e, ShardId(2), b"k", Timestamp::MAX).unwrap(), None);
+        // Another data shard shares the user keyspace; the metadata shard's is its own.
+        assert!(get(&e, ShardId(2), b"k", Timestamp::MAX).unwrap().is_some());
+        assert_eq!(get(&e, ShardId::META, b"k", Timestamp::MAX).unwrap(), None);
         // The slot is stored as the doc diagram shows: first in the key's range, naming 30.
         let (start, end) = keys::data_key_versions_range(s, b"k");
         let (first_key, first_value) = e
@@ -945,17 +940,11 @@ mod tests {
         fn flush(&self) -> Result<()> {
             self.inner.flush()
         }
-        fn export_range_sst(&self, cf: Cf, start: &[u8], end: &[u8], path: &Path) -> Result<u64> {
-            self.inner.export_range_sst(cf, start, end, path)
+        fn export_sst(&self, cf: Cf, ranges: &[KeyRange<'_>], path: &Path) -> Result<u64> {
+            self.inner.export_sst(cf, ranges, path)
         }
-        fn ingest_range_sst(
-            &self,
-            cf: Cf,
-            start: &[u8],
-            end: &[u8],
-            path: Option<&Path>,
-        ) -> Result<()> {
-            self.inner.ingest_range_sst(cf, start, end, path)
+        fn ingest_sst(&self, cf: Cf, ranges: &[KeyRange<'_>], path: Option<&Path>) -> Result<()> {
+            self.inner.ingest_sst(cf, ranges, path)
         }
     }
 

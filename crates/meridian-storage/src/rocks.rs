@@ -1,8 +1,9 @@
 //! [`RocksEngine`]: the [`Engine`] on one RocksDB database with five column families.
 //!
 //! # Why it is configured this way
-//! - **One database, five column families**, every key prefixed by its shard. One WAL means a
-//!   batch is atomic across families and a crash loses only a suffix of the write order.
+//! - **One database, five column families** shared by every shard (MVCC data keyed by user
+//!   key, Raft state by shard id; see `keys`). One WAL means a batch is atomic across families
+//!   and a crash loses only a suffix of the write order.
 //! - **Option objects are built once** at open and kept in the struct: the `WriteOptions`
 //!   (sync and non-sync), the point-read `ReadOptions`, the `FlushOptions`, the ingest options
 //!   and the per-family `Options` (reused by the SST writer). Building them per call is what
@@ -16,7 +17,7 @@
 //!   latest-version slot, which holds the newest version's value (see `mvcc`), so a hit is one
 //!   lookup and a miss costs a filter probe, not a seek. Only reads below a key's newest
 //!   version still *seek* to `key ‖ !read_ts`, which whole-key filters cannot serve; a prefix
-//!   extractor over `shard ‖ encode_bytes(key)` would, see "not done yet".
+//!   extractor over `space ‖ encode_bytes(key)` would, see "not done yet".
 //! - **MultiGet** ([`Engine::multi_get`]) is RocksDB's batched MultiGet. It checks whether the
 //!   keys are sorted and, if so, passes `sorted_input = true` so RocksDB skips its own sort;
 //!   MVCC always passes them sorted.
@@ -30,10 +31,10 @@
 //!   newest version, scans); it needs a custom `SliceTransform` that finds the end of the
 //!   escaped user key.
 //! - No checkpoints (`rocksdb::checkpoint`) for whole-node seeding; shard snapshots use
-//!   `export_range_sst`.
+//!   `export_sst`.
 //! - No periodic manual compaction, rate limiter or statistics export.
 
-use crate::engine::{BatchOp, Cf, Engine, EngineOptions, KvIter, KvPair, WriteBatch};
+use crate::engine::{BatchOp, Cf, Engine, EngineOptions, KeyRange, KvIter, KvPair, WriteBatch};
 use crate::error::{Error, Result};
 use crate::keys;
 use rocksdb::{
@@ -54,9 +55,12 @@ use std::path::{Path, PathBuf};
 /// refused, not misread. 4 = Raft log entries carry a write's request id and results carry
 /// dedup/rejection fields (a version-3 log would not decode), and shards keep write-dedup
 /// entries and snapshot-install markers in `Cf::RaftMeta`. 5 = each shard's data range holds
-/// a transaction region (`keys::txn_region_prefix`: prepared locks and transaction records),
-/// which a version-4 build would misread as user keys.
-pub const STORAGE_FORMAT_VERSION: u32 = 5;
+/// a transaction region (prepared locks and transaction records), which a version-4 build
+/// would misread as user keys. 6 = MVCC data is keyed by user key alone (`space ‖ key ‖ !ts`,
+/// no shard id), the shard's transaction region and GC threshold are shard-local keys
+/// (`01 ‖ shard ‖ …`); a version-5 directory's keys all begin with a shard id and would be
+/// misread.
+pub const STORAGE_FORMAT_VERSION: u32 = 6;
 
 /// Bloom filter bits per key on the point-lookup families.
 const BLOOM_BITS_PER_KEY: f64 = 10.0;
@@ -301,53 +305,55 @@ impl Engine for RocksEngine {
         Ok(())
     }
 
-    fn export_range_sst(&self, cf: Cf, start: &[u8], end: &[u8], path: &Path) -> Result<u64> {
+    fn export_sst(&self, cf: Cf, ranges: &[KeyRange<'_>], path: &Path) -> Result<u64> {
+        crate::engine::check_ranges(ranges)?;
         let h = self.handle(cf)?;
-        let mut ro = Self::iter_opts(start, Some(end));
-        // A bulk export should not evict the foreground working set from the block cache.
-        ro.fill_cache(false);
-        if end <= start {
-            return Ok(0);
-        }
-        let mut iter = self
-            .db
-            .iterator_cf_opt(h, ro, IteratorMode::Start)
-            .peekable();
-        if iter.peek().is_none() {
-            return Ok(0);
-        }
-        let mut writer = SstFileWriter::create(&self.cf_opts[cf.index()]);
-        writer.open(path)?;
+        let mut writer: Option<SstFileWriter> = None;
         let mut written = 0u64;
         let result = (|| -> Result<()> {
-            for item in iter {
-                let (k, v) = item?;
-                writer.put(k, v)?;
-                written += 1;
+            for &(start, end) in ranges.iter().filter(|(s, e)| s < e) {
+                let mut ro = Self::iter_opts(start, Some(end));
+                // A bulk export should not evict the foreground working set from the block
+                // cache.
+                ro.fill_cache(false);
+                for item in self.db.iterator_cf_opt(h, ro, IteratorMode::Start) {
+                    let (k, v) = item?;
+                    let w = match &mut writer {
+                        Some(w) => w,
+                        None => {
+                            let w = writer.insert(SstFileWriter::create(&self.cf_opts[cf.index()]));
+                            w.open(path)?;
+                            w
+                        }
+                    };
+                    w.put(k, v)?;
+                    written += 1;
+                }
             }
-            writer.finish()?;
+            if let Some(w) = &mut writer {
+                w.finish()?;
+            }
             Ok(())
         })();
         if let Err(e) = result {
             // Best effort: do not leave a half-written file that looks like a snapshot.
-            let _ = std::fs::remove_file(path);
+            if writer.is_some() {
+                let _ = std::fs::remove_file(path);
+            }
             return Err(e);
         }
         Ok(written)
     }
 
-    fn ingest_range_sst(
-        &self,
-        cf: Cf,
-        start: &[u8],
-        end: &[u8],
-        path: Option<&Path>,
-    ) -> Result<()> {
+    fn ingest_sst(&self, cf: Cf, ranges: &[KeyRange<'_>], path: Option<&Path>) -> Result<()> {
+        crate::engine::check_ranges(ranges)?;
         let h = self.handle(cf)?;
         // Synced so the clear is durable before the ingested file (which gets a newer sequence
-        // number than the range tombstone, so its keys survive the delete).
+        // number than the range tombstones, so its keys survive the deletes).
         let mut clear = WriteBatch::new();
-        clear.delete_range(cf, start, end);
+        for &(start, end) in ranges.iter().filter(|(s, e)| s < e) {
+            clear.delete_range(cf, start, end);
+        }
         self.write(clear, true)?;
         if let Some(path) = path {
             self.db

@@ -18,20 +18,21 @@
 
 use crate::engine::{Cf, Engine};
 use crate::error::Result;
-use crate::keys;
+use crate::keys::{self, Keyspace};
 use crate::mvcc::{seek_bounds, split_slot, visible, Versioned};
-use meridian_types::{ShardId, Timestamp};
+use meridian_types::Timestamp;
 
 /// `keys` read at `read_ts` (in input order, duplicates allowed, as `mvcc::multi_get`), and the
 /// newest version timestamp in `(read_ts, window_end]` among their versions, if any. When the
 /// second is `Some`, the first is incomplete and must not be used.
 pub fn multi_get_in_window(
     engine: &dyn Engine,
-    shard: ShardId,
+    space: impl Into<Keyspace>,
     keys: &[&[u8]],
     read_ts: Timestamp,
     window_end: Timestamp,
 ) -> Result<(Vec<Option<Versioned>>, Option<Timestamp>)> {
+    let space = space.into();
     let mut out: Vec<Option<Versioned>> = vec![None; keys.len()];
     if keys.is_empty() {
         return Ok((out, None));
@@ -42,7 +43,7 @@ pub fn multi_get_in_window(
     order.sort_by(|&a, &b| keys[a].cmp(keys[b]));
     let slot_keys: Vec<Vec<u8>> = order
         .iter()
-        .map(|&i| keys::data_slot_key(shard, keys[i]))
+        .map(|&i| keys::data_slot_key(space, keys[i]))
         .collect();
     let slot_refs: Vec<&[u8]> = slot_keys.iter().map(Vec::as_slice).collect();
     let slots = engine.multi_get(Cf::Data, &slot_refs)?;
@@ -62,7 +63,7 @@ pub fn multi_get_in_window(
     if !beyond.is_empty() {
         let bounds: Vec<_> = beyond
             .iter()
-            .map(|&i| seek_bounds(shard, keys[i], window_end))
+            .map(|&i| seek_bounds(space, keys[i], window_end))
             .collect();
         let ranges: Vec<(&[u8], &[u8])> = bounds
             .iter()
@@ -90,6 +91,7 @@ mod tests {
     use crate::engine::WriteBatch;
     use crate::memory::MemoryEngine;
     use crate::mvcc;
+    use meridian_types::ShardId;
 
     const SHARD: ShardId = ShardId(2);
 

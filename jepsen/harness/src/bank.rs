@@ -253,6 +253,7 @@ mod tests {
             end: Bytes::from(end),
             replicas: vec![1, 2, 3],
             leader_id: None,
+            generation: 1,
         };
         let map = ShardMap::new("c", [shard(1, "", "user3"), shard(2, "user3", "")], []);
         let groups = accounts(&map);

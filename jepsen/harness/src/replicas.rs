@@ -39,6 +39,10 @@ const LISTED: usize = 20;
 #[derive(Clone, Debug, Default)]
 pub struct Converged {
     pub shard: u64,
+    /// The shard's key range (`end` empty = to the end of the keyspace): data shards share one
+    /// keyspace in storage, so a replica's rows are the ones in its range.
+    pub start: Vec<u8>,
+    pub end: Vec<u8>,
     /// Replicas (node ids) that reported the shard's last log index as applied.
     pub nodes: Vec<u64>,
     /// Replicas that did not get there within the bound, with what they reported.
@@ -57,6 +61,7 @@ pub async fn wait_converged_for(cluster: &LocalCluster, key: &[u8]) -> anyhow::R
     loop {
         let mut reports: BTreeMap<u64, (u64, u64)> = BTreeMap::new();
         let mut shard = None;
+        let mut range = (Vec::new(), Vec::new());
         let mut replicas: Vec<u64> = Vec::new();
         for node in cluster.node_ids() {
             let addr = cluster.client_addr(node)?;
@@ -72,6 +77,7 @@ pub async fn wait_converged_for(cluster: &LocalCluster, key: &[u8]) -> anyhow::R
                 continue;
             };
             shard = Some(info.shard_id);
+            range = (info.start.to_vec(), info.end.to_vec());
             replicas = info.replicas.clone();
             if info.replicas.contains(&node) {
                 reports.insert(node, (info.applied_index, info.last_log_index));
@@ -97,6 +103,8 @@ pub async fn wait_converged_for(cluster: &LocalCluster, key: &[u8]) -> anyhow::R
                     .collect();
                 return Ok(Converged {
                     shard,
+                    start: range.0,
+                    end: range.1,
                     nodes: done,
                     lagging,
                 });
@@ -111,11 +119,19 @@ pub async fn wait_converged_for(cluster: &LocalCluster, key: &[u8]) -> anyhow::R
     }
 }
 
-/// The set's elements in a stopped node's RocksDB (`db_dir`), shard `shard`, newest versions.
-pub fn read_replica(db_dir: &Path, shard: u64) -> anyhow::Result<BTreeSet<u64>> {
+/// The set's elements in a stopped node's RocksDB (`db_dir`) within the shard's range
+/// `[shard_start, shard_end)` (empty end = to the end), newest versions.
+pub fn read_replica(
+    db_dir: &Path,
+    shard: u64,
+    (shard_start, shard_end): (&[u8], &[u8]),
+) -> anyhow::Result<BTreeSet<u64>> {
     let engine = RocksEngine::open(db_dir, &EngineOptions::default())?;
-    let end = b"set0".to_vec(); // '/' + 1
-    let mut start = SET_PREFIX.as_bytes().to_vec();
+    let mut end = b"set0".to_vec(); // '/' + 1
+    if !shard_end.is_empty() {
+        end = end.min(shard_end.to_vec());
+    }
+    let mut start = SET_PREFIX.as_bytes().to_vec().max(shard_start.to_vec());
     let mut out = BTreeSet::new();
     loop {
         let page = mvcc::scan(
@@ -380,16 +396,19 @@ mod tests {
                     x.to_string().as_bytes(),
                 );
             }
-            // Another shard's rows are not this replica's.
+            // Another shard's rows (past the end of shard 1's range) are not this replica's.
             mvcc::put(
                 &mut batch,
                 ShardId(2),
-                b"set/0000000099",
+                b"set/0000099999",
                 Timestamp(5),
-                b"99",
+                b"99999",
             );
             engine.write(batch, true).unwrap();
         }
-        assert_eq!(read_replica(dir.path(), 1).unwrap(), set(&[3, 7, 12_000]));
+        assert_eq!(
+            read_replica(dir.path(), 1, (b"", b"set/00000900")).unwrap(),
+            set(&[3, 7, 12_000])
+        );
     }
 }

@@ -177,7 +177,7 @@ pub async fn run(cfg: RunConfig, meridian: PathBuf) -> anyhow::Result<u8> {
         let mut held = std::collections::BTreeMap::new();
         for node in &converged.nodes {
             let db = data_dir.join(format!("node{node}")).join("db");
-            match replicas::read_replica(&db, converged.shard) {
+            match replicas::read_replica(&db, converged.shard, (&converged.start, &converged.end)) {
                 Ok(elements) => {
                     held.insert(*node, elements);
                 }

@@ -480,6 +480,7 @@ mod tests {
             end: Bytes::from(end),
             replicas: vec![1, 2, 3],
             leader_id: None,
+            generation: 1,
         };
         let map = ShardMap::new(
             "c",

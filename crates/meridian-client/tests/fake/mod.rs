@@ -34,6 +34,12 @@ pub struct World {
     pub snapshot_reads: Mutex<Vec<u64>>,
     /// Every prepare asked for, with its number of writes.
     pub prepares: Mutex<Vec<(TxnPrepare, usize)>>,
+    /// The range generation `set_splits` gives every shard (bumped by each call).
+    pub generation: AtomicU64,
+    /// Requests refused because their route named another shard or generation.
+    pub route_rejections: AtomicU64,
+    /// Requests that carried no route.
+    pub unrouted: AtomicU64,
 }
 
 pub fn error(code: &str, message: &str, hint: Option<String>) -> Status {
@@ -96,6 +102,22 @@ impl FakeNode {
         Ok(shard)
     }
 
+    /// `WRONG_SHARD` if the request's route names another shard or generation than `shard`
+    /// (as a Meridian node answers a client routing by a stale map).
+    fn check_route(&self, shard: &ShardInfo, route: Option<&Route>) -> Result<(), Status> {
+        match route {
+            None => {
+                self.world.unrouted.fetch_add(1, Ordering::SeqCst);
+                Ok(())
+            }
+            Some(r) if r.shard_id != shard.shard_id || r.generation != shard.generation => {
+                self.world.route_rejections.fetch_add(1, Ordering::SeqCst);
+                Err(error("WRONG_SHARD", "routed by a stale shard map", None))
+            }
+            Some(_) => Ok(()),
+        }
+    }
+
     fn tick(&self) -> u64 {
         self.world.clock.fetch_add(1, Ordering::SeqCst) + 1
     }
@@ -131,6 +153,7 @@ impl Kv for FakeNode {
     async fn get(&self, request: Request<GetRequest>) -> Result<Response<GetResponse>, Status> {
         let request = request.into_inner();
         let shard = self.lead("get", &request.key, false)?;
+        self.check_route(&shard, request.route.as_ref())?;
         let found = self.world.store.lock().unwrap().get(&request.key).cloned();
         Ok(Response::new(GetResponse {
             found: found.is_some(),
@@ -144,6 +167,7 @@ impl Kv for FakeNode {
     async fn put(&self, request: Request<PutRequest>) -> Result<Response<PutResponse>, Status> {
         let request = request.into_inner();
         let shard = self.lead("put", &request.key, false)?;
+        self.check_route(&shard, request.route.as_ref())?;
         let ts = self.tick();
         self.world
             .store
@@ -162,6 +186,7 @@ impl Kv for FakeNode {
     ) -> Result<Response<DeleteResponse>, Status> {
         let request = request.into_inner();
         let shard = self.lead("delete", &request.key, false)?;
+        self.check_route(&shard, request.route.as_ref())?;
         self.world.store.lock().unwrap().remove(&request.key);
         Ok(Response::new(DeleteResponse {
             commit_ts: self.tick(),
@@ -181,6 +206,7 @@ impl Kv for FakeNode {
         use meridian_client::proto::cas_request::{Action, Expect};
         let request = request.into_inner();
         let shard = self.lead("cas", &request.key, false)?;
+        self.check_route(&shard, request.route.as_ref())?;
         let mut store = self.world.store.lock().unwrap();
         let current = store.get(&request.key).cloned();
         let holds = match (request.expect, &current) {
@@ -242,6 +268,7 @@ impl Kv for FakeNode {
             .chain(r.writes.iter().map(|x| x.key.clone()))
             .collect();
         let shard = self.lead("commit", keys.first().map_or(&[][..], |k| &k[..]), false)?;
+        self.check_route(&shard, r.route.as_ref())?;
         if !keys.iter().all(|k| contains(&shard, k)) {
             return Err(error("WRONG_SHARD", "the commit spans shards", None));
         }
@@ -374,6 +401,7 @@ impl Kv for FakeNode {
         let request = request.into_inner();
         let first = request.keys.first().cloned().unwrap_or_default();
         let shard = self.lead("batch_get", &first, false)?;
+        self.check_route(&shard, request.route.as_ref())?;
         if !request.keys.iter().all(|k| contains(&shard, k)) {
             return Err(error("WRONG_SHARD", "keys span shards", None));
         }
@@ -417,6 +445,7 @@ impl Kv for FakeNode {
             .map(|e| e.key.clone())
             .unwrap_or_default();
         let shard = self.lead("batch_put", &first, false)?;
+        self.check_route(&shard, request.route.as_ref())?;
         if !request.entries.iter().all(|e| contains(&shard, &e.key)) {
             return Err(error("WRONG_SHARD", "keys span shards", None));
         }
@@ -439,6 +468,7 @@ impl Cluster for FakeNode {
         Ok(Response::new(StatusResponse {
             cluster_id: "fake".into(),
             answering_node: self.id,
+            shard_map_version: self.world.generation.load(Ordering::SeqCst),
             nodes: addresses
                 .iter()
                 .map(|(id, address)| NodeInfo {
@@ -505,6 +535,7 @@ impl Fake {
         let mut bounds: Vec<Bytes> = vec![Bytes::new()];
         bounds.extend(splits.iter().map(|s| Bytes::from(s.to_string())));
         bounds.push(Bytes::new());
+        let generation = self.world.generation.fetch_add(1, Ordering::SeqCst) + 1;
         let mut shards = vec![ShardInfo {
             shard_id: 0,
             replicas: vec![1, 2, 3],
@@ -518,6 +549,7 @@ impl Fake {
                 end: pair[1].clone(),
                 replicas: vec![1, 2, 3],
                 leader_id: leader,
+                generation,
                 ..Default::default()
             });
         }

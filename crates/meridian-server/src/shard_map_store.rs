@@ -1,0 +1,212 @@
+//! The shard map as replicated state: one versioned record in the metadata shard.
+//!
+//! Every founding member computes the same founding map from its configuration (`shard_map`),
+//! but a map computed from configuration is only as good as the configuration: a node
+//! restarted with another `replication_factor`, other `home_regions` or other split points
+//! would route by, and host replicas of, a layout the rest of the cluster does not share. So
+//! the map the cluster agreed on is stored, once, in the metadata shard under
+//! [`SHARD_MAP_KEY`] (in the system keyspace, out of reach of user keys):
+//!
+//! - **Written once.** Every node proposes its founding map as a compare-and-swap that
+//!   succeeds only while the key is absent; the first one applied wins and every later one
+//!   is a mismatch that returns the stored map, which that node compares with its own.
+//! - **Read at start.** A node holding a replica of the metadata shard reads the stored map
+//!   from its local replica before it opens any shard, and refuses to start if it differs
+//!   from the map its configuration gives (naming the first difference). A node without a
+//!   replica (more nodes than the replication factor) learns the stored map from its
+//!   registration's compare-and-swap, and a node whose map differs then stops (exit status
+//!   [`EXIT_MAP_MISMATCH`]) instead of serving a layout nobody else has.
+//! - **Versioned.** The map carries a version and each shard a range generation (see
+//!   `shard_map`); clients route with a shard's generation and a node whose map disagrees
+//!   answers `WRONG_SHARD`.
+//!
+//! # Invariants
+//! - The record is exact: keys are stored as bytes, not as text, and decoding rejects trailing
+//!   bytes.
+//! - The record is never overwritten: only an absent key is written.
+//!
+//! # Not done yet
+//! - No split, merge or replica move changes the map, so it stays at version 1 and the
+//!   generations at 1; a node reads it at start only (a map change would also have to change
+//!   the spans of the replicas it hosts).
+//! - A node without a metadata replica cannot read the map before it starts serving; it
+//!   checks it as soon as its registration is applied (normally within a second).
+
+use crate::shard_map::{ShardDescriptor, ShardMap};
+use bytes::Bytes;
+use meridian_raft::types::codec;
+use meridian_storage::{mvcc, Engine};
+use meridian_types::limits::MAX_VALUE_BYTES;
+use meridian_types::{NodeId, ShardId, Timestamp};
+use serde::{Deserialize, Serialize};
+
+/// The metadata shard's key of the stored shard map.
+pub const SHARD_MAP_KEY: &[u8] = b"shardmap";
+
+/// The exit status of a node that found its configuration's map differs from the stored one.
+pub const EXIT_MAP_MISMATCH: i32 = 78;
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+struct StoredShard {
+    id: u64,
+    start: Vec<u8>,
+    end: Vec<u8>,
+    replicas: Vec<NodeId>,
+    home: Option<String>,
+    generation: u64,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+struct StoredMap {
+    version: u64,
+    /// The metadata group first, then the data shards by start key.
+    shards: Vec<StoredShard>,
+}
+
+fn stored_shard(d: &ShardDescriptor) -> StoredShard {
+    StoredShard {
+        id: d.id.0,
+        start: d.start.clone(),
+        end: d.end.clone(),
+        replicas: d.replicas.clone(),
+        home: d.home.clone(),
+        generation: d.generation,
+    }
+}
+
+fn descriptor(s: StoredShard) -> ShardDescriptor {
+    ShardDescriptor {
+        id: ShardId(s.id),
+        start: s.start,
+        end: s.end,
+        replicas: s.replicas,
+        home: s.home,
+        generation: s.generation,
+    }
+}
+
+/// The record of `map`, or why it cannot be stored (larger than a value may be).
+pub fn encode(map: &ShardMap) -> Result<Bytes, String> {
+    let stored = StoredMap {
+        version: map.version,
+        shards: map.all().map(stored_shard).collect(),
+    };
+    let raw = codec::encode(&stored).map_err(|e| format!("encoding the shard map: {e}"))?;
+    if raw.len() > MAX_VALUE_BYTES {
+        return Err(format!(
+            "the shard map encodes to {} bytes, over MAX_VALUE_BYTES ({MAX_VALUE_BYTES}); \
+             use fewer shards or shorter split points",
+            raw.len()
+        ));
+    }
+    Ok(Bytes::from(raw))
+}
+
+/// Decodes a stored record.
+pub fn decode(raw: &[u8]) -> Result<ShardMap, String> {
+    let stored: StoredMap =
+        codec::decode(raw).map_err(|e| format!("the stored shard map does not decode: {e}"))?;
+    let mut shards = stored.shards.into_iter().map(descriptor);
+    let meta = shards
+        .next()
+        .filter(|m| m.id == ShardId::META)
+        .ok_or("the stored shard map does not begin with the metadata group")?;
+    Ok(ShardMap {
+        version: stored.version,
+        meta,
+        data: shards.collect(),
+    })
+}
+
+/// The map stored in this node's replica of the metadata shard, if it holds one that has
+/// applied the record.
+pub fn read_local(engine: &dyn Engine) -> Result<Option<ShardMap>, String> {
+    match mvcc::get(engine, ShardId::META, SHARD_MAP_KEY, Timestamp::MAX) {
+        Ok(None) => Ok(None),
+        Ok(Some((_, raw))) => decode(&raw).map(Some),
+        Err(e) => Err(format!("reading the stored shard map: {e}")),
+    }
+}
+
+/// `None` if `ours` is the stored map, else the first difference, for an error message.
+pub fn difference(stored: &ShardMap, ours: &ShardMap) -> Option<String> {
+    if stored == ours {
+        return None;
+    }
+    if stored.version != ours.version {
+        return Some(format!(
+            "stored version {}, this node's {}",
+            stored.version, ours.version
+        ));
+    }
+    if stored.data.len() != ours.data.len() {
+        return Some(format!(
+            "stored map has {} data shards, this node's {}",
+            stored.data.len(),
+            ours.data.len()
+        ));
+    }
+    stored
+        .all()
+        .zip(ours.all())
+        .find(|(a, b)| a != b)
+        .map(|(a, b)| format!("shard {}: stored {a:?}, this node's {b:?}", a.id))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Member;
+
+    fn members() -> Vec<Member> {
+        (1..=3)
+            .map(|id| Member {
+                node_id: id,
+                peer_addr: format!("127.0.0.1:{}", 7100 + id).parse().unwrap(),
+                region: format!("r{id}"),
+                zone: "a".into(),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_record_round_trips_exactly() {
+        let map = ShardMap::founding(&members(), 3, &[b"a\0\xff".to_vec(), b"m".to_vec()], 0);
+        let raw = encode(&map).unwrap();
+        assert_eq!(decode(&raw).unwrap(), map);
+        assert_eq!(difference(&map, &map), None);
+        let mut extra = raw.to_vec();
+        extra.push(0);
+        assert!(decode(&extra).is_err(), "trailing bytes");
+        assert!(decode(&raw[..raw.len() - 1]).is_err(), "truncated");
+    }
+
+    #[test]
+    fn a_map_from_another_configuration_is_a_named_difference() {
+        let stored = ShardMap::founding(&members(), 3, &[], 8);
+        let other_rf = ShardMap::founding(&members(), 2, &[], 8);
+        let why = difference(&stored, &other_rf).expect("replicas differ");
+        assert!(
+            why.contains("shard s0") && why.contains("replicas: [1, 2]"),
+            "{why}"
+        );
+        let other_splits = ShardMap::founding(&members(), 3, &[], 4);
+        assert!(difference(&stored, &other_splits)
+            .unwrap()
+            .contains("data shards"));
+    }
+
+    #[test]
+    fn a_map_too_large_for_one_value_is_refused() {
+        let long: Vec<Vec<u8>> = (0..400u32)
+            .map(|i| {
+                let mut k = format!("{i:08}").into_bytes();
+                k.resize(4_000, b'x');
+                k
+            })
+            .collect();
+        let map = ShardMap::founding(&members(), 3, &long, 0);
+        let err = encode(&map).unwrap_err();
+        assert!(err.contains("MAX_VALUE_BYTES"), "{err}");
+    }
+}
