@@ -9,16 +9,21 @@
 //! - [`locks`]: prepared locks and transaction records of multi-shard transactions;
 //!   [`resolutions`]: the commits a replica resolved lately, for snapshot reads.
 //! - [`dedup`]: the per-shard table of applied write request ids that makes retries safe.
-//! - [`network`]: the peer transport client (one channel per peer, deadlines, HLC on every RPC).
+//! - [`network`]: the peer transport client (one channel per peer, deadlines, HLC on every RPC
+//!   but pings).
 //! - [`host`]: the per-node shard table and the transport service routing by shard id.
 //! - [`quiesce`]: idle shards stop ticking; node-level pings notice a dead leader instead.
+//! - [`clock_fence`]: the pings' clock offsets; a node out of step with a majority stops.
 //!
 //! # Invariants
 //! - An entry is acknowledged to openraft as flushed only after an fsync that followed it.
 //! - Applied index, membership, version floor and dedup entries are written in the same atomic
 //!   batch as the data they describe.
 //! - Apply is total: a command that fails validation is applied as a rejection, never a panic.
-//! - Every RPC carries the sender's HLC timestamp and is rejected beyond `max_offset`.
+//! - Every RPC but the node-level ping carries the sender's HLC timestamp and is rejected
+//!   beyond `max_offset`.
+//! - A node whose clock is more than 80% of `max_offset` off from a majority of the cluster on
+//!   three checks in a row exits (status 5).
 //!
 //! # Not done yet
 //! - Leader placement preferences and leader transfer on request.
@@ -26,6 +31,7 @@
 
 mod apply;
 mod apply_2pc;
+pub mod clock_fence;
 pub mod dedup;
 pub mod host;
 pub mod issued;
