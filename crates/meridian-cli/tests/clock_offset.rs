@@ -133,16 +133,7 @@ fn clock_offset_past_the_fence_threshold_stops_the_node() {
 
 async fn past_the_fence_threshold() {
     let dir = tempfile::tempdir().unwrap();
-    let cluster = start_cluster(
-        21_800,
-        dir.path(),
-        8,
-        &[
-            (1, &["--max-offset-ms", "500"]),
-            (2, &["--max-offset-ms", "500"]),
-            (3, &["--max-offset-ms", "500", "--clock-offset-ms", "450"]),
-        ],
-    );
+    let cluster = start_with_node3_ahead(21_800, dir.path(), "450");
     let started = Instant::now();
     let took = wait_fenced(&cluster, 3, started).await;
     eprintln!("node 3 (+450 ms) stopped itself {took:?} after it was started");
@@ -151,6 +142,27 @@ async fn past_the_fence_threshold() {
         assert!(cluster.is_running(node).unwrap(), "node {node} stopped");
     }
     cluster.stop_all(Duration::from_secs(20));
+}
+
+/// A cluster of 8 data shards, every node at max_offset 500 ms, node 3 `offset_ms` ahead.
+fn start_with_node3_ahead(
+    base_port: u16,
+    dir: &std::path::Path,
+    offset_ms: &str,
+) -> meridian_cli::LocalCluster {
+    start_cluster(
+        base_port,
+        dir,
+        8,
+        &[
+            (1, &["--max-offset-ms", "500"]),
+            (2, &["--max-offset-ms", "500"]),
+            (
+                3,
+                &["--max-offset-ms", "500", "--clock-offset-ms", offset_ms],
+            ),
+        ],
+    )
 }
 
 /// Waits until `node` stops itself, at most FENCE_BOUND after `since` (its start): exit status
@@ -230,16 +242,7 @@ fn clock_offset_beyond_max_is_rejected() {
 
 async fn beyond_max_offset_from_start() {
     let dir = tempfile::tempdir().unwrap();
-    let cluster = start_cluster(
-        21_600,
-        dir.path(),
-        8,
-        &[
-            (1, &["--max-offset-ms", "500"]),
-            (2, &["--max-offset-ms", "500"]),
-            (3, &["--max-offset-ms", "500", "--clock-offset-ms", "5000"]),
-        ],
-    );
+    let cluster = start_with_node3_ahead(21_600, dir.path(), "5000");
     let started = Instant::now();
     healthy_pair_serves(&cluster).await;
     // Its pings measure the others even though their HLC admission refuses it.
