@@ -20,8 +20,8 @@
 //! - Applied index, membership, version floor and dedup entries are written in the same atomic
 //!   batch as the data they describe.
 //! - Apply is total: a command that fails validation is applied as a rejection, never a panic.
-//! - Every RPC but the node-level ping carries the sender's HLC timestamp and is rejected
-//!   beyond `max_offset`.
+//! - Every RPC carries the sender's HLC timestamp and is rejected beyond `max_offset`.
+//! - Except the node-level ping: it carries no HLC, only the answering node's physical clock.
 //! - A node whose clock is more than 80% of `max_offset` off from a majority of the cluster on
 //!   three checks in a row exits (status 5).
 //!
