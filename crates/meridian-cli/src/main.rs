@@ -23,7 +23,8 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Run a node until SIGTERM or Ctrl-C.
+    /// Run a node until SIGTERM or Ctrl-C. Exit status 5: the node stopped itself because its
+    /// clock was out of step with a majority of the cluster (see --max-offset-ms).
     Start(Box<StartArgs>),
     /// Read and write keys.
     Kv(KvCommand),

@@ -1,5 +1,7 @@
-//! Cluster tests: clock skew within `max_offset` keeps MVCC versions ordered across leader
-//! changes; skew beyond it is rejected by the peers while the others keep serving.
+//! Cluster tests: clock skew within the fence threshold (80% of `max_offset`) keeps MVCC
+//! versions ordered across leader changes; a node skewed past it from both peers stops itself
+//! (meridian-raft's `clock_fence`) while the others keep serving; skew beyond `max_offset` is
+//! also rejected by the peers until then.
 
 mod common;
 
@@ -13,6 +15,13 @@ use std::time::{Duration, Instant};
 
 const SKEWED_NODE: u64 = 2;
 const WRITES_PER_PHASE: usize = 15;
+/// Bound on a node past the fence threshold stopping itself after it starts: its peers are
+/// measured within a heartbeat, then it takes 3 failed checks 1 s apart.
+const FENCE_BOUND: Duration = Duration::from_secs(20);
+/// The start of the line a fenced node writes to stderr (its log here).
+const FATAL_LINE: &str = "fatal: this node's clock is";
+/// The exit status `meridian start --help` documents for a node that fenced itself.
+const EXIT_CLOCK_FENCED: i32 = 5;
 
 /// Node 1's pings measure node 2's clock 200 ms ahead and node 3's in step (±50 ms beyond the
 /// measurement's own uncertainty, half a loopback round trip).
@@ -91,13 +100,102 @@ async fn within_max_offset() {
     last = phase(&client, &keys, last, "failover").await;
 
     cluster.restart(victim).expect("restart");
+    let restarted = Instant::now();
     cluster
         .wait_ready(READY_TIMEOUT)
         .await
         .expect("ready after restart");
     last = phase(&client, &keys, last, "rejoined").await;
     assert_eq!(last.len(), keys.len());
+
+    // The fence's negative control: +200 ms is inside its threshold (400 ms), so no node stops
+    // itself, given time for well over 3 checks since the last (re)start.
+    tokio::time::sleep(Duration::from_secs(6).saturating_sub(restarted.elapsed())).await;
+    for node in 1..=3 {
+        assert!(
+            cluster.is_running(node).expect("known node"),
+            "node {node} stopped (skewed node: {SKEWED_NODE} at +200 ms); log tail:\n{}",
+            cluster.log_tail(node, 20)
+        );
+        let log = cluster.log_contents(node).unwrap_or_default();
+        assert!(!log.contains(FATAL_LINE), "node {node} fenced itself");
+    }
     cluster.stop_all(Duration::from_secs(20));
+}
+
+/// Node 3 runs 450 ms ahead: inside max_offset (500 ms), so its messages are admitted, but past
+/// the fence threshold (400 ms) from both peers. It stops itself within FENCE_BOUND (status 5,
+/// the fatal line in its log), and nodes 1 and 2 keep serving writes and reads on every shard.
+#[test]
+fn clock_offset_past_the_fence_threshold_stops_the_node() {
+    run_scenario(past_the_fence_threshold());
+}
+
+async fn past_the_fence_threshold() {
+    let dir = tempfile::tempdir().unwrap();
+    let cluster = start_with_node3_ahead(21_800, dir.path(), "450");
+    let started = Instant::now();
+    let took = wait_fenced(&cluster, 3, started).await;
+    eprintln!("node 3 (+450 ms) stopped itself {took:?} after it was started");
+    pair_serves(&cluster).await;
+    for node in [1, 2] {
+        assert!(cluster.is_running(node).unwrap(), "node {node} stopped");
+    }
+    cluster.stop_all(Duration::from_secs(20));
+}
+
+/// A cluster of 8 data shards, every node at max_offset 500 ms, node 3 `offset_ms` ahead.
+fn start_with_node3_ahead(
+    base_port: u16,
+    dir: &std::path::Path,
+    offset_ms: &str,
+) -> meridian_cli::LocalCluster {
+    start_cluster(
+        base_port,
+        dir,
+        8,
+        &[
+            (1, &["--max-offset-ms", "500"]),
+            (2, &["--max-offset-ms", "500"]),
+            (
+                3,
+                &["--max-offset-ms", "500", "--clock-offset-ms", offset_ms],
+            ),
+        ],
+    )
+}
+
+/// Waits until `node` stops itself, at most FENCE_BOUND after `since` (its start): exit status
+/// EXIT_CLOCK_FENCED and the fatal line in its log; no other node may exit meanwhile. Returns
+/// how long after `since` its exit was seen.
+async fn wait_fenced(cluster: &meridian_cli::LocalCluster, node: u64, since: Instant) -> Duration {
+    loop {
+        if let Some((id, status)) = cluster.exited_nodes().into_iter().next() {
+            let took = since.elapsed();
+            let tail = cluster.log_tail(id, 20);
+            assert_eq!(id, node, "node {id} exited ({status}); log tail:\n{tail}");
+            assert_eq!(
+                status.code(),
+                Some(EXIT_CLOCK_FENCED),
+                "node {node} exited with {status}; log tail:\n{tail}"
+            );
+            let log = cluster.log_contents(node).unwrap_or_default();
+            let fatal = log
+                .lines()
+                .find(|l| l.starts_with(FATAL_LINE))
+                .unwrap_or_else(|| panic!("no {FATAL_LINE:?} line; log tail:\n{tail}"));
+            assert!(fatal.contains("off from 2 of 2 peers"), "{fatal}");
+            eprintln!("node {node}: {fatal}");
+            return took;
+        }
+        assert!(
+            since.elapsed() < FENCE_BOUND,
+            "node {node} still running {FENCE_BOUND:?} after its start, its clock out of step \
+             with both peers; log tail:\n{}",
+            cluster.log_tail(node, 20)
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
 
 /// Writes every key WRITES_PER_PHASE times, checking commit_ts grows per key and reads see
@@ -135,8 +233,8 @@ async fn phase(
 }
 
 /// Node 3 runs 5 s ahead from its first start (max offset 500 ms): nodes 1 and 2 still serve
-/// writes on every shard, node 3 is visibly refused ("beyond max_offset" in a log) and leads
-/// nothing.
+/// writes on every shard, node 3 is visibly refused ("beyond max_offset" in a log), leads
+/// nothing and stops itself.
 #[test]
 fn clock_offset_beyond_max_is_rejected() {
     run_scenario(beyond_max_offset_from_start());
@@ -144,22 +242,16 @@ fn clock_offset_beyond_max_is_rejected() {
 
 async fn beyond_max_offset_from_start() {
     let dir = tempfile::tempdir().unwrap();
-    let cluster = start_cluster(
-        21_600,
-        dir.path(),
-        8,
-        &[
-            (1, &["--max-offset-ms", "500"]),
-            (2, &["--max-offset-ms", "500"]),
-            (3, &["--max-offset-ms", "500", "--clock-offset-ms", "5000"]),
-        ],
-    );
+    let cluster = start_with_node3_ahead(21_600, dir.path(), "5000");
+    let started = Instant::now();
     healthy_pair_serves(&cluster).await;
+    // Its pings measure the others even though their HLC admission refuses it.
+    wait_fenced(&cluster, 3, started).await;
     cluster.stop_all(Duration::from_secs(20));
 }
 
 /// A formed cluster whose node 3 comes back 5 s ahead: its leaderships move to nodes 1 and 2,
-/// which keep serving every shard; node 3 is refused and leads nothing.
+/// which keep serving every shard; node 3 is refused, leads nothing and stops itself.
 #[test]
 fn clock_jump_after_formation_is_fenced() {
     run_scenario(clock_jump_after_formation());
@@ -201,18 +293,60 @@ async fn clock_jump_after_formation() {
     cluster
         .restart_with_args(3, &["--clock-offset-ms".to_string(), "5000".to_string()])
         .expect("restart node 3 skewed");
+    let restarted = Instant::now();
     let client = healthy_pair_serves(&cluster).await;
     let values = client.batch_get(before.clone()).await.expect("batch_get");
     assert!(
         values.iter().all(|v| v.as_deref() == Some(&b"before"[..])),
         "data written before the jump is intact"
     );
+    wait_fenced(&cluster, 3, restarted).await;
     cluster.stop_all(Duration::from_secs(20));
 }
 
-/// Waits for nodes 1 and 2 to lead every shard, writes and reads through them, and checks
-/// node 3 (5 s ahead) is refused or leads nothing. Returns the client used.
+/// Nodes 1 and 2 serve (see [`pair_serves`]), and node 3 (5 s ahead) is refused and leads
+/// nothing. Returns the client used.
 async fn healthy_pair_serves(cluster: &meridian_cli::LocalCluster) -> meridian_client::Client {
+    let client = pair_serves(cluster).await;
+    // Give the skewed node time to try (elections, appends) and be refused.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let node3_leads: Vec<u64> = client
+        .status()
+        .await
+        .expect("status")
+        .shards
+        .iter()
+        .filter(|s| s.leader_id == 3)
+        .map(|s| s.shard_id)
+        .collect();
+    let logs: Vec<(u64, bool)> = (1..=3)
+        .map(|n| {
+            (
+                n,
+                cluster
+                    .log_contents(n)
+                    .unwrap_or_default()
+                    .contains("beyond max_offset"),
+            )
+        })
+        .collect();
+    eprintln!("\"beyond max_offset\" in logs of (node, found): {logs:?}; shards led by node 3: {node3_leads:?}");
+    // Both: the skewed node's messages must actually be refused (a run in which nothing was
+    // refused proves nothing about the check), and it must lead nothing.
+    assert!(
+        logs.iter().any(|(_, found)| *found),
+        "no node logged a \"beyond max_offset\" rejection of node 3 (5 s ahead)"
+    );
+    assert!(
+        node3_leads.is_empty(),
+        "node 3 (5 s ahead) still leads shards {node3_leads:?}"
+    );
+    client
+}
+
+/// Waits for nodes 1 and 2 to lead every shard, then writes a key of every shard through them
+/// and reads it back. Returns the client used.
+async fn pair_serves(cluster: &meridian_cli::LocalCluster) -> meridian_client::Client {
     let healthy = vec![
         cluster.client_addr(1).unwrap(),
         cluster.client_addr(2).unwrap(),
@@ -265,39 +399,5 @@ async fn healthy_pair_serves(cluster: &meridian_cli::LocalCluster) -> meridian_c
     for (i, value) in values.iter().enumerate() {
         assert_eq!(value.as_deref(), Some(format!("v{i}").as_bytes()));
     }
-
-    // Give the skewed node time to try (elections, appends) and be refused.
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    let node3_leads: Vec<u64> = client
-        .status()
-        .await
-        .expect("status")
-        .shards
-        .iter()
-        .filter(|s| s.leader_id == 3)
-        .map(|s| s.shard_id)
-        .collect();
-    let logs: Vec<(u64, bool)> = (1..=3)
-        .map(|n| {
-            (
-                n,
-                cluster
-                    .log_contents(n)
-                    .unwrap_or_default()
-                    .contains("beyond max_offset"),
-            )
-        })
-        .collect();
-    eprintln!("\"beyond max_offset\" in logs of (node, found): {logs:?}; shards led by node 3: {node3_leads:?}");
-    // Both: the skewed node's messages must actually be refused (a run in which nothing was
-    // refused proves nothing about the check), and it must lead nothing.
-    assert!(
-        logs.iter().any(|(_, found)| *found),
-        "no node logged a \"beyond max_offset\" rejection of node 3 (5 s ahead)"
-    );
-    assert!(
-        node3_leads.is_empty(),
-        "node 3 (5 s ahead) still leads shards {node3_leads:?}"
-    );
     client
 }

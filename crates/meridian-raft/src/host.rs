@@ -504,11 +504,16 @@ impl RaftTransport for TransportService {
         self.reply(Ok::<(), String>(()))
     }
 
-    /// Liveness, and this node's physical clock for the pinger's offset measurement.
-    async fn ping(&self, request: Request<RaftRequest>) -> Result<Response<RaftReply>, Status> {
-        let req = request.into_inner();
-        self.admit_node(req.hlc, req.from_node)?;
-        self.reply(Ok::<u64, String>(self.host.clock.physical_now().0))
+    /// Liveness, and this node's physical clock for the pinger's offset measurement. No HLC
+    /// either way, nothing admitted nor merged, the pinger not marked seen (see `clock_fence`):
+    /// a ping must measure exactly the clocks that HLC admission refuses.
+    async fn ping(&self, _request: Request<RaftRequest>) -> Result<Response<RaftReply>, Status> {
+        let payload = codec::encode(&Ok::<u64, String>(self.host.clock.physical_now().0))
+            .map_err(|e| Status::internal(e.to_string()))?;
+        Ok(Response::new(RaftReply {
+            hlc: 0,
+            payload: payload.into(),
+        }))
     }
 
     async fn install_snapshot(

@@ -9,9 +9,11 @@
 //! - [`locks`]: prepared locks and transaction records of multi-shard transactions;
 //!   [`resolutions`]: the commits a replica resolved lately, for snapshot reads.
 //! - [`dedup`]: the per-shard table of applied write request ids that makes retries safe.
-//! - [`network`]: the peer transport client (one channel per peer, deadlines, HLC on every RPC).
+//! - [`network`]: the peer transport client (one channel per peer, deadlines, HLC on every RPC
+//!   but pings).
 //! - [`host`]: the per-node shard table and the transport service routing by shard id.
 //! - [`quiesce`]: idle shards stop ticking; node-level pings notice a dead leader instead.
+//! - [`clock_fence`]: the pings' clock offsets; a node out of step with a majority stops.
 //!
 //! # Invariants
 //! - An entry is acknowledged to openraft as flushed only after an fsync that followed it.
@@ -21,6 +23,9 @@
 //! - Apply touches only its shard's span of the user keyspace (`span_check`) and its own
 //!   shard-local keys.
 //! - Every RPC carries the sender's HLC timestamp and is rejected beyond `max_offset`.
+//! - Except the node-level ping: it carries no HLC, only the answering node's physical clock.
+//! - A node whose clock is more than 80% of `max_offset` off from a majority of the cluster on
+//!   three checks in a row exits (status 5).
 //!
 //! # Not done yet
 //! - Leader placement preferences and leader transfer on request.
@@ -28,6 +33,7 @@
 
 mod apply;
 mod apply_2pc;
+pub mod clock_fence;
 pub mod dedup;
 pub mod host;
 pub mod issued;

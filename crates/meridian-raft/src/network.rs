@@ -11,6 +11,8 @@
 //! message encoded with `types::codec`. The receiver merges the timestamp into its clock before
 //! anything else and rejects the message (`FAILED_PRECONDITION`, code `CLOCK_OFFSET`) if it is
 //! more than `max_offset` ahead; replies carry the receiver's timestamp back the same way.
+//! Node-level pings are the exception: they carry no HLC, only the answering node's physical
+//! clock, which measures its offset ([`ClockOffset`], acted on by `clock_fence`).
 //!
 //! Every RPC has a deadline: openraft's per-call TTL where it gives one, else the configured
 //! RPC timeout. Snapshots stream an SST file in CRC-checked chunks of
@@ -20,6 +22,8 @@
 //! - TLS on peer channels; snapshot send throttling (the Couchbase lesson's 200 MB/s default).
 //! - An injectable WAN delay hook (tests use a delaying proxy instead).
 
+pub use crate::clock_fence::ClockOffset;
+use crate::clock_fence::PeerOffsets;
 use crate::state_machine::SnapshotFile;
 use crate::types::*;
 use meridian_proto::raft::raft_transport_client::RaftTransportClient;
@@ -91,8 +95,8 @@ pub struct PeerPool {
     dial: std::sync::OnceLock<HashMap<String, String>>,
     /// When each peer last answered us or sent us a message (liveness for status).
     last_seen: Mutex<HashMap<NodeId, Instant>>,
-    /// Each peer's clock offset, as the last ping measured it.
-    offsets: Mutex<HashMap<NodeId, ClockOffset>>,
+    /// Each peer's clock offset, as the last ping measured it (read by `clock_fence`).
+    pub offsets: Arc<PeerOffsets>,
     pub self_id: NodeId,
     pub clock: Arc<Clock>,
     pub rpc_timeout: Duration,
@@ -105,7 +109,7 @@ impl PeerPool {
             channels: Mutex::new(HashMap::new()),
             dial: std::sync::OnceLock::new(),
             last_seen: Mutex::new(HashMap::new()),
-            offsets: Mutex::new(HashMap::new()),
+            offsets: Arc::default(),
             self_id,
             clock,
             rpc_timeout,
@@ -167,19 +171,22 @@ impl PeerPool {
 
     /// Records a peer's clock offset measured by a ping.
     pub fn record_offset(&self, node: NodeId, offset: ClockOffset) {
-        self.offsets
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(node, offset);
+        self.offsets.record(node, offset);
+    }
+
+    /// A ping's answer: the peer's offset, and the peer seen unless its clock is one whose Raft
+    /// messages HLC admission refuses, as when pings were admitted like them (see `clock_fence`).
+    pub fn note_ping(&self, node: NodeId, offset: ClockOffset) {
+        let max_offset_ms = self.clock.max_offset().as_millis() as u64;
+        if crate::clock_fence::within_max_offset(&offset, max_offset_ms) {
+            self.mark_seen(node);
+        }
+        self.record_offset(node, offset);
     }
 
     /// The peer's clock offset as last measured, if any ping has come back.
     pub fn offset_of(&self, node: NodeId) -> Option<ClockOffset> {
-        self.offsets
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(&node)
-            .copied()
+        self.offsets.get(node)
     }
 
     /// Merges a peer's reply timestamp; a reply from beyond max_offset is an error.
@@ -195,7 +202,9 @@ impl PeerPool {
 
 /// The quiescence RPCs (see `quiesce`): node-level, not tied to one shard's openraft.
 impl PeerPool {
-    /// One unary quiescence call with the RPC deadline; the reply's clock is merged.
+    /// One unary quiescence call with the RPC deadline; the reply's clock is merged. Except
+    /// pings: they carry no HLC either way (see `clock_fence`), so that they measure clocks
+    /// that HLC admission refuses.
     async fn node_call<Resp: serde::de::DeserializeOwned>(
         &self,
         addr: &str,
@@ -203,10 +212,11 @@ impl PeerPool {
         shard: u64,
         payload: Vec<u8>,
     ) -> Result<Resp, String> {
+        let clocked = kind != "ping";
         let mut client = self.client(addr)?;
         let mut request = tonic::Request::new(crate::quiesce::envelope(
             shard,
-            self.clock.now().0,
+            if clocked { self.clock.now().0 } else { 0 },
             self.self_id,
             payload,
         ));
@@ -218,14 +228,16 @@ impl PeerPool {
         }
         .map_err(|s| s.message().to_string())?
         .into_inner();
-        self.merge_reply_clock(reply.hlc)?;
+        if clocked {
+            self.merge_reply_clock(reply.hlc)?;
+        }
         let result: Result<Resp, String> =
             codec::decode(&reply.payload).map_err(|e| e.to_string())?;
         result
     }
 
     /// Node-level liveness: one round trip, which also measures the peer's clock offset (the
-    /// reply carries the peer's physical clock).
+    /// reply carries the peer's physical clock), whatever the two HLCs say.
     pub async fn ping(&self, addr: &str) -> Result<ClockOffset, String> {
         let sent = self.clock.physical_now();
         let remote: u64 = self.node_call(addr, "ping", 0, Vec::new()).await?;
@@ -247,28 +259,6 @@ impl PeerPool {
     /// Asks the leader at `addr` to wake `shard`.
     pub async fn wake(&self, addr: &str, shard: ShardId) -> Result<(), String> {
         self.node_call(addr, "wake", shard.0, Vec::new()).await
-    }
-}
-
-/// A peer's physical clock minus ours, estimated from one round trip (Cristian's method): the
-/// peer read its clock somewhere between our send and our receipt, so the true offset lies
-/// within `offset_ms ± uncertainty_ms` (half the round trip, at least 1 ms), assuming neither
-/// clock jumped.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ClockOffset {
-    pub offset_ms: i64,
-    pub uncertainty_ms: u64,
-}
-
-impl ClockOffset {
-    pub fn estimate(sent: Timestamp, remote: Timestamp, received: Timestamp) -> ClockOffset {
-        let (s, r) = (sent.physical_ms() as i128, received.physical_ms() as i128);
-        let mid = (s + r.max(s)) / 2;
-        ClockOffset {
-            offset_ms: (remote.physical_ms() as i128 - mid) as i64,
-            // At least 1: the readings are whole milliseconds (and 0 means "not measured").
-            uncertainty_ms: ((r - s).max(0) as u64).div_ceil(2).max(1),
-        }
     }
 }
 
@@ -569,22 +559,3 @@ pub fn clock_rejection(err: &meridian_types::ClockError) -> tonic::Status {
 
 /// The header the public API uses to carry HLC timestamps (re-exported for the server).
 pub const HLC_METADATA: &str = HLC_HEADER;
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_clock_offset_is_the_remote_reading_against_the_round_trip_midpoint() {
-        let ms = Timestamp::from_physical_ms;
-        // Sent at 1000, answered at 1010 by a clock reading 1305: 300 ahead, ± 5.
-        let o = ClockOffset::estimate(ms(1_000), ms(1_305), ms(1_010));
-        assert_eq!((o.offset_ms, o.uncertainty_ms), (300, 5));
-        // A peer behind us.
-        let o = ClockOffset::estimate(ms(5_000), ms(4_800), ms(5_002));
-        assert_eq!((o.offset_ms, o.uncertainty_ms), (-201, 1));
-        // Our clock stepped back between send and receipt: no negative round trip.
-        let o = ClockOffset::estimate(ms(2_000), ms(2_000), ms(1_990));
-        assert_eq!((o.offset_ms, o.uncertainty_ms), (0, 1));
-    }
-}

@@ -45,8 +45,8 @@
 //! - A node that restarts does not know its peers' groups are parked: its election timers run,
 //!   and it may win elections of idle shards (safe, but it moves leaders).
 //! - Learners are not parked with their group (there are none yet).
-//! - Pings carry liveness and the peer's physical clock (its offset is measured and shown in the
-//!   cluster status, not yet acted on); CockroachDB also piggybacks the awake groups' heartbeats.
+//! - Pings carry liveness and the peer's physical clock, no HLC (`clock_fence` acts on the
+//!   offsets); CockroachDB also piggybacks the awake groups' heartbeats on them.
 
 use crate::host::{MultiRaft, ShardReplica};
 use crate::types::{LogId, NodeId, RaftMetrics, Vote};
@@ -301,8 +301,10 @@ impl ShardReplica {
 impl MultiRaft {
     /// Starts the node's quiescence loop: pings to `peers`, quiesce rounds for idle shards this
     /// node leads (unless `enabled` is false: then only the pings, which also feed liveness in
-    /// the cluster status), and the dead-leader watchdog for parked followers.
+    /// the cluster status), and the dead-leader watchdog for parked followers. Also starts the
+    /// clock fence over what the pings measure (`peers` may include this node).
     pub fn spawn_quiescence(self: &Arc<Self>, peers: Vec<(NodeId, String)>, enabled: bool) {
+        crate::clock_fence::spawn_for(self, &peers);
         let host = self.clone();
         let in_flight: Arc<Vec<AtomicBool>> =
             Arc::new(peers.iter().map(|_| AtomicBool::new(false)).collect());
@@ -329,8 +331,7 @@ impl MultiRaft {
                 (self.pool.clone(), addr.clone(), *peer, in_flight.clone());
             tokio::spawn(async move {
                 if let Ok(offset) = pool.ping(&addr).await {
-                    pool.mark_seen(peer);
-                    pool.record_offset(peer, offset);
+                    pool.note_ping(peer, offset);
                 }
                 flags[i].store(false, SeqCst);
             });

@@ -19,7 +19,8 @@
 //! # Not done yet
 //! - The high-water mark is not persisted: a restarted node relies on its physical clock and on
 //!   the per-shard version floor applied by the state machine (see `meridian-raft`'s apply).
-//! - Peer offset measurement and self-fencing at 0.8 × `max_offset`.
+//! - Nothing here checks the clock against its peers: meridian-raft's `clock_fence` measures
+//!   their offsets and stops a node that is out of step with a majority of the cluster.
 
 use crate::Timestamp;
 use std::sync::atomic::{AtomicI64, Ordering};

@@ -67,12 +67,13 @@
 //!   `nft.rs`, `cluster.rs`). Each partition is verified: the majority must take over the
 //!   shards the minority led (noted on the interval; a warning if not).
 //! - **clock**: restart a node with `--clock-offset-ms` ±50–200 ms (within max_offset) for
-//!   4–8 s; in **all**, a third of clock faults use +2000 ms (beyond: the node must be fenced;
-//!   the notes say whether it still led anything).
+//!   4–8 s; in **all**, a third of clock faults use +2000 ms (beyond max_offset: the node's
+//!   clock fence stops it within seconds, exit status 5 in `node_exits`, and the heal starts
+//!   it again without the offset; the notes say whether it stopped and still led anything).
 //! - **all**: a seeded mix of the four.
 //! - **clock-chain**: not a mix but one fixed sequence, repeated (the lost-acknowledged-writes
-//!   run in `jepsen/evidence/`): restart a follower of the workload key's shard at +2000 ms,
-//!   hold 6–8 s, restart it without the offset, and 200–600 ms later — while it still waits
+//!   run in `jepsen/evidence/`): restart a follower of the workload key's shard at +2000 ms
+//!   (it stops itself: the clock fence), hold 6–8 s, restart it without the offset, and 200–600 ms later — while it still waits
 //!   for its HLC ceiling — restart the shard's leader at +2000 ms, hold 6–8 s, heal. The
 //!   shard has three replicas, so from the leader's stop until the follower's Raft is back
 //!   only one of them runs. A chain takes about 20 s; `--time-limit 60` fits two.

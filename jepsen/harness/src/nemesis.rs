@@ -11,8 +11,10 @@
 //!   evidence the cut is real; the result is a note on the interval (a warning if it never
 //!   happened). Shards without such a majority are noted as unavailable until healed.
 //! - **clock**: graceful stop, restart with `--clock-offset-ms <offset>` (every node runs with
-//!   `--max-offset-ms 500`); heal = stop and restart without it. Beyond max_offset, the notes
-//!   say whether the skewed node still led any shard at the end of the hold (it must not).
+//!   `--max-offset-ms 500`); heal = stop (if still running) and restart without it. Beyond
+//!   max_offset (past the 400 ms fence threshold) the skewed node stops itself within a few
+//!   seconds (exit status 5, recorded in `node_exits`); the notes say whether it did by the end
+//!   of the hold, and whether it still led any shard then (it must not).
 //!
 //! Node processes are started from the thread that polls this code, which must be the main
 //! thread (`run.rs` joins, never spawns, the nemesis): `PR_SET_PDEATHSIG` fires when the
@@ -462,8 +464,23 @@ impl Nemesis {
         }
     }
 
-    /// Notes whether `node`, skewed beyond max_offset, still leads a shard (it must not).
+    /// Notes whether `node`, skewed beyond max_offset, stopped itself (the clock fence) since
+    /// the fault began, and whether it still leads a shard (it must not).
     async fn note_fenced(&mut self, node: u64, offset_ms: i64, record: &mut IntervalRecord) {
+        self.note_exits();
+        let exit = self
+            .log()
+            .exits
+            .iter()
+            .rfind(|e| e.node == node && e.time_ns >= record.start_ns)
+            .map(|e| (e.time_ns, e.status.clone()));
+        record.notes.push(match exit {
+            Some((at_ns, status)) => format!(
+                "n{node} ({offset_ms:+} ms) stopped itself at {:.3} s ({status})",
+                at_ns as f64 / 1e9
+            ),
+            None => format!("n{node} ({offset_ms:+} ms) still running: not fenced yet"),
+        });
         let others: Vec<u64> = self.running().into_iter().filter(|n| *n != node).collect();
         let led = status::shards_led_by(&self.cluster, &others, &[node]).await;
         let note = match led {
@@ -478,9 +495,10 @@ impl Nemesis {
         record.notes.push(note);
     }
 
-    /// The `clock-chain` step: skew `first`, hold, restart it without the offset (no settle
-    /// wait: it is typically still waiting for its HLC ceiling), `gap_ms` later skew `then`;
-    /// returns when `then`'s hold ends. `first` is restarted again if it refused to start.
+    /// The `clock-chain` step: skew `first`, hold (it stops itself meanwhile: the clock fence),
+    /// restart it without the offset (no settle wait: it is typically still waiting for its
+    /// HLC ceiling), `gap_ms` later skew `then`; returns when `then`'s hold ends. `first` is
+    /// restarted again if it refused to start.
     async fn clock_chain(
         &mut self,
         (first, first_hold_ms, gap_ms, then, offset_ms): (&Target, u64, u64, &Target, i64),
@@ -502,13 +520,17 @@ impl Nemesis {
         if offset_ms.abs() > MAX_OFFSET_MS {
             self.note_fenced(a, offset_ms, record).await;
         }
-        // Heal the first node: stop, restart without the offset, and move on at once.
+        // Heal the first node: stop (if it has not stopped itself), restart without the
+        // offset, and move on at once.
         self.faults.skewed.remove(&a);
-        if self.cluster.is_running(a).unwrap_or(false) {
+        let stopped = if self.cluster.is_running(a).unwrap_or(false) {
             if let Err(e) = self.cluster.stop(a, STOP_TIMEOUT) {
                 record.errors.push(format!("stop skewed n{a}: {e:#}"));
             }
-        }
+            "stopped"
+        } else {
+            "was not running (stopped itself)"
+        };
         let stopped_at = t(self.start);
         if let Err(e) = self.cluster.restart(a) {
             record
@@ -516,7 +538,7 @@ impl Nemesis {
                 .push(format!("restart n{a} without clock offset: {e:#}"));
         }
         record.notes.push(format!(
-            "{stopped_at:.3} s: n{a} stopped; {:.3} s: restarted without offset",
+            "{stopped_at:.3} s: n{a} {stopped}; {:.3} s: restarted without offset",
             t(self.start)
         ));
         if Instant::now() >= until {

@@ -14,7 +14,8 @@
 //!   random minority (halves), a bridge (two halves cut apart, one node reaching both), or
 //!   with 5 nodes a ring (each node reaches only its two neighbours);
 //! - clock: restart a node with a clock offset, hold 4–8 s, restart it without. `clock` uses
-//!   ±50–200 ms (inside max_offset 500 ms); `all` also uses +2000 ms (beyond: fenced).
+//!   ±50–200 ms (inside max_offset 500 ms and its 400 ms fence threshold); `all` also uses
+//!   +2000 ms (beyond: refused by the peers, and the node stops itself, the clock fence).
 //! - clock-chain: a fixed sequence, not a random mix (the sequence of the lost-writes run kept
 //!   in `jepsen/evidence/`): restart a *follower* of the workload key's shard at +2000 ms, hold
 //!   6–8 s, restart it without the offset, and 200–600 ms later (while it still waits for its
