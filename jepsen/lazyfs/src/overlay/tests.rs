@@ -36,10 +36,15 @@ enum Op {
 
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
-        6 => (0u16..6000, 0u16..700, any::<u8>())
+        // Mostly small, dense offsets so writes overlap, touch and extend each other often.
+        4 => (0u16..400, 0u16..120, any::<u8>())
+            .prop_map(|(offset, len, fill)| Op::Write { offset, len, fill }),
+        2 => (0u16..6000, 0u16..700, any::<u8>())
             .prop_map(|(offset, len, fill)| Op::Write { offset, len, fill }),
         3 => (0u16..7000, 0u16..2000).prop_map(|(offset, len)| Op::Read { offset, len }),
+        2 => (0u16..500, 0u16..200).prop_map(|(offset, len)| Op::Read { offset, len }),
         1 => (0u16..7000).prop_map(|len| Op::Truncate { len }),
+        1 => (0u16..500).prop_map(|len| Op::Truncate { len }),
         1 => any::<bool>().prop_map(|data_only| Op::Sync { data_only }),
         1 => Just(Op::WriteBack),
         1 => Just(Op::PowerLoss),
