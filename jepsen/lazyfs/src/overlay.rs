@@ -128,7 +128,8 @@ impl Backing for MemoryBacking {
     }
 
     fn write_all_at(&mut self, data: &[u8], offset: u64) -> io::Result<()> {
-        let start = usize::try_from(offset).map_err(|_| io::Error::from_raw_os_error(libc::EFBIG))?;
+        let start =
+            usize::try_from(offset).map_err(|_| io::Error::from_raw_os_error(libc::EFBIG))?;
         let end = start + data.len();
         if self.contents.len() < end {
             self.contents.resize(end, 0);

@@ -207,7 +207,10 @@ fn failed_write_back_keeps_the_unapplied_suffix() {
     assert_eq!(backing.inner.syncs, 0, "no fsync after a failed write-back");
     assert_eq!(overlay.len(), 1);
     assert_eq!(backing.inner.contents, b"\0\0\0\0\0\0\0\0\0\0one");
-    assert_eq!(overlay.read(&backing, 0, 13).unwrap(), b"two\0\0\0\0\0\0\0one");
+    assert_eq!(
+        overlay.read(&backing, 0, 13).unwrap(),
+        b"two\0\0\0\0\0\0\0one"
+    );
     overlay.sync(&mut backing, true).unwrap();
     assert!(overlay.is_empty());
     assert_eq!(backing.inner.contents, b"two\0\0\0\0\0\0\0one");
