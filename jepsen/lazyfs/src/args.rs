@@ -27,9 +27,11 @@ pub struct Args {
     #[arg(long, value_name = "BYTES", default_value_t = DEFAULT_MAX_PENDING_BYTES)]
     pub max_pending_bytes: u64,
 
-    /// Bypass the kernel page cache for file data (every read and write reaches lazyfs).
+    /// Let the kernel cache file data (no `direct_io`). Faster reads, but a process that keeps
+    /// a file open across a power loss can still read the lost data from the dead mount's page
+    /// cache; by default every read and write reaches lazyfs, so such a read fails (ENOTCONN).
     #[arg(long)]
-    pub direct_io: bool,
+    pub page_cache: bool,
 }
 
 impl Args {
@@ -38,7 +40,7 @@ impl Args {
             backing: self.backing.clone(),
             mountpoint: self.mount.clone(),
             max_pending_bytes: self.max_pending_bytes,
-            direct_io: self.direct_io,
+            direct_io: !self.page_cache,
         }
     }
 }
@@ -53,7 +55,7 @@ mod tests {
         let args =
             Args::try_parse_from(["meridian-lazyfs", "--backing", "/b", "--mount", "/m"]).unwrap();
         assert_eq!(args.max_pending_bytes, DEFAULT_MAX_PENDING_BYTES);
-        assert!(!args.direct_io);
+        assert!(args.mount_config().direct_io, "direct_io by default");
         let args = Args::try_parse_from([
             "meridian-lazyfs",
             "--backing",
@@ -62,11 +64,11 @@ mod tests {
             "/m",
             "--max-pending-bytes",
             "4096",
-            "--direct-io",
+            "--page-cache",
         ])
         .unwrap();
         assert_eq!(args.mount_config().max_pending_bytes, 4096);
-        assert!(args.direct_io);
+        assert!(!args.mount_config().direct_io);
         assert!(Args::try_parse_from(["meridian-lazyfs", "--backing", "/b"]).is_err());
     }
 }

@@ -8,9 +8,12 @@
 //!   while it runs; the filesystem is a test tool, not a fast one).
 //! - **No panics on kernel input**: every failure is an errno reply; a poisoned lock (a panic
 //!   in an earlier request, which would be a bug) is recovered rather than propagated.
-//! - **No stale page cache**: files are opened without `FOPEN_KEEP_CACHE`, so the kernel drops
-//!   a file's cached pages at every open; a new mount after a power loss is a new superblock
-//!   with an empty cache. `direct_io` (optional) bypasses the page cache entirely.
+//! - **No stale page cache**: by default files are opened with `FOPEN_DIRECT_IO`, so no file
+//!   data is cached in the kernel: every read reaches lazyfs, and after a power loss a file
+//!   descriptor still open on the dead mount fails with `ENOTCONN` instead of returning the
+//!   lost data. (Without it — `--page-cache` — such a descriptor was measured to keep reading
+//!   the lost bytes from the page cache; only new mounts, being new superblocks, start
+//!   clean.) `FOPEN_KEEP_CACHE` is never set.
 //! - **Locks are the kernel's**: `getlk`/`setlk`/`flock` are not implemented and the session
 //!   does not ask for `FUSE_POSIX_LOCKS`/`FUSE_FLOCK_LOCKS`, so the kernel keeps locks locally
 //!   on the FUSE inode, which is what RocksDB's LOCK file needs within one machine.

@@ -43,7 +43,9 @@
 //!   write, synced or not.
 //! - **Bounded memory**: pending data is capped by `--max-pending-bytes` (default 256 MiB).
 //! - **No stale reads after a power loss**: the new mount is a new superblock, and files are
-//!   never opened with `keep_cache`; the integration tests read through the new mount.
+//!   opened with `direct_io` (no kernel page cache), so even a descriptor left open on the dead
+//!   mount fails rather than returning lost data (`--page-cache` trades that for speed). The
+//!   integration tests read through the new mount and through such a descriptor.
 //!
 //! # Not modelled
 //!

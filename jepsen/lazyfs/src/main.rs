@@ -57,7 +57,7 @@ fn main() -> anyhow::Result<()> {
         backing = %args.backing.display(),
         mount = %args.mount.display(),
         max_pending_bytes = args.max_pending_bytes,
-        direct_io = args.direct_io,
+        page_cache = args.page_cache,
         "mounted"
     );
 

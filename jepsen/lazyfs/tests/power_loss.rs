@@ -39,12 +39,23 @@ fn write_a_and_b(dirs: &Dirs) {
 /// dir and through a new mount (no stale page cache from the dead one).
 #[test]
 fn power_loss_keeps_only_fsynced_data() {
+    power_loss_scenario(&[], "power_loss_keeps_only_fsynced_data");
+}
+
+/// The same with the kernel page cache on (`--page-cache`): the new mount still reads only
+/// what was synced, although the dead mount had the lost bytes cached.
+#[test]
+fn power_loss_with_page_cache_keeps_only_fsynced_data() {
+    power_loss_scenario(&["--page-cache"], "power_loss_with_page_cache");
+}
+
+fn power_loss_scenario(args: &[&str], test: &str) {
     let dirs = Dirs::new();
-    let Some(fs) = start_or_skip(&dirs, &[], "power_loss_keeps_only_fsynced_data") else {
+    let Some(fs) = start_or_skip(&dirs, args, test) else {
         return;
     };
     write_a_and_b(&dirs);
-    // Keep A's pages in the old mount's page cache right up to the kill.
+    // Keep A's pages in the old mount's page cache (if it caches) right up to the kill.
     let warm = read_all(&dirs.in_mount("a"));
     assert_eq!(warm.len(), A_SYNCED + A_UNSYNCED);
     fs.power_loss();
@@ -64,7 +75,7 @@ fn power_loss_keeps_only_fsynced_data() {
     assert_eq!(a, pattern(1, 0, A_SYNCED));
     assert!(b.is_empty());
 
-    let Some(fs) = start_or_skip(&dirs, &[], "power_loss_keeps_only_fsynced_data") else {
+    let Some(fs) = start_or_skip(&dirs, args, test) else {
         return;
     };
     assert_eq!(read_all(&dirs.in_mount("a")), pattern(1, 0, A_SYNCED));
@@ -79,6 +90,28 @@ fn power_loss_keeps_only_fsynced_data() {
     drop(b);
     fs.power_loss();
     assert!(read_all(&dirs.in_backing("b")).is_empty());
+}
+
+/// A descriptor left open across the power loss cannot read the lost data (default
+/// `direct_io`): the read fails with ENOTCONN, before and after the mount is detached.
+#[test]
+fn descriptor_open_across_power_loss_cannot_read_lost_data() {
+    let dirs = Dirs::new();
+    let Some(mut fs) = start_or_skip(&dirs, &[], "descriptor_open_across_power_loss") else {
+        return;
+    };
+    let mut file = open_rw(&dirs.in_mount("f"));
+    write_at(&mut file, 0, b"never synced");
+    let mut seen = [0u8; 12];
+    file.read_exact_at(&mut seen, 0).unwrap();
+    assert_eq!(&seen, b"never synced");
+    fs.kill_only();
+    let error = file.read_at(&mut seen, 0).unwrap_err();
+    assert_eq!(error.raw_os_error(), Some(libc::ENOTCONN));
+    detach(&dirs.mount).unwrap();
+    let error = file.read_at(&mut seen, 0).unwrap_err();
+    assert_eq!(error.raw_os_error(), Some(libc::ENOTCONN));
+    assert!(read_all(&dirs.in_backing("f")).is_empty());
 }
 
 /// SIGTERM writes everything back and fsyncs it, exits 0 and leaves nothing mounted.

@@ -132,6 +132,12 @@ impl LazyFs {
         detach(&self.mount).expect("detach dead mount");
     }
 
+    /// SIGKILL and reap, leaving the dead mount in place (Drop or `detach` clears it).
+    pub fn kill_only(&mut self) {
+        kill(self.pid(), Signal::SIGKILL).expect("SIGKILL lazyfs");
+        self.wait_exit(WAIT).expect("lazyfs exits after SIGKILL");
+    }
+
     /// Clean shutdown: SIGTERM and wait; returns the exit status.
     pub fn terminate(mut self) -> ExitStatus {
         kill(self.pid(), Signal::SIGTERM).expect("SIGTERM lazyfs");
