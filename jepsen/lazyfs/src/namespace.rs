@@ -37,7 +37,7 @@ use std::ffi::{CString, OsStr, OsString};
 use std::fs::{self, DirBuilder, Metadata, OpenOptions};
 use std::io;
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{DirBuilderExt, DirEntryExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::Path;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -357,8 +357,9 @@ impl State {
                 continue;
             };
             let name = entry.file_name();
-            // Readdir inode numbers are hints; a remembered node's own number is the honest one.
-            let ino = self.table.find(ino, &name).unwrap_or(u64::MAX);
+            // Readdir inode numbers are only hints (lookup assigns the real one): a remembered
+            // node's own number, else the backing file's.
+            let ino = self.table.find(ino, &name).unwrap_or_else(|| entry.ino());
             entries.push(DirEntry { ino, kind, name });
         }
         self.dirs.next += 1;

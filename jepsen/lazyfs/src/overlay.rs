@@ -56,6 +56,10 @@ pub const MAX_COALESCED_WRITE_BYTES: usize = 1024 * 1024;
 pub trait Backing {
     /// Current length in bytes.
     fn len(&self) -> io::Result<u64>;
+    /// Whether the length is zero.
+    fn is_empty(&self) -> io::Result<bool> {
+        Ok(self.len()? == 0)
+    }
     /// Reads up to `buf.len()` bytes at `offset`; returns how many were read (fewer only at EOF).
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize>;
     /// Writes all of `data` at `offset`, extending the file (with zeros in a gap) if needed.

@@ -187,6 +187,11 @@ impl State {
     pub fn fsync(&mut self, ino: u64, data_only: bool) -> FsResult<()> {
         self.ensure_file(ino)?;
         self.stats.fsyncs += 1;
+        self.sync_node(ino, data_only)
+    }
+
+    /// Writes a node's pending list to its backing file and syncs the file.
+    fn sync_node(&mut self, ino: u64, data_only: bool) -> FsResult<()> {
         self.settle(ino, |node| {
             let Node { pending, file, .. } = node;
             let file = file
@@ -284,13 +289,7 @@ impl State {
             if !has_pending {
                 continue;
             }
-            match self.settle(ino, |node| {
-                let Node { pending, file, .. } = node;
-                let file = file
-                    .as_mut()
-                    .ok_or(io::Error::from_raw_os_error(libc::EBADF))?;
-                pending.sync(file, false)
-            }) {
+            match self.sync_node(ino, false) {
                 Ok(()) => synced += 1,
                 Err(e) => {
                     tracing::error!(ino, error = ?e, "shutdown flush failed");
