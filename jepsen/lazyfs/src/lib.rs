@@ -33,6 +33,23 @@
 //! 3. start a new `meridian-lazyfs` on the same backing directory and mount point, wait for
 //!    `mounted <mount>` on its stdout, restart the node.
 //!
+//! # Using it (the harness)
+//!
+//! ```text
+//!   meridian-lazyfs --backing B --mount M [--max-pending-bytes N] [--page-cache]
+//!     stdout: exactly one line "mounted M" once the mount is live (wait for it, bounded);
+//!     stderr: logs (RUST_LOG filters). M must exist and be empty; B must exist.
+//!   power loss:      kill -KILL <node pid> <lazyfs pid>; fusermount3 -u -z M
+//!                    (as root `umount -l M` is the same); then start lazyfs again on B, M
+//!   clean shutdown:  stop the node, then kill -TERM (or -INT) <lazyfs pid>: pending data is
+//!                    written back and fsynced, M unmounted, exit 0. `fusermount3 -u M` from
+//!                    outside is also a clean end (flush, exit 0).
+//!   exit 1:          mount failed (message on stderr, nothing printed on stdout).
+//! ```
+//!
+//! In-process use (tests, tools): [`mount::mount`] returns a [`mount::Mounted`] once live;
+//! [`mount::Mounted::shutdown`] is the clean end. The pure model is [`overlay::PendingWrites`].
+//!
 //! # Invariants
 //!
 //! - **Only fsync is durable**: after a power loss the backing directory holds, per file,
