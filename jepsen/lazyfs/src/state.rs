@@ -4,7 +4,7 @@
 //! # What
 //!
 //! [`State`] is everything the filesystem process holds: the [`InodeTable`] (with each file's
-//! [`PendingWrites`]), the running total of pending bytes, and counters. The FUSE glue
+//! [`PendingWrites`](crate::overlay::PendingWrites)), the running total of pending bytes, and counters. The FUSE glue
 //! (`fuse_ops`) locks it for each request and calls one method; the methods return an
 //! [`Errno`] rather than replying, so they read as plain file-system code. Namespace operations
 //! (lookup, create, rename, setattr, ...) live in `namespace`.
@@ -12,7 +12,7 @@
 //! # Invariants
 //!
 //! - **`pending_bytes` is the sum of every node's `pending.cost_bytes()`**: each method that
-//!   changes a pending list adjusts it by the difference (see [`State::settle`]).
+//!   changes a pending list adjusts it by the difference (one private helper, `settle`, does it).
 //! - **Memory bound**: after a write, while `pending_bytes > max_pending_bytes`, the file whose
 //!   oldest pending write is oldest is written back *without* fsync; one file never holds more
 //!   than [`MAX_PENDING_WRITES_PER_FILE`] entries (past it, it is written back the same way).
