@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The short Jepsen matrix that scripts/test.sh (and so CI) runs after the unit and cluster tests:
-# register and set under kill, pause, partition and clock faults, bank and append
+# register and set under kill, pause, partition, clock and power-loss faults, bank and append
 # (transactions) under kill, clock, partition and pause faults, plus every negative control,
 # each run a fresh 3-node cluster for JEPSEN_TIME_LIMIT seconds (default 20). A run passes when
 # its history checks valid (for a negative control: when the control makes it invalid, which the
@@ -18,10 +18,12 @@ RUNS=(
   "register pause"
   "register partition"
   "register clock"
+  "register power-loss"
   "set kill"
   "set pause"
   "set partition"
   "set clock"
+  "set power-loss"
   "bank kill"
   "bank clock"
   "append kill"

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# Runs one Meridian Jepsen test: installs what is missing (nftables), builds `meridian` and the
-# harness (release, shared target dir), and runs the harness with all arguments. See
+# Runs one Meridian Jepsen test: installs what is missing (nftables, fuse3), builds `meridian`,
+# `meridian-lazyfs` and the harness (release, shared target dir), and runs the harness with all
+# arguments. See
 # jepsen/harness/src/main.rs for what a run does and how to read jepsen/store/<run>/.
 #
-#   jepsen/run.sh --workload register|set|bank|append --nemesis none|kill|pause|partition|clock|clock-chain|all
+#   jepsen/run.sh --workload register|set|bank|append --nemesis none|kill|pause|partition|clock|clock-chain|power-loss|all
 #                 [--time-limit SECONDS] [--concurrency N] [--nodes 3|5] [--seed S]
 #                 [--negative-control lost-ack|stale-read|wrong-total|fractured-read]
 #                 [--base-port P] [--store DIR]
@@ -18,8 +19,10 @@ cd "$ROOT"
 ensure_build_deps
 # The partition nemesis cuts traffic with nftables (the harness runs as root, as CI does).
 ensure_packages nft:nftables
+# The power-loss nemesis puts the nodes' data on lazyfs, a FUSE filesystem (fusermount3).
+ensure_packages fusermount3:fuse3
 
-say "building meridian and meridian-jepsen (release, $CARGO_TARGET_DIR)"
-cargo build --release --locked -p meridian-cli -p meridian-jepsen-harness
+say "building meridian, meridian-lazyfs and meridian-jepsen (release, $CARGO_TARGET_DIR)"
+cargo build --release --locked -p meridian-cli -p meridian-lazyfs -p meridian-jepsen-harness
 
 exec "$CARGO_TARGET_DIR/release/meridian-jepsen" "$@"

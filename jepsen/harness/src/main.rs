@@ -70,7 +70,11 @@
 //!   4–8 s; in **all**, a third of clock faults use +2000 ms (beyond max_offset: the node's
 //!   clock fence stops it within seconds, exit status 5 in `node_exits`, and the heal starts
 //!   it again without the offset; the notes say whether it stopped and still led anything).
-//! - **all**: a seeded mix of the four.
+//! - **power-loss**: SIGKILL one node (half the time), a majority or every node at once, and
+//!   drop every write they had not fsynced: the nodes' data directories are
+//!   `meridian-lazyfs` mounts (`power.rs`, `jepsen/lazyfs`), killed with them; 2–4 s later a
+//!   new lazyfs mounts the same backing directory and the nodes start again.
+//! - **all**: a seeded mix of kill, pause, partition and clock.
 //! - **clock-chain**: not a mix but one fixed sequence, repeated (the lost-acknowledged-writes
 //!   run in `jepsen/evidence/`): restart a follower of the workload key's shard at +2000 ms
 //!   (it stops itself: the clock fence), hold 6–8 s, restart it without the offset, and 200–600 ms later — while it still waits
@@ -80,13 +84,15 @@
 //!
 //! # Exit status
 //! 0 valid (or negative control fired); 1 invalid, unknown, or control did not fire; 2 bad
-//! arguments or not implemented (`power-loss`); 3 harness failure (cluster
+//! arguments; 3 harness failure (cluster
 //! did not start, nftables unusable...); 130 interrupted.
 //!
 //! # Not done yet
-//! - `power-loss` (a FUSE filesystem dropping unsynced writes) and libfaketime clock jumps or
-//!   strobes: the clock nemesis only restarts nodes with a fixed offset.
-//! - Partitions of the client API, asymmetric/bridge/ring shapes, packet delay instead of loss.
+//! - libfaketime clock jumps or strobes: the clock nemesis only restarts nodes with a fixed
+//!   offset.
+//! - Power loss of file metadata (lazyfs applies creates, renames and deletes at once) and torn
+//!   writes; `all` does not mix power losses in.
+//! - Partitions of the client API, packet delay instead of loss.
 //! - Intermediate set reads and per-element visibility latency.
 
 mod append;
@@ -98,6 +104,7 @@ mod nemesis;
 mod nft;
 mod output;
 mod plan;
+mod power;
 mod replicas;
 mod run;
 mod status;

@@ -10,6 +10,9 @@
 //!   minority led, and whose replicas have a majority on the other side, gets a leader there —
 //!   evidence the cut is real; the result is a note on the interval (a warning if it never
 //!   happened). Shards without such a majority are noted as unavailable until healed.
+//! - **power-loss**: SIGKILL every target node, then kill each one's lazyfs, which drops every
+//!   write the node had not fsynced (see `power`); heal = a new lazyfs on the same backing
+//!   directory, then start the node again. Any number of nodes, all of them included.
 //! - **clock**: graceful stop, restart with `--clock-offset-ms <offset>` (every node runs with
 //!   `--max-offset-ms 500`); heal = stop (if still running) and restart without it. Beyond
 //!   max_offset (past the 400 ms fence threshold) the skewed node stops itself within a few
@@ -23,6 +26,7 @@
 use crate::cluster::STOP_TIMEOUT;
 use crate::nft::NftTable;
 use crate::plan::{minority, Fault, Shape, Step, Target, MAX_OFFSET_MS};
+use crate::power::PowerSupply;
 use crate::status;
 use meridian_cli::LocalCluster;
 use meridian_client::{fetch_status, Client};
@@ -69,6 +73,8 @@ pub struct NemesisLog {
 struct Faults {
     paused: BTreeSet<u64>,
     killed: BTreeSet<u64>,
+    /// Nodes whose lazyfs was killed: their storage comes back before they restart.
+    unpowered: BTreeSet<u64>,
     skewed: BTreeMap<u64, i64>,
     partitioned: bool,
 }
@@ -76,6 +82,8 @@ struct Faults {
 pub struct Nemesis {
     pub cluster: Arc<LocalCluster>,
     pub nft: Option<Arc<NftTable>>,
+    /// The nodes' lazyfs mounts, for `power-loss`.
+    pub power: Option<Arc<PowerSupply>>,
     /// For leader lookups (may be absent if it could not connect).
     pub client: Option<Client>,
     /// Workload keys that `Target::LeaderOfKey` indexes.
@@ -92,9 +100,11 @@ fn ns_since(start: Instant) -> u64 {
 }
 
 impl Nemesis {
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         cluster: Arc<LocalCluster>,
         nft: Option<Arc<NftTable>>,
+        power: Option<Arc<PowerSupply>>,
         client: Option<Client>,
         keys: Vec<String>,
         start: Instant,
@@ -104,6 +114,7 @@ impl Nemesis {
         Nemesis {
             cluster,
             nft,
+            power,
             client,
             keys,
             start,
@@ -311,6 +322,39 @@ impl Nemesis {
                     }
                 }
                 record.label = format!("kill {}", labels.join(", "));
+                record.nodes = nodes;
+            }
+            Fault::PowerLoss { targets } => {
+                let mut nodes = Vec::new();
+                let mut labels = Vec::new();
+                for t in targets {
+                    let (node, label) = self.resolve(t).await;
+                    if !nodes.contains(&node) {
+                        nodes.push(node);
+                        labels.push(label);
+                    }
+                }
+                // All processes first, then all storage: nothing writes once power goes.
+                for &node in &nodes {
+                    if let Err(e) = self.cluster.kill(node, Signal::SIGKILL) {
+                        record.errors.push(format!("kill n{node}: {e:#}"));
+                    }
+                }
+                let Some(power) = self.power.clone() else {
+                    record
+                        .errors
+                        .push("power-loss without lazyfs mounts (a harness bug)".into());
+                    return hold_until;
+                };
+                for &node in &nodes {
+                    match power.cut(node) {
+                        Ok(()) => {
+                            self.faults.unpowered.insert(node);
+                        }
+                        Err(e) => record.errors.push(format!("cut power of n{node}: {e:#}")),
+                    }
+                }
+                record.label = format!("power loss {}", labels.join(", "));
                 record.nodes = nodes;
             }
             Fault::Pause { target } => {
@@ -686,6 +730,13 @@ impl Nemesis {
         }
         self.note_exits();
         self.faults.killed.clear();
+        for node in std::mem::take(&mut self.faults.unpowered) {
+            if let Some(power) = &self.power {
+                if let Err(e) = power.restore(node) {
+                    errors.push(format!("restore power of n{node}: {e:#}"));
+                }
+            }
+        }
         for node in self.cluster.node_ids() {
             if !self.cluster.is_running(node).unwrap_or(true) {
                 if let Err(e) = self.cluster.restart(node) {

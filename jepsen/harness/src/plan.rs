@@ -16,6 +16,10 @@
 //! - clock: restart a node with a clock offset, hold 4–8 s, restart it without. `clock` uses
 //!   ±50–200 ms (inside max_offset 500 ms and its 400 ms fence threshold); `all` also uses
 //!   +2000 ms (beyond: refused by the peers, and the node stops itself, the clock fence).
+//! - power-loss: SIGKILL a node and drop every write it had not fsynced (its lazyfs is killed,
+//!   see `power`), power back on and restart 2–4 s later; one node (half the time), a
+//!   majority (a quarter) or every node at once (a quarter): acknowledged writes were fsynced
+//!   by a quorum, so they must survive even that;
 //! - clock-chain: a fixed sequence, not a random mix (the sequence of the lost-writes run kept
 //!   in `jepsen/evidence/`): restart a *follower* of the workload key's shard at +2000 ms, hold
 //!   6–8 s, restart it without the offset, and 200–600 ms later (while it still waits for its
@@ -75,6 +79,10 @@ pub enum Fault {
     Kill {
         targets: Vec<Target>,
     },
+    /// Kill the targets and drop their unsynced writes; unlike `Kill`, any number of nodes.
+    PowerLoss {
+        targets: Vec<Target>,
+    },
     Pause {
         target: Target,
     },
@@ -124,6 +132,7 @@ pub struct Step {
 #[derive(Clone, Copy)]
 enum Kind {
     Kill,
+    PowerLoss,
     Pause,
     Partition,
     Clock { beyond_allowed: bool },
@@ -132,6 +141,7 @@ enum Kind {
 fn hold_range(kind: Kind) -> (u64, u64) {
     match kind {
         Kind::Kill => (2_000, 5_000),
+        Kind::PowerLoss => (2_000, 4_000),
         Kind::Pause => (2_000, 4_000),
         Kind::Partition => (3_000, 6_000),
         Kind::Clock { .. } => (4_000, 8_000),
@@ -169,6 +179,22 @@ fn fault(rng: &mut StdRng, kind: Kind, nodes: usize, keys: usize) -> Fault {
                     .map(|node| Target::Node { node }),
             );
             Fault::Kill { targets }
+        }
+        Kind::PowerLoss => {
+            let mut all: Vec<u64> = (1..=nodes as u64).collect();
+            all.shuffle(rng);
+            let targets = match rng.gen_range(0..4) {
+                0 | 1 => vec![random_target(rng, nodes, keys)],
+                2 => all
+                    .into_iter()
+                    .take(minority(nodes) + 1)
+                    .map(|node| Target::Node { node })
+                    .collect(),
+                _ => (1..=nodes as u64)
+                    .map(|node| Target::Node { node })
+                    .collect(),
+            };
+            Fault::PowerLoss { targets }
         }
         Kind::Pause => Fault::Pause {
             target: random_target(rng, nodes, keys),
@@ -241,7 +267,8 @@ pub fn plan(
     seed: u64,
 ) -> Vec<Step> {
     let kinds: Vec<Kind> = match nemesis {
-        NemesisKind::None | NemesisKind::PowerLoss => return Vec::new(),
+        NemesisKind::None => return Vec::new(),
+        NemesisKind::PowerLoss => vec![Kind::PowerLoss],
         NemesisKind::ClockChain => return clock_chain(keys, time_limit_ms, seed),
         NemesisKind::Kill => vec![Kind::Kill],
         NemesisKind::Pause => vec![Kind::Pause],
@@ -323,6 +350,7 @@ mod tests {
             NemesisKind::Pause,
             NemesisKind::Partition,
             NemesisKind::Clock,
+            NemesisKind::PowerLoss,
             NemesisKind::All,
         ] {
             let a = plan(nemesis, 3, 4, 60_000, 42);
@@ -378,6 +406,7 @@ mod tests {
                                 || *offset_ms == BEYOND_OFFSET_MS
                         ),
                         Fault::ClockChain { .. } => panic!("`all` never chains: {s:?}"),
+                        Fault::PowerLoss { .. } => panic!("`all` never cuts power: {s:?}"),
                     }
                 }
             }
@@ -422,6 +451,29 @@ mod tests {
         let within = offsets(NemesisKind::Clock);
         assert!(within.iter().all(|o| o.abs() < MAX_OFFSET_MS));
         assert!(offsets(NemesisKind::All).contains(&BEYOND_OFFSET_MS));
+    }
+
+    /// `power-loss` hits one node, a majority, or every node at once, and each for some seed.
+    #[test]
+    fn power_loss_hits_one_node_a_majority_or_all() {
+        for nodes in [3usize, 5] {
+            let mut sizes = std::collections::BTreeSet::new();
+            for seed in 0..100 {
+                for step in plan(NemesisKind::PowerLoss, nodes, 2, 40_000, seed) {
+                    let Fault::PowerLoss { targets } = &step.fault else {
+                        panic!("{step:?}");
+                    };
+                    assert!((2_000..=4_000).contains(&step.hold_ms), "{step:?}");
+                    sizes.insert(targets.len());
+                }
+            }
+            let majority = minority(nodes) + 1;
+            assert_eq!(
+                sizes.into_iter().collect::<Vec<_>>(),
+                [1, majority, nodes],
+                "{nodes} nodes"
+            );
+        }
     }
 
     /// Too short a time limit for any fault gives an empty schedule, not a truncated pause.

@@ -13,6 +13,7 @@ use crate::nemesis::{IntervalRecord, Nemesis, NemesisLog, NodeExit};
 use crate::nft::{NftLayout, NftTable};
 use crate::output;
 use crate::plan::{self, Step, MAX_OFFSET_MS};
+use crate::power::{self, PowerSupply};
 use crate::replicas;
 use crate::workload::{self, Recorder};
 use crate::{append, bank};
@@ -89,6 +90,13 @@ pub async fn run(cfg: RunConfig, meridian: PathBuf) -> anyhow::Result<u8> {
     } else {
         None
     };
+    // Power-loss runs put every node's data directory on a lazyfs mount (see `power`).
+    let power = if cfg.nemesis.cuts_power() {
+        let lazyfs = power::default_lazyfs_binary(&meridian);
+        Some(Arc::new(PowerSupply::start(&lazyfs, &data_dir, cfg.nodes)?))
+    } else {
+        None
+    };
     let cluster = Arc::new(cluster::start(
         &meridian,
         cfg.nodes,
@@ -103,7 +111,7 @@ pub async fn run(cfg: RunConfig, meridian: PathBuf) -> anyhow::Result<u8> {
     let nemesis_log = Arc::new(Mutex::new(NemesisLog::default()));
     let mut phase_error = None;
     let interrupted = tokio::select! {
-        result = cluster_phase(&cfg, &cluster, nft.clone(), &recorder, &nemesis_log, &mut collected) => {
+        result = cluster_phase(&cfg, &cluster, nft.clone(), power.clone(), &recorder, &nemesis_log, &mut collected) => {
             if let Err(e) = result {
                 eprintln!("meridian-jepsen: harness failure: {e:#}");
                 phase_error = Some(format!("{e:#}"));
@@ -305,10 +313,25 @@ pub async fn run(cfg: RunConfig, meridian: PathBuf) -> anyhow::Result<u8> {
             status = EXIT_HARNESS;
         }
     }
+    // The replica checks above read the nodes' RocksDB through the mounts; now release them
+    // (lazyfs writes back what it holds) before the data directory goes.
+    if let Some(power) = power {
+        for e in power.shutdown() {
+            eprintln!("meridian-jepsen: {e}");
+        }
+    }
     if status == EXIT_VALID {
         let _ = std::fs::remove_dir_all(&data_dir);
     } else {
-        eprintln!("  node data kept in {}", data_dir.display());
+        eprintln!(
+            "  node data kept in {}{}",
+            data_dir.display(),
+            if cfg.nemesis.cuts_power() {
+                " (under backing/: the lazyfs mounts are gone)"
+            } else {
+                ""
+            }
+        );
     }
     eprintln!("  took {:.1} s", t0.elapsed().as_secs_f64());
     Ok(status)
@@ -319,6 +342,7 @@ async fn cluster_phase(
     cfg: &RunConfig,
     cluster: &Arc<LocalCluster>,
     nft: Option<Arc<NftTable>>,
+    power: Option<Arc<PowerSupply>>,
     recorder: &Arc<Recorder>,
     nemesis_log: &Arc<Mutex<NemesisLog>>,
     out: &mut Collected,
@@ -423,6 +447,7 @@ async fn cluster_phase(
     let mut nemesis = Nemesis::new(
         cluster.clone(),
         nft,
+        power,
         nemesis_client,
         out.keys.clone(),
         recorder.start(),
