@@ -213,6 +213,14 @@ async fn deadline_exceeded_carries_last_error() {
             assert!(matches!(**last, Error::Unavailable { .. }), "{last}");
             assert!(*attempts > 1);
         }
+        // On a loaded machine the last attempt, sent with the few milliseconds left, can time
+        // out in flight: a write that may have reached a node is then "outcome unknown", as it
+        // must be (seen once in a full-suite run).
+        Error::Ambiguous { .. } => {
+            let text = error.to_string();
+            assert!(text.contains("deadline exceeded"), "{text}");
+            assert!(text.contains("Timeout expired"), "{text}");
+        }
         other => panic!("unexpected {other}"),
     }
     assert!(!error.is_retryable());
