@@ -20,7 +20,7 @@ use crate::admission::Admitted;
 use crate::error::{invalid, Result, ServerError};
 use crate::kv::{request_id, KvService};
 use crate::kv_check::{check_key, check_route, check_value};
-use crate::shard_map::ShardMap;
+use crate::shard_map::{ShardDescriptor, ShardMap};
 use bytes::Bytes;
 use meridian_proto::kv::{
     resolve_request, txn_write, CommitRequest, CommitResponse, ReadConsistency, ResolveRequest,
@@ -81,16 +81,17 @@ impl TxnCommit {
             return Err(invalid("commit has no reads and no writes"));
         }
 
-        let mut shard = None;
+        let mut owner_desc: Option<&ShardDescriptor> = None;
         let mut owner = |key: &[u8]| -> Result<()> {
-            let id = map.lookup(key).id;
-            match shard {
-                Some(prev) if prev != id => Err(ServerError::WrongShard(format!(
-                    "the commit spans shards {prev} and {id}; a commit (or a prepare) must \
-                     target one shard"
+            let desc = map.lookup(key);
+            match owner_desc {
+                Some(prev) if prev.id != desc.id => Err(ServerError::WrongShard(format!(
+                    "the commit spans shards {} and {}; a commit (or a prepare) must \
+                     target one shard",
+                    prev.id, desc.id
                 ))),
                 _ => {
-                    shard = Some(id);
+                    owner_desc = Some(desc);
                     Ok(())
                 }
             }
@@ -105,13 +106,12 @@ impl TxnCommit {
         for range in &ranges {
             owner(&range.start)?;
         }
-        let shard = shard.expect("a non-empty commit has a key");
-        check_route(
-            map.get(shard).expect("looked up in this map"),
-            route.as_ref(),
-        )?;
+        let desc = owner_desc.expect("a non-empty commit has a key");
+        check_route(desc, route.as_ref())?;
+        let shard = desc.id;
         for range in &ranges {
-            let shard_end = &map.lookup(&range.start).end;
+            // Every range starts in `desc` (checked above).
+            let shard_end = &desc.end;
             let fits = shard_end.is_empty()
                 || range
                     .end

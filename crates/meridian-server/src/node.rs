@@ -60,6 +60,8 @@ pub struct Node {
     pub host: Arc<MultiRaft>,
     pub clock: Arc<Clock>,
     pub shard_map: Arc<ShardMap>,
+    /// `shard_map` as the metadata shard stores it (`shard_map_store`), encoded once at start.
+    shard_map_record: Bytes,
     /// No timestamp at or above the last persisted HLC ceiling is handed out (`hlc_ceiling`).
     pub ceiling: Arc<crate::hlc_ceiling::CeilingGate>,
     registry_cache: RwLock<HashMap<NodeId, NodeRecord>>,
@@ -164,7 +166,8 @@ impl Node {
 
         // The map the cluster agreed on wins over this node's configuration (see
         // `shard_map_store`): a node whose configuration gives another map does not start.
-        crate::shard_map_store::encode(&shard_map).map_err(|e| anyhow::anyhow!(e))?;
+        let shard_map_record =
+            crate::shard_map_store::encode(&shard_map).map_err(|e| anyhow::anyhow!(e))?;
         let stored =
             crate::shard_map_store::read_local(&*engine).map_err(|e| anyhow::anyhow!(e))?;
         if let Some(stored) = stored {
@@ -222,6 +225,7 @@ impl Node {
             host,
             clock,
             shard_map,
+            shard_map_record,
             ceiling,
             registry_cache: RwLock::new(HashMap::new()),
             config,
@@ -338,17 +342,13 @@ impl Node {
     /// in which case it must be this node's (see `shard_map_store`): a node whose map differs
     /// stops. Retries until the metadata shard answers.
     async fn store_or_check_shard_map(&self) {
-        let value = match crate::shard_map_store::encode(&self.shard_map) {
-            Ok(v) => v,
-            Err(e) => unreachable!("checked at start: {e}"),
-        };
         let mut delay = Duration::from_millis(50);
         loop {
             let cmd = Command::Cas {
                 ts: self.clock.now().0,
                 key: Bytes::from_static(crate::shard_map_store::SHARD_MAP_KEY),
                 expect: meridian_raft::Expect::Absent,
-                value: Some(value.clone()),
+                value: Some(self.shard_map_record.clone()),
                 request: None,
             };
             match self.propose_anywhere(ShardId::META, cmd).await {
