@@ -32,6 +32,12 @@ pub struct Args {
     /// cache; by default every read and write reaches lazyfs, so such a read fails (ENOTCONN).
     #[arg(long)]
     pub page_cache: bool,
+
+    /// Let users other than the one mounting reach the mount (FUSE's `allow_other`; needs root
+    /// or `user_allow_other` in /etc/fuse.conf). The Jepsen harness runs each node as its own
+    /// uid when it partitions, on mounts root made.
+    #[arg(long)]
+    pub allow_other: bool,
 }
 
 impl Args {
@@ -41,6 +47,7 @@ impl Args {
             mountpoint: self.mount.clone(),
             max_pending_bytes: self.max_pending_bytes,
             direct_io: !self.page_cache,
+            allow_other: self.allow_other,
         }
     }
 }
@@ -56,6 +63,7 @@ mod tests {
             Args::try_parse_from(["meridian-lazyfs", "--backing", "/b", "--mount", "/m"]).unwrap();
         assert_eq!(args.max_pending_bytes, DEFAULT_MAX_PENDING_BYTES);
         assert!(args.mount_config().direct_io, "direct_io by default");
+        assert!(!args.mount_config().allow_other);
         let args = Args::try_parse_from([
             "meridian-lazyfs",
             "--backing",
@@ -65,8 +73,10 @@ mod tests {
             "--max-pending-bytes",
             "4096",
             "--page-cache",
+            "--allow-other",
         ])
         .unwrap();
+        assert!(args.mount_config().allow_other);
         assert_eq!(args.mount_config().max_pending_bytes, 4096);
         assert!(!args.mount_config().direct_io);
         assert!(Args::try_parse_from(["meridian-lazyfs", "--backing", "/b"]).is_err());

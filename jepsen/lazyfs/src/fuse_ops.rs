@@ -58,6 +58,24 @@ impl LazyFs {
     }
 }
 
+/// A file or directory made for another user is handed to it, as a kernel filesystem would:
+/// lazyfs creates backing files with its own uid, and with `default_permissions` the kernel
+/// would then refuse the creator its own file (the Jepsen harness mounts as root and runs each
+/// node as its own uid). Only root may hand files over; others keep their own.
+fn hand_over(state: &mut State, req: &Request, attr: FileAttr) -> Result<FileAttr, Errno> {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let root = unsafe { libc::geteuid() } == 0;
+    if (attr.uid, attr.gid) == (req.uid(), req.gid()) || !root {
+        return Ok(attr);
+    }
+    let change = SetAttr {
+        uid: Some(req.uid()),
+        gid: Some(req.gid()),
+        ..SetAttr::default()
+    };
+    state.setattr(attr.ino.0, change)
+}
+
 fn entry(reply: ReplyEntry, result: Result<FileAttr, Errno>) {
     match result {
         Ok(attr) => reply.entry(&TTL, &attr, Generation(0)),
@@ -122,14 +140,18 @@ impl Filesystem for LazyFs {
 
     fn mkdir(
         &self,
-        _req: &Request,
+        req: &Request,
         parent: INodeNo,
         name: &OsStr,
         mode: u32,
         umask: u32,
         reply: ReplyEntry,
     ) {
-        entry(reply, self.state().mkdir(parent.0, name, mode, umask));
+        let mut state = self.state();
+        let made = state
+            .mkdir(parent.0, name, mode, umask)
+            .and_then(|attr| hand_over(&mut state, req, attr));
+        entry(reply, made);
     }
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
@@ -178,7 +200,7 @@ impl Filesystem for LazyFs {
 
     fn create(
         &self,
-        _req: &Request,
+        req: &Request,
         parent: INodeNo,
         name: &OsStr,
         mode: u32,
@@ -186,7 +208,12 @@ impl Filesystem for LazyFs {
         flags: i32,
         reply: ReplyCreate,
     ) {
-        match self.state().create(parent.0, name, mode, umask, flags) {
+        let mut state = self.state();
+        let made = state
+            .create(parent.0, name, mode, umask, flags)
+            .and_then(|(attr, fh)| Ok((hand_over(&mut state, req, attr)?, fh)));
+        drop(state);
+        match made {
             Ok((attr, fh)) => {
                 reply.created(&TTL, &attr, Generation(0), FileHandle(fh), self.open_flags)
             }

@@ -20,7 +20,7 @@
 
 use crate::fuse_ops::{check_backing_dir, LazyFs};
 use crate::state::State;
-use fuser::{Config, MountOption, Session, SessionUnmounter};
+use fuser::{Config, MountOption, Session, SessionACL, SessionUnmounter};
 use std::ffi::CString;
 use std::io;
 use std::os::unix::ffi::OsStrExt;
@@ -40,6 +40,8 @@ pub struct MountConfig {
     pub max_pending_bytes: u64,
     /// Bypass the kernel page cache for file data (`FOPEN_DIRECT_IO`).
     pub direct_io: bool,
+    /// Other users may use the mount (`allow_other`).
+    pub allow_other: bool,
 }
 
 /// A live mount.
@@ -76,6 +78,9 @@ pub fn mount(
         // backing I/O with its own rights.
         MountOption::DefaultPermissions,
     ];
+    if config.allow_other {
+        options.acl = SessionACL::All;
+    }
     options.n_threads = Some(1);
     let mut session = Session::new(filesystem, &config.mountpoint, &options)?;
     let unmounter = session.unmount_callable();
