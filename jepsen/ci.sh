@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The short Jepsen matrix that scripts/test.sh (and so CI) runs after the unit and cluster tests:
 # register and set under kill, pause, partition, clock and power-loss faults, bank and append
-# (transactions) under kill, clock, partition and pause faults, plus every negative control,
+# (transactions) under kill, clock, partition, pause and power-loss faults, register, set and
+# bank under the `all` mix, plus every negative control,
 # each run a fresh 3-node cluster for JEPSEN_TIME_LIMIT seconds (default 20). A run passes when
 # its history checks valid (for a negative control: when the control makes it invalid, which the
 # harness checks itself). A run written "@S ..." runs S seconds instead. Ends with "jepsen: N passed, N failed"; exits non-zero if any failed.
@@ -28,6 +29,13 @@ RUNS=(
   "bank clock"
   "append kill"
   "append partition"
+  "bank partition"
+  "append power-loss"
+  # Every fault mixed: kill, power loss (nodes on lazyfs), pause, partition, and clock offsets,
+  # jumps and strobes (libfaketime), within and beyond max_offset.
+  "@30 register all"
+  "@30 set all"
+  "@30 bank all"
   "register partition --negative-control stale-read"
   "set kill --negative-control lost-ack"
   "bank partition --negative-control wrong-total"

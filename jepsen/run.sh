@@ -21,6 +21,8 @@ ensure_build_deps
 ensure_packages nft:nftables
 # The power-loss nemesis puts the nodes' data on lazyfs, a FUSE filesystem (fusermount3).
 ensure_packages fusermount3:fuse3
+# The clock nemesis jumps and strobes running nodes' wall clocks with libfaketime.
+ensure_packages faketime:faketime
 
 say "building meridian, meridian-lazyfs and meridian-jepsen (release, $CARGO_TARGET_DIR)"
 cargo build --release --locked -p meridian-cli -p meridian-lazyfs -p meridian-jepsen-harness

@@ -8,7 +8,7 @@
 # to skip the containers (about 1 minute).
 source "$(dirname "$0")/common.sh"
 ensure_build_deps
-ensure_packages etcd:etcd-server etcdctl:etcd-client fusermount3:fuse3
+ensure_packages etcd:etcd-server etcdctl:etcd-client fusermount3:fuse3 faketime:faketime
 command -v cargo-nextest >/dev/null || cargo install --locked cargo-nextest
 
 ETCD_DIR="$(mktemp -d /tmp/meridian-test-etcd.XXXXXX)"

@@ -68,6 +68,8 @@ pub struct LocalClusterConfig {
     pub common_args: Vec<String>,
     /// Extra arguments per node, index 0 = node 1 (missing entries = none).
     pub extra_args_per_node: Vec<Vec<String>>,
+    /// Extra environment variables per node, index 0 = node 1 (e.g. a libfaketime preload).
+    pub env_per_node: Vec<Vec<(String, String)>>,
 }
 
 impl LocalClusterConfig {
@@ -84,6 +86,7 @@ impl LocalClusterConfig {
             data_dir: data_dir.into(),
             common_args: LOOPBACK_RAFT_ARGS.iter().map(|s| s.to_string()).collect(),
             extra_args_per_node: Vec::new(),
+            env_per_node: Vec::new(),
         }
     }
 
@@ -110,6 +113,21 @@ impl LocalClusterConfig {
         self.extra_args_per_node[index].extend(args.into_iter().map(Into::into));
         self
     }
+
+    /// Sets environment variable `key` to `value` for node `node_id` (1-based), on every start.
+    pub fn node_env(
+        mut self,
+        node_id: u64,
+        key: impl Into<String>,
+        value: impl Into<String>,
+    ) -> Self {
+        let index = (node_id as usize).saturating_sub(1);
+        if self.env_per_node.len() <= index {
+            self.env_per_node.resize(index + 1, Vec::new());
+        }
+        self.env_per_node[index].push((key.into(), value.into()));
+        self
+    }
 }
 
 /// One node's fixed layout.
@@ -124,6 +142,8 @@ pub struct NodeSpec {
     pub log_path: PathBuf,
     /// The full argument list after `meridian`.
     pub args: Vec<String>,
+    /// Environment variables set on top of the parent's.
+    pub env: Vec<(String, String)>,
 }
 
 /// A running local cluster; see the module docs. Methods take `&self` so tests can share it
@@ -202,6 +222,11 @@ impl LocalCluster {
                     log_path: config.data_dir.join(format!("node{id}.log")),
                     data_dir,
                     args,
+                    env: config
+                        .env_per_node
+                        .get(*id as usize - 1)
+                        .cloned()
+                        .unwrap_or_default(),
                 }
             })
             .collect::<Vec<_>>();
@@ -287,6 +312,7 @@ impl LocalCluster {
         let mut command = Command::new(&self.binary);
         command
             .args(&args)
+            .envs(spec.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(log.try_clone()?)
             .stderr(log)

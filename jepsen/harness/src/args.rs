@@ -124,13 +124,18 @@ impl NemesisKind {
         )
     }
 
+    /// Whether it jumps or strobes running nodes' wall clocks (libfaketime, see `clocks`).
+    pub fn jumps_clocks(self) -> bool {
+        matches!(self, NemesisKind::Clock | NemesisKind::All)
+    }
+
     pub fn partitions(self) -> bool {
         matches!(self, NemesisKind::Partition | NemesisKind::All)
     }
 
     /// Whether the nodes' data directories sit on lazyfs mounts (see `power`).
     pub fn cuts_power(self) -> bool {
-        matches!(self, NemesisKind::PowerLoss)
+        matches!(self, NemesisKind::PowerLoss | NemesisKind::All)
     }
 }
 

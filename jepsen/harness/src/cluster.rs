@@ -19,7 +19,9 @@
 //! (cleared by the uid change) and `exec`s the real `meridian` with the same arguments — same
 //! pid, so every signal the harness sends reaches `meridian` itself.
 
+use crate::clocks::FakeClocks;
 use crate::nft::NODE_UID_BASE;
+use crate::plan::MAX_OFFSET_MS;
 use anyhow::{anyhow, bail, Context};
 use meridian_cli::{LocalCluster, LocalClusterConfig};
 use nix::sys::signal::Signal;
@@ -30,6 +32,8 @@ use std::time::Duration;
 
 /// Environment variable naming the real `meridian` binary for the uid wrapper.
 pub const WRAP_ENV_BINARY: &str = "MERIDIAN_JEPSEN_NODE_BINARY";
+/// Environment variable holding the `LD_PRELOAD` the uid wrapper gives the node (libfaketime).
+pub const WRAP_ENV_PRELOAD: &str = "MERIDIAN_JEPSEN_NODE_PRELOAD";
 /// Bound on the cluster electing every shard's leader (first start and after healing).
 pub const READY_TIMEOUT: Duration = Duration::from_secs(90);
 /// Bound on one node's graceful stop before SIGKILL.
@@ -81,15 +85,16 @@ pub fn set_wrapper_env(meridian: &Path) {
     std::env::set_var(WRAP_ENV_BINARY, meridian);
 }
 
-/// Starts the nodes (not waiting for them). With `per_node_uids`, through the uid wrapper.
+/// Starts the nodes (not waiting for them), every one with `--max-offset-ms` [`MAX_OFFSET_MS`].
+/// With `per_node_uids`, through the uid wrapper; with `clocks`, on libfaketime.
 pub fn start(
     meridian: &Path,
     nodes: usize,
     base_port: u16,
     data_dir: &Path,
     shards: u32,
-    max_offset_ms: i64,
     per_node_uids: bool,
+    clocks: Option<&FakeClocks>,
 ) -> anyhow::Result<LocalCluster> {
     if !meridian.is_file() {
         bail!(
@@ -108,8 +113,23 @@ pub fn start(
     } else {
         meridian.to_path_buf()
     };
-    let config = LocalClusterConfig::new(binary, nodes, base_port, data_dir)
-        .common_args(common_node_args(shards, max_offset_ms));
+    let mut config = LocalClusterConfig::new(binary, nodes, base_port, data_dir)
+        .common_args(common_node_args(shards, MAX_OFFSET_MS));
+    if let Some(clocks) = clocks {
+        for node in 1..=nodes as u64 {
+            for (key, value) in clocks.env(node) {
+                // The uid wrapper must not run with libfaketime itself: its shared memory would
+                // belong to root, and the node (another uid) could not open it. The wrapper
+                // sets the preload for the exec instead.
+                let key = if per_node_uids && key == "LD_PRELOAD" {
+                    WRAP_ENV_PRELOAD.to_string()
+                } else {
+                    key
+                };
+                config = config.node_env(node, key, value);
+            }
+        }
+    }
     LocalCluster::start(config)
 }
 
@@ -154,8 +174,12 @@ pub fn exec_node(meridian: &Path, args: &[String]) -> anyhow::Error {
         command
             .args(args)
             .env_remove(WRAP_ENV_BINARY)
+            .env_remove(WRAP_ENV_PRELOAD)
             .uid(uid)
             .gid(uid);
+        if let Some(preload) = std::env::var_os(WRAP_ENV_PRELOAD) {
+            command.env("LD_PRELOAD", preload);
+        }
         // SAFETY: runs between the uid change and exec in this (single-threaded) process and
         // only makes the prctl syscall.
         unsafe {

@@ -3,7 +3,7 @@
 //! nftables if missing, builds `meridian` and this binary, and passes its arguments on:
 //!
 //! ```text
-//! jepsen/run.sh --workload register|set|bank|append --nemesis none|kill|pause|partition|clock|clock-chain|all
+//! jepsen/run.sh --workload register|set|bank|append --nemesis none|kill|pause|partition|clock|clock-chain|power-loss|all
 //!               [--time-limit SECONDS] [--concurrency N] [--nodes 3|5] [--seed S]
 //!               [--negative-control lost-ack|stale-read|wrong-total|fractured-read]
 //!               [--base-port P] [--store DIR]
@@ -66,15 +66,20 @@
 //!   for 3–6 s. Nodes then run as uids 61000+i so connections can be attributed (see
 //!   `nft.rs`, `cluster.rs`). Each partition is verified: the majority must take over the
 //!   shards the minority led (noted on the interval; a warning if not).
-//! - **clock**: restart a node with `--clock-offset-ms` ±50–200 ms (within max_offset) for
-//!   4–8 s; in **all**, a third of clock faults use +2000 ms (beyond max_offset: the node's
-//!   clock fence stops it within seconds, exit status 5 in `node_exits`, and the heal starts
-//!   it again without the offset; the notes say whether it stopped and still led anything).
+//! - **clock**, for 4–8 s, one of: restart a node with `--clock-offset-ms` ±50–200 ms; *jump*
+//!   a running node's (or a key leader's) wall clock ±50–300 ms at once, and back at the heal
+//!   (a peer's measurement of the new offset is noted as evidence); *strobe* it between real
+//!   time and ±50–300 ms every 50–250 ms. Jumps and strobes run on libfaketime (`clocks.rs`).
+//!   In **all**, a third of offsets and jumps go beyond max_offset (+2000 ms, jumps also
+//!   −2000 ms): the node's clock fence stops it within seconds, exit status 5 in `node_exits`,
+//!   and the heal starts it again on real time; the notes say whether it stopped and still led
+//!   anything.
 //! - **power-loss**: SIGKILL one node (half the time), a majority or every node at once, and
 //!   drop every write they had not fsynced: the nodes' data directories are
 //!   `meridian-lazyfs` mounts (`power.rs`, `jepsen/lazyfs`), killed with them; 2–4 s later a
 //!   new lazyfs mounts the same backing directory and the nodes start again.
-//! - **all**: a seeded mix of kill, pause, partition and clock.
+//! - **all**: a seeded mix of kill, power-loss, pause, partition and every clock fault (the
+//!   nodes run on lazyfs and libfaketime, as their own uids).
 //! - **clock-chain**: not a mix but one fixed sequence, repeated (the lost-acknowledged-writes
 //!   run in `jepsen/evidence/`): restart a follower of the workload key's shard at +2000 ms
 //!   (it stops itself: the clock fence), hold 6–8 s, restart it without the offset, and 200–600 ms later — while it still waits
@@ -99,6 +104,7 @@ mod append;
 mod args;
 mod bank;
 mod check;
+mod clocks;
 mod cluster;
 mod nemesis;
 mod nft;

@@ -13,9 +13,17 @@
 //! - partition: 3–6 s; shapes: isolate a key's leader, isolate a random node, split off a
 //!   random minority (halves), a bridge (two halves cut apart, one node reaching both), or
 //!   with 5 nodes a ring (each node reaches only its two neighbours);
-//! - clock: restart a node with a clock offset, hold 4–8 s, restart it without. `clock` uses
-//!   ±50–200 ms (inside max_offset 500 ms and its 400 ms fence threshold); `all` also uses
-//!   +2000 ms (beyond: refused by the peers, and the node stops itself, the clock fence).
+//! - clock, held 4–8 s, one of three (a third each):
+//!   - *offset*: restart a node with a clock offset, restart it without at the heal;
+//!   - *jump*: the wall clock of a running node (or of a key's leader) steps by an offset at
+//!     once, and steps back at the heal (libfaketime, see `clocks`);
+//!   - *strobe*: a running node's wall clock flips between real time and an offset every
+//!     50–250 ms for the whole hold.
+//!
+//!   `clock` uses ±50–200 ms offsets and ±50–300 ms jumps and strobes (inside max_offset
+//!   500 ms and its 400 ms fence threshold: nothing may break); `all` also uses, a third of the
+//!   time, +2000 ms offsets and ±2000 ms jumps (beyond: refused by the peers, and the node stops
+//!   itself, the clock fence).
 //! - power-loss: SIGKILL a node and drop every write it had not fsynced (its lazyfs is killed,
 //!   see `power`), power back on and restart 2–4 s later; one node (half the time), a
 //!   majority (a quarter) or every node at once (a quarter): acknowledged writes were fsynced
@@ -92,6 +100,17 @@ pub enum Fault {
     Clock {
         target: Target,
         offset_ms: i64,
+    },
+    /// Step a running node's wall clock by `offset_ms`; step it back at the heal.
+    ClockJump {
+        target: Target,
+        offset_ms: i64,
+    },
+    /// Flip a running node's wall clock between real time and `offset_ms` every `period_ms`.
+    ClockStrobe {
+        target: Target,
+        offset_ms: i64,
+        period_ms: u64,
     },
     /// Skew `first` by `offset_ms` for `first_hold_ms`, restart it without the offset, wait
     /// `gap_ms`, then skew `then` by `offset_ms` for the step's `hold_ms` (healed as usual).
@@ -237,26 +256,52 @@ fn fault(rng: &mut StdRng, kind: Kind, nodes: usize, keys: usize) -> Fault {
             };
             Fault::Partition { shape }
         }
-        Kind::Clock { beyond_allowed } => {
-            let offset_ms = if beyond_allowed && rng.gen_bool(1.0 / 3.0) {
-                BEYOND_OFFSET_MS
-            } else {
-                let magnitude = rng.gen_range(50..=200);
-                if rng.gen_bool(0.5) {
-                    magnitude
-                } else {
-                    -magnitude
-                }
-            };
-            Fault::Clock {
-                target: Target::Node {
-                    node: rng.gen_range(1..=nodes as u64),
-                },
-                offset_ms,
-            }
-        }
+        Kind::Clock { beyond_allowed } => clock_fault(rng, nodes, keys, beyond_allowed),
     }
 }
+
+/// A signed magnitude in `low..=high`, either sign equally likely.
+fn signed(rng: &mut StdRng, low: i64, high: i64) -> i64 {
+    let magnitude = rng.gen_range(low..=high);
+    if rng.gen_bool(0.5) {
+        magnitude
+    } else {
+        -magnitude
+    }
+}
+
+fn clock_fault(rng: &mut StdRng, nodes: usize, keys: usize, beyond_allowed: bool) -> Fault {
+    let beyond = beyond_allowed && rng.gen_bool(1.0 / 3.0);
+    match rng.gen_range(0..3) {
+        0 => Fault::Clock {
+            target: Target::Node {
+                node: rng.gen_range(1..=nodes as u64),
+            },
+            offset_ms: if beyond {
+                BEYOND_OFFSET_MS
+            } else {
+                signed(rng, 50, 200)
+            },
+        },
+        1 => Fault::ClockJump {
+            target: random_target(rng, nodes, keys),
+            offset_ms: if beyond {
+                signed(rng, BEYOND_OFFSET_MS, BEYOND_OFFSET_MS)
+            } else {
+                signed(rng, 50, JUMP_WITHIN_MS)
+            },
+        },
+        _ => Fault::ClockStrobe {
+            target: random_target(rng, nodes, keys),
+            offset_ms: signed(rng, 50, JUMP_WITHIN_MS),
+            period_ms: rng.gen_range(50..=250),
+        },
+    }
+}
+
+/// The largest jump or strobe `clock` makes: inside the 400 ms fence threshold with room for
+/// the offset measurement's uncertainty.
+pub const JUMP_WITHIN_MS: i64 = 300;
 
 /// The schedule for a run. `keys` is how many workload keys [`Target::LeaderOfKey`] may name.
 pub fn plan(
@@ -278,6 +323,7 @@ pub fn plan(
         }],
         NemesisKind::All => vec![
             Kind::Kill,
+            Kind::PowerLoss,
             Kind::Pause,
             Kind::Partition,
             Kind::Clock {
@@ -405,8 +451,22 @@ mod tests {
                             offset_ms.abs() <= 200 && offset_ms.abs() >= 50
                                 || *offset_ms == BEYOND_OFFSET_MS
                         ),
+                        Fault::ClockJump { offset_ms, .. } => assert!(
+                            (50..=JUMP_WITHIN_MS).contains(&offset_ms.abs())
+                                || offset_ms.abs() == BEYOND_OFFSET_MS
+                        ),
+                        Fault::ClockStrobe {
+                            offset_ms,
+                            period_ms,
+                            ..
+                        } => {
+                            assert!((50..=JUMP_WITHIN_MS).contains(&offset_ms.abs()));
+                            assert!((50..=250).contains(period_ms));
+                        }
                         Fault::ClockChain { .. } => panic!("`all` never chains: {s:?}"),
-                        Fault::PowerLoss { .. } => panic!("`all` never cuts power: {s:?}"),
+                        Fault::PowerLoss { targets } => {
+                            assert!(!targets.is_empty() && targets.len() <= nodes)
+                        }
                     }
                 }
             }
@@ -439,18 +499,59 @@ mod tests {
     /// `clock` alone stays within max_offset; `all` sometimes goes beyond.
     #[test]
     fn clock_offsets_by_nemesis() {
-        let offsets = |nemesis| {
-            (0..50)
-                .flat_map(|seed| plan(nemesis, 3, 2, 60_000, seed))
-                .filter_map(|s| match s.fault {
-                    Fault::Clock { offset_ms, .. } => Some(offset_ms),
-                    _ => None,
-                })
-                .collect::<Vec<_>>()
+        // (restart offsets, jumps, strobes) over 50 seeds.
+        let faults = |nemesis| {
+            let (mut offsets, mut jumps, mut strobes) = (Vec::new(), Vec::new(), Vec::new());
+            for step in (0..50).flat_map(|seed| plan(nemesis, 3, 2, 60_000, seed)) {
+                match step.fault {
+                    Fault::Clock { offset_ms, .. } => offsets.push(offset_ms),
+                    Fault::ClockJump { offset_ms, .. } => jumps.push(offset_ms),
+                    Fault::ClockStrobe { offset_ms, .. } => strobes.push(offset_ms),
+                    _ => {}
+                }
+            }
+            (offsets, jumps, strobes)
         };
-        let within = offsets(NemesisKind::Clock);
-        assert!(within.iter().all(|o| o.abs() < MAX_OFFSET_MS));
-        assert!(offsets(NemesisKind::All).contains(&BEYOND_OFFSET_MS));
+        let (offsets, jumps, strobes) = faults(NemesisKind::Clock);
+        for kind in [&offsets, &jumps, &strobes] {
+            assert!(!kind.is_empty());
+            assert!(kind.iter().all(|o| o.abs() < MAX_OFFSET_MS));
+            assert!(kind.iter().any(|o| *o < 0) && kind.iter().any(|o| *o > 0));
+        }
+        let (offsets, jumps, strobes) = faults(NemesisKind::All);
+        assert!(offsets.contains(&BEYOND_OFFSET_MS));
+        assert!(jumps.contains(&BEYOND_OFFSET_MS) && jumps.contains(&-BEYOND_OFFSET_MS));
+        assert!(strobes.iter().all(|o| o.abs() < MAX_OFFSET_MS));
+    }
+
+    /// `all` mixes in every fault kind but the chain, power losses included.
+    #[test]
+    fn all_mixes_every_kind() {
+        let mut kinds = std::collections::BTreeSet::new();
+        for step in (0..30).flat_map(|seed| plan(NemesisKind::All, 3, 2, 60_000, seed)) {
+            kinds.insert(match step.fault {
+                Fault::Kill { .. } => "kill",
+                Fault::PowerLoss { .. } => "power-loss",
+                Fault::Pause { .. } => "pause",
+                Fault::Partition { .. } => "partition",
+                Fault::Clock { .. } => "clock",
+                Fault::ClockJump { .. } => "clock-jump",
+                Fault::ClockStrobe { .. } => "clock-strobe",
+                Fault::ClockChain { .. } => "clock-chain",
+            });
+        }
+        assert_eq!(
+            kinds.into_iter().collect::<Vec<_>>(),
+            [
+                "clock",
+                "clock-jump",
+                "clock-strobe",
+                "kill",
+                "partition",
+                "pause",
+                "power-loss"
+            ]
+        );
     }
 
     /// `power-loss` hits one node, a majority, or every node at once, and each for some seed.

@@ -60,12 +60,20 @@ struct Mount {
 /// Every node's lazyfs mount.
 pub struct PowerSupply {
     binary: PathBuf,
+    /// Mount with `--allow-other` (nodes run as their own uids when the run partitions).
+    allow_other: bool,
     mounts: Mutex<BTreeMap<u64, Mount>>,
 }
 
 impl PowerSupply {
-    /// Mounts a lazyfs for each of `nodes` at `<data_dir>/node<i>` (empty, created here).
-    pub fn start(binary: &Path, data_dir: &Path, nodes: usize) -> anyhow::Result<PowerSupply> {
+    /// Mounts a lazyfs for each of `nodes` at `<data_dir>/node<i>` (empty, created here);
+    /// `allow_other` when the nodes run as other uids than this process's.
+    pub fn start(
+        binary: &Path,
+        data_dir: &Path,
+        nodes: usize,
+        allow_other: bool,
+    ) -> anyhow::Result<PowerSupply> {
         if !binary.is_file() {
             bail!(
                 "meridian-lazyfs not found at {} (build it: cargo build --release --locked -p \
@@ -75,6 +83,7 @@ impl PowerSupply {
         }
         let supply = PowerSupply {
             binary: binary.to_path_buf(),
+            allow_other,
             mounts: Mutex::new(BTreeMap::new()),
         };
         for node in 1..=nodes as u64 {
@@ -137,6 +146,7 @@ impl PowerSupply {
             .arg(&mount.backing)
             .arg("--mount")
             .arg(&mount.point)
+            .args(self.allow_other.then_some("--allow-other"))
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(log);

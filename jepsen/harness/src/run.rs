@@ -8,11 +8,12 @@
 
 use crate::args::{RunConfig, Workload};
 use crate::check::{self, ControlOutcome, Verdict};
+use crate::clocks::FakeClocks;
 use crate::cluster::{self, READY_TIMEOUT};
-use crate::nemesis::{IntervalRecord, Nemesis, NemesisLog, NodeExit};
+use crate::nemesis::{FaultTools, IntervalRecord, Nemesis, NemesisLog, NodeExit};
 use crate::nft::{NftLayout, NftTable};
 use crate::output;
-use crate::plan::{self, Step, MAX_OFFSET_MS};
+use crate::plan::{self, Step};
 use crate::power::{self, PowerSupply};
 use crate::replicas;
 use crate::workload::{self, Recorder};
@@ -93,7 +94,21 @@ pub async fn run(cfg: RunConfig, meridian: PathBuf) -> anyhow::Result<u8> {
     // Power-loss runs put every node's data directory on a lazyfs mount (see `power`).
     let power = if cfg.nemesis.cuts_power() {
         let lazyfs = power::default_lazyfs_binary(&meridian);
-        Some(Arc::new(PowerSupply::start(&lazyfs, &data_dir, cfg.nodes)?))
+        Some(Arc::new(PowerSupply::start(
+            &lazyfs,
+            &data_dir,
+            cfg.nodes,
+            nft.is_some(),
+        )?))
+    } else {
+        None
+    };
+    // Clock jumps and strobes move running nodes' wall clocks through libfaketime (`clocks`).
+    let clocks = if cfg.nemesis.jumps_clocks() {
+        Some(Arc::new(FakeClocks::create(
+            &data_dir.join("clock"),
+            cfg.nodes,
+        )?))
     } else {
         None
     };
@@ -103,15 +118,20 @@ pub async fn run(cfg: RunConfig, meridian: PathBuf) -> anyhow::Result<u8> {
         cfg.base_port,
         &data_dir,
         cfg.shards,
-        MAX_OFFSET_MS,
         nft.is_some(),
+        clocks.as_deref(),
     )?);
     let recorder = Arc::new(Recorder::new(Instant::now()));
     let mut collected = Collected::default();
     let nemesis_log = Arc::new(Mutex::new(NemesisLog::default()));
     let mut phase_error = None;
+    let tools = FaultTools {
+        nft: nft.clone(),
+        power: power.clone(),
+        clocks,
+    };
     let interrupted = tokio::select! {
-        result = cluster_phase(&cfg, &cluster, nft.clone(), power.clone(), &recorder, &nemesis_log, &mut collected) => {
+        result = cluster_phase(&cfg, &cluster, tools, &recorder, &nemesis_log, &mut collected) => {
             if let Err(e) = result {
                 eprintln!("meridian-jepsen: harness failure: {e:#}");
                 phase_error = Some(format!("{e:#}"));
@@ -320,6 +340,9 @@ pub async fn run(cfg: RunConfig, meridian: PathBuf) -> anyhow::Result<u8> {
             eprintln!("meridian-jepsen: {e}");
         }
     }
+    if cfg.nemesis.jumps_clocks() {
+        crate::clocks::sweep_dead_shm();
+    }
     if status == EXIT_VALID {
         let _ = std::fs::remove_dir_all(&data_dir);
     } else {
@@ -341,8 +364,7 @@ pub async fn run(cfg: RunConfig, meridian: PathBuf) -> anyhow::Result<u8> {
 async fn cluster_phase(
     cfg: &RunConfig,
     cluster: &Arc<LocalCluster>,
-    nft: Option<Arc<NftTable>>,
-    power: Option<Arc<PowerSupply>>,
+    tools: FaultTools,
     recorder: &Arc<Recorder>,
     nemesis_log: &Arc<Mutex<NemesisLog>>,
     out: &mut Collected,
@@ -446,8 +468,7 @@ async fn cluster_phase(
     }
     let mut nemesis = Nemesis::new(
         cluster.clone(),
-        nft,
-        power,
+        tools,
         nemesis_client,
         out.keys.clone(),
         recorder.start(),

@@ -84,3 +84,17 @@ pub async fn shards_to_move(
     }
     Some((movable, stuck))
 }
+
+/// `node`'s clock offset and its uncertainty in ms, as `asker` last measured it (its
+/// `Cluster.Status`); `None` if `asker` does not answer or has no measurement.
+pub async fn measured_offset(cluster: &LocalCluster, asker: u64, node: u64) -> Option<(i64, i64)> {
+    let address = cluster.client_addr(asker).ok()?;
+    let status = fetch_status(&address, Duration::from_secs(1)).await.ok()?;
+    status
+        .nodes
+        .iter()
+        .find(|n| {
+            n.node_id == node && (n.clock_offset_ms != 0 || n.clock_offset_uncertainty_ms != 0)
+        })
+        .map(|n| (n.clock_offset_ms, n.clock_offset_uncertainty_ms as i64))
+}

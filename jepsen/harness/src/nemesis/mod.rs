@@ -13,16 +13,16 @@
 //! - **power-loss**: SIGKILL every target node, then kill each one's lazyfs, which drops every
 //!   write the node had not fsynced (see `power`); heal = a new lazyfs on the same backing
 //!   directory, then start the node again. Any number of nodes, all of them included.
-//! - **clock**: graceful stop, restart with `--clock-offset-ms <offset>` (every node runs with
-//!   `--max-offset-ms 500`); heal = stop (if still running) and restart without it. Beyond
-//!   max_offset (past the 400 ms fence threshold) the skewed node stops itself within a few
-//!   seconds (exit status 5, recorded in `node_exits`); the notes say whether it did by the end
-//!   of the hold, and whether it still led any shard then (it must not).
+//! - **clock**: a restart with a clock offset, or a jump or strobe of a running node's wall
+//!   clock through libfaketime; see [`clock`] for each and its heal.
 //!
 //! Node processes are started from the thread that polls this code, which must be the main
 //! thread (`run.rs` joins, never spawns, the nemesis): `PR_SET_PDEATHSIG` fires when the
 //! spawning *thread* exits. Faults never overlap, so at most a minority is down at a time.
 
+mod clock;
+
+use crate::clocks::FakeClocks;
 use crate::cluster::STOP_TIMEOUT;
 use crate::nft::NftTable;
 use crate::plan::{minority, Fault, Shape, Step, Target, MAX_OFFSET_MS};
@@ -76,7 +76,20 @@ struct Faults {
     /// Nodes whose lazyfs was killed: their storage comes back before they restart.
     unpowered: BTreeSet<u64>,
     skewed: BTreeMap<u64, i64>,
+    /// Nodes whose wall clock was stepped (libfaketime), with the offset.
+    jumped: BTreeMap<u64, i64>,
     partitioned: bool,
+}
+
+/// What the nemesis cuts the network, the power and the clocks with (each only for the nemeses
+/// that need it).
+#[derive(Clone, Default)]
+pub struct FaultTools {
+    pub nft: Option<Arc<NftTable>>,
+    /// The nodes' lazyfs mounts, for power losses.
+    pub power: Option<Arc<PowerSupply>>,
+    /// The nodes' libfaketime offset files, for clock jumps and strobes.
+    pub clocks: Option<Arc<FakeClocks>>,
 }
 
 pub struct Nemesis {
@@ -84,6 +97,8 @@ pub struct Nemesis {
     pub nft: Option<Arc<NftTable>>,
     /// The nodes' lazyfs mounts, for `power-loss`.
     pub power: Option<Arc<PowerSupply>>,
+    /// The nodes' libfaketime offset files, for clock jumps and strobes.
+    pub clocks: Option<Arc<FakeClocks>>,
     /// For leader lookups (may be absent if it could not connect).
     pub client: Option<Client>,
     /// Workload keys that `Target::LeaderOfKey` indexes.
@@ -103,8 +118,7 @@ impl Nemesis {
     #[allow(clippy::too_many_arguments)]
     pub fn new(
         cluster: Arc<LocalCluster>,
-        nft: Option<Arc<NftTable>>,
-        power: Option<Arc<PowerSupply>>,
+        tools: FaultTools,
         client: Option<Client>,
         keys: Vec<String>,
         start: Instant,
@@ -113,8 +127,9 @@ impl Nemesis {
     ) -> Nemesis {
         Nemesis {
             cluster,
-            nft,
-            power,
+            nft: tools.nft,
+            power: tools.power,
+            clocks: tools.clocks,
             client,
             keys,
             start,
@@ -474,6 +489,32 @@ impl Nemesis {
                     self.note_fenced(node, *offset_ms, record).await;
                 }
             }
+            Fault::ClockJump { target, offset_ms } => {
+                let (node, label) = self.resolve(target).await;
+                record.label = format!("clock jump {label} {offset_ms:+} ms");
+                record.nodes = vec![node];
+                self.jump(node, *offset_ms, record);
+                if offset_ms.abs() > MAX_OFFSET_MS {
+                    self.sleep_until(hold_until).await;
+                    self.note_fenced(node, *offset_ms, record).await;
+                } else {
+                    let deadline = hold_until.min(Instant::now() + Duration::from_secs(5));
+                    self.verify_offset(node, *offset_ms, deadline, record).await;
+                }
+            }
+            Fault::ClockStrobe {
+                target,
+                offset_ms,
+                period_ms,
+            } => {
+                let (node, label) = self.resolve(target).await;
+                record.label =
+                    format!("clock strobe {label} 0/{offset_ms:+} ms every {period_ms} ms");
+                record.nodes = vec![node];
+                let period = Duration::from_millis(*period_ms);
+                self.strobe(node, *offset_ms, period, hold_until, record)
+                    .await;
+            }
             Fault::ClockChain {
                 first,
                 first_hold_ms,
@@ -490,137 +531,6 @@ impl Nemesis {
                     )
                     .await;
             }
-        }
-        hold_until
-    }
-
-    /// Restarts `node` with a clock offset (graceful stop first), noting it for the heal.
-    fn skew(&mut self, node: u64, offset_ms: i64, record: &mut IntervalRecord) {
-        let restarted = self.cluster.stop(node, STOP_TIMEOUT).and_then(|_| {
-            self.cluster
-                .restart_with_args(node, &["--clock-offset-ms".into(), offset_ms.to_string()])
-        });
-        match restarted {
-            Ok(()) => {
-                self.faults.skewed.insert(node, offset_ms);
-            }
-            Err(e) => record.errors.push(format!("clock skew n{node}: {e:#}")),
-        }
-    }
-
-    /// Notes whether `node`, skewed beyond max_offset, stopped itself (the clock fence) since
-    /// the fault began, and whether it still leads a shard (it must not).
-    async fn note_fenced(&mut self, node: u64, offset_ms: i64, record: &mut IntervalRecord) {
-        self.note_exits();
-        let exit = self
-            .log()
-            .exits
-            .iter()
-            .rfind(|e| e.node == node && e.time_ns >= record.start_ns)
-            .map(|e| (e.time_ns, e.status.clone()));
-        record.notes.push(match exit {
-            Some((at_ns, status)) => format!(
-                "n{node} ({offset_ms:+} ms) stopped itself at {:.3} s ({status})",
-                at_ns as f64 / 1e9
-            ),
-            None => format!("n{node} ({offset_ms:+} ms) still running: not fenced yet"),
-        });
-        let others: Vec<u64> = self.running().into_iter().filter(|n| *n != node).collect();
-        let led = status::shards_led_by(&self.cluster, &others, &[node]).await;
-        let note = match led {
-            Some(led) if led.is_empty() => {
-                format!("n{node} ({offset_ms:+} ms, beyond max_offset) leads no shard")
-            }
-            Some(led) => format!(
-                "WARNING: n{node} ({offset_ms:+} ms, beyond max_offset) still leads shards {led:?}"
-            ),
-            None => "could not ask the other nodes who leads".into(),
-        };
-        record.notes.push(note);
-    }
-
-    /// The `clock-chain` step: skew `first`, hold (it stops itself meanwhile: the clock fence),
-    /// restart it without the offset (no settle wait: it is typically still waiting for its
-    /// HLC ceiling), `gap_ms` later skew `then`; returns when `then`'s hold ends. `first` is
-    /// restarted again if it refused to start.
-    async fn clock_chain(
-        &mut self,
-        (first, first_hold_ms, gap_ms, then, offset_ms): (&Target, u64, u64, &Target, i64),
-        hold_ms: u64,
-        until: Instant,
-        record: &mut IntervalRecord,
-    ) -> Instant {
-        let t = |start: Instant| start.elapsed().as_secs_f64();
-        let (a, label_a) = self.resolve(first).await;
-        record.nodes = vec![a];
-        record.label = format!("clock-chain {label_a} {offset_ms:+} ms");
-        self.skew(a, offset_ms, record);
-        record.notes.push(format!(
-            "{:.3} s: n{a} restarted at {offset_ms:+} ms",
-            t(self.start)
-        ));
-        let first_until = (Instant::now() + Duration::from_millis(first_hold_ms)).min(until);
-        self.sleep_until(first_until).await;
-        if offset_ms.abs() > MAX_OFFSET_MS {
-            self.note_fenced(a, offset_ms, record).await;
-        }
-        // Heal the first node: stop (if it has not stopped itself), restart without the
-        // offset, and move on at once.
-        self.faults.skewed.remove(&a);
-        let stopped = if self.cluster.is_running(a).unwrap_or(false) {
-            if let Err(e) = self.cluster.stop(a, STOP_TIMEOUT) {
-                record.errors.push(format!("stop skewed n{a}: {e:#}"));
-            }
-            "stopped"
-        } else {
-            "was not running (stopped itself)"
-        };
-        let stopped_at = t(self.start);
-        if let Err(e) = self.cluster.restart(a) {
-            record
-                .errors
-                .push(format!("restart n{a} without clock offset: {e:#}"));
-        }
-        record.notes.push(format!(
-            "{stopped_at:.3} s: n{a} {stopped}; {:.3} s: restarted without offset",
-            t(self.start)
-        ));
-        if Instant::now() >= until {
-            return Instant::now();
-        }
-        tokio::time::sleep(Duration::from_millis(gap_ms)).await;
-        let (b, label_b) = self.resolve(then).await;
-        let b_at = t(self.start);
-        record.label = format!("{}, then {label_b} {offset_ms:+} ms", record.label);
-        record.nodes.push(b);
-        if b == a {
-            record.notes.push(format!(
-                "n{a} was picked again: it leads the key's shard now"
-            ));
-        }
-        self.skew(b, offset_ms, record);
-        record.notes.push(format!(
-            "{b_at:.3} s: stopping n{b}; {:.3} s: restarted at {offset_ms:+} ms",
-            t(self.start)
-        ));
-        let hold_until = (Instant::now() + Duration::from_millis(hold_ms)).min(until);
-        // The first node may have refused to start (its HLC ceiling was too far ahead): start
-        // it again once the ceiling has passed, as `restart_unskewed` does.
-        if b != a {
-            self.note_exits();
-            if !self.cluster.is_running(a).unwrap_or(true) {
-                let mut errors = Vec::new();
-                self.restart_unskewed(a, offset_ms, &mut errors).await;
-                record.notes.push(format!(
-                    "n{a} had exited after its restart (see node_exits); restarted again at {:.3} s",
-                    t(self.start)
-                ));
-                record.errors.extend(errors);
-            }
-        }
-        self.sleep_until(hold_until).await;
-        if offset_ms.abs() > MAX_OFFSET_MS {
-            self.note_fenced(b, offset_ms, record).await;
         }
         hold_until
     }
@@ -665,46 +575,6 @@ impl Nemesis {
         )
     }
 
-    /// Restarts a node that ran `offset_ms` ahead, without the offset, right away (as an
-    /// operator would). A node that issued timestamps further ahead than max_offset refuses to
-    /// start until its clock has caught up ("fix the clock (or wait N ms)") and exits: that is
-    /// recorded as a node exit, and the restart is retried after the offset has passed.
-    async fn restart_unskewed(&mut self, node: u64, offset_ms: i64, errors: &mut Vec<String>) {
-        for attempt in 0..3 {
-            if let Err(e) = self.cluster.restart(node) {
-                errors.push(format!("restart n{node} without clock offset: {e:#}"));
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(1_000)).await;
-            if self.cluster.is_running(node).unwrap_or(true) {
-                return;
-            }
-            self.note_exits_now(node);
-            if attempt < 2 {
-                let wait = Duration::from_millis(offset_ms.max(0) as u64 + 500);
-                eprintln!(
-                    "nemesis: n{node} refused to start after running {offset_ms:+} ms ahead; \
-                     retrying in {} ms",
-                    wait.as_millis()
-                );
-                tokio::time::sleep(wait).await;
-            }
-        }
-        errors.push(format!(
-            "n{node} did not stay up after its clock offset was removed"
-        ));
-    }
-
-    /// Records that `node` (already reaped by `is_running`) exited on its own.
-    fn note_exits_now(&mut self, node: u64) {
-        let time_ns = ns_since(self.start);
-        self.log().exits.push(NodeExit {
-            node,
-            time_ns,
-            status: "exited on its own right after a restart (see its log)".into(),
-        });
-    }
-
     /// Undoes every active fault; errors are appended to `errors`.
     pub async fn heal(&mut self, errors: &mut Vec<String>) {
         if self.faults.partitioned {
@@ -727,6 +597,9 @@ impl Nemesis {
                 }
             }
             self.restart_unskewed(node, offset_ms, errors).await;
+        }
+        for (node, offset_ms) in std::mem::take(&mut self.faults.jumped) {
+            self.heal_jump(node, offset_ms, errors).await;
         }
         self.note_exits();
         self.faults.killed.clear();
