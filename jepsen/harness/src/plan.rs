@@ -8,7 +8,8 @@
 //! seed gives the same schedule.
 //!
 //! Durations, with the loopback Raft timings (election timeout 600–1200 ms = the lease):
-//! - kill: SIGKILL 1 node (5 nodes: 1 or 2, never more than a minority), restart 2–5 s later;
+//! - kill: SIGKILL 1 node (5 nodes: 1 or 2) or, a quarter of the time, a majority at once,
+//!   restart 2–5 s later;
 //! - pause: SIGSTOP for 2–4 s (longer than the 1.2 s lease), then SIGCONT;
 //! - partition: 3–6 s; shapes: isolate a key's leader, isolate a random node, split off a
 //!   random minority (halves), a bridge (two halves cut apart, one node reaching both), or
@@ -187,10 +188,19 @@ fn random_target(rng: &mut StdRng, nodes: usize, keys: usize) -> Target {
 fn fault(rng: &mut StdRng, kind: Kind, nodes: usize, keys: usize) -> Fault {
     match kind {
         Kind::Kill => {
-            let count = rng.gen_range(1..=minority(nodes).max(1));
-            let mut targets = vec![random_target(rng, nodes, keys)];
             let mut others: Vec<u64> = (1..=nodes as u64).collect();
             others.shuffle(rng);
+            if rng.gen_bool(0.25) {
+                // A majority at once: every shard stops until the heal.
+                let targets = others
+                    .into_iter()
+                    .take(minority(nodes) + 1)
+                    .map(|node| Target::Node { node })
+                    .collect();
+                return Fault::Kill { targets };
+            }
+            let count = rng.gen_range(1..=minority(nodes).max(1));
+            let mut targets = vec![random_target(rng, nodes, keys)];
             targets.extend(
                 others
                     .into_iter()
@@ -420,7 +430,12 @@ mod tests {
                     free_at = s.at_ms + s.hold_ms;
                     match &s.fault {
                         Fault::Kill { targets } => {
-                            assert!(!targets.is_empty() && targets.len() <= minority(nodes));
+                            assert!(!targets.is_empty());
+                            assert!(
+                                targets.len() <= minority(nodes)
+                                    || targets.len() == minority(nodes) + 1
+                                        && targets.iter().all(|t| matches!(t, Target::Node { .. }))
+                            );
                         }
                         Fault::Pause { .. } => assert!(s.hold_ms >= 2_000, "longer than the lease"),
                         Fault::Partition {
@@ -552,6 +567,26 @@ mod tests {
                 "power-loss"
             ]
         );
+    }
+
+    /// `kill` hits a minority, or a majority of distinct nodes, each for some seed.
+    #[test]
+    fn kill_hits_a_minority_or_a_majority() {
+        for nodes in [3usize, 5] {
+            let mut sizes = std::collections::BTreeSet::new();
+            for step in (0..50).flat_map(|seed| plan(NemesisKind::Kill, nodes, 2, 40_000, seed)) {
+                let Fault::Kill { targets } = &step.fault else {
+                    panic!("{step:?}");
+                };
+                sizes.insert(targets.len());
+            }
+            let expected: Vec<usize> = (1..=minority(nodes) + 1).collect();
+            assert_eq!(
+                sizes.into_iter().collect::<Vec<_>>(),
+                expected,
+                "{nodes} nodes"
+            );
+        }
     }
 
     /// `power-loss` hits one node, a majority, or every node at once, and each for some seed.

@@ -1,8 +1,8 @@
 //! Executes the nemesis schedule ([`crate::plan`]) against the live cluster, and heals.
 //!
 //! What each fault really does:
-//! - **kill**: `SIGKILL` to the node's process (reaped at once); heal = start it again with the
-//!   same data directory and arguments.
+//! - **kill**: `SIGKILL` to the nodes' processes (a minority, or a majority at once; reaped at
+//!   once); heal = start them again with the same data directory and arguments.
 //! - **pause**: `SIGSTOP`; heal = `SIGCONT`. Held 2–4 s, longer than the 1.2 s lease.
 //! - **partition**: nftables drop rules between the two sides' Raft traffic (see `nft.rs`);
 //!   heal = flush them. While it holds, the majority side is polled (`Cluster.Status`; views
@@ -18,14 +18,15 @@
 //!
 //! Node processes are started from the thread that polls this code, which must be the main
 //! thread (`run.rs` joins, never spawns, the nemesis): `PR_SET_PDEATHSIG` fires when the
-//! spawning *thread* exits. Faults never overlap, so at most a minority is down at a time.
+//! spawning *thread* exits. Faults never overlap; a kill or a power loss may take down a majority
+//! (or every node) at once.
 
 mod clock;
 
 use crate::clocks::FakeClocks;
 use crate::cluster::STOP_TIMEOUT;
 use crate::nft::NftTable;
-use crate::plan::{minority, Fault, Shape, Step, Target, MAX_OFFSET_MS};
+use crate::plan::{Fault, Shape, Step, Target, MAX_OFFSET_MS};
 use crate::power::PowerSupply;
 use crate::status;
 use meridian_cli::LocalCluster;
@@ -321,9 +322,7 @@ impl Nemesis {
                 let mut labels = Vec::new();
                 for t in targets {
                     let (node, label) = self.resolve(t).await;
-                    if !nodes.contains(&node)
-                        && nodes.len() < minority(self.cluster.node_ids().len())
-                    {
+                    if !nodes.contains(&node) {
                         nodes.push(node);
                         labels.push(label);
                     }
