@@ -110,6 +110,11 @@ fn raft_config(cfg: &NodeConfig) -> openraft::Config {
         // Replicate new entries to followers while the leader's own fsync is in flight: a
         // commit then costs max(leader fsync, follower fsync + RTT), not their sum.
         broadcast_submitted_on_append: Some(true),
+        // ...which is why a restarted leader must be elected again: restored at once in its old
+        // term (openraft's default), a leader that lost unsynced entries to a power loss would
+        // append other entries under log ids a follower already holds, and the follower would
+        // keep and apply its own (Jepsen, set × power-loss; see the test below).
+        enable_leader_restore: Some(false),
         // Under load, replication acks prove liveness; skip the redundant heartbeats.
         heartbeat_min_interval: Some(r.heartbeat_interval_ms),
         snapshot_policy: openraft::SnapshotPolicy::LogsSinceLast(r.snapshot_every_entries),
@@ -561,5 +566,37 @@ impl Node {
             Ok(Err(e)) => tracing::error!(error = %e, "flushing storage on shutdown"),
             Err(e) => tracing::error!(error = %e, "flush task"),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::StartArgs;
+
+    /// A restarted leader must win a new election before it leads again. openraft would
+    /// otherwise restore its leadership at once, in the same term (`enable_leader_restore`,
+    /// on by default); with `broadcast_submitted_on_append` followers can hold entries the
+    /// leader had not yet synced, so a leader that lost power comes back with a shorter log and
+    /// appends *other* entries under log ids a follower already holds — which the follower
+    /// keeps (same log id, assumed same entry), and applies. The Jepsen runs in
+    /// `jepsen/evidence/set-power-loss-20261202T063639Z` and `set-all-20261202T065115Z` show
+    /// acknowledged adds missing from a replica and from the final read that way.
+    #[test]
+    fn a_restarted_leader_is_elected_again_not_restored() {
+        let args = StartArgs {
+            node_id: Some(1),
+            client_addr: Some("127.0.0.1:7001".into()),
+            peer_addr: Some("127.0.0.1:7101".into()),
+            data_dir: Some("/tmp/x".into()),
+            initial_cluster: Some(vec![
+                "1=127.0.0.1:7101@us/a".into(),
+                "2=127.0.0.1:7102@eu/b".into(),
+            ]),
+            ..Default::default()
+        };
+        let config = raft_config(&NodeConfig::load(&args).unwrap());
+        assert_eq!(config.enable_leader_restore, Some(false));
+        assert_eq!(config.broadcast_submitted_on_append, Some(true));
     }
 }
