@@ -37,6 +37,7 @@ pub mod metrics;
 pub mod node;
 pub mod shard_map;
 pub mod shard_map_store;
+mod transfer;
 
 pub use config::{NodeConfig, StartArgs};
 
