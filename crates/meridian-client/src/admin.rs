@@ -7,9 +7,8 @@ use meridian_proto::kv::TransferLeaderRequest;
 impl Client {
     /// Asks shard `shard`'s leader to hand leadership to node `to` (a voter whose log has caught
     /// up) and waits until `to` leads; returns `(leader, term)`. Follows the leader as the
-    /// cluster reports it, retrying while it moves, within the call's deadline. The server
-    /// bounds its own wait (a few election timeouts) and answers UNAVAILABLE if `to` did not
-    /// take over; that is returned, not retried.
+    /// cluster reports it and retries retryable answers (a moved leader, a target still
+    /// catching up or that did not take over in time) within the call's deadline.
     pub async fn transfer_leader(&self, shard: u64, to: u64) -> Result<(u64, u64)> {
         let deadline = self.deadline();
         let mut backoff = self.backoff();
@@ -45,8 +44,10 @@ impl Client {
                         return Ok((reply.leader_id, reply.term));
                     }
                     Ok(Err(status)) => {
+                        // Asking again is safe (the same request, the same end state): a
+                        // moved leader or a target still catching up is retried.
                         let error = Error::from_status(&status, &address);
-                        if !matches!(error, Error::NotLeader { .. }) {
+                        if !error.is_retryable() {
                             return Err(error);
                         }
                         last = Some(error);

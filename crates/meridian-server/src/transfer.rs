@@ -1,7 +1,8 @@
 //! An operator's leader transfer (`meridian cluster transfer-leader SHARD NODE`).
 //!
-//! The shard's leader checks the target is a voter whose replicated log reaches the leader's
-//! last index, wakes the group (a quiesced group has no heartbeats), and calls openraft's
+//! The shard's leader checks the target is a voter, wakes the group (a quiesced group has no
+//! heartbeats), waits (at most one election timeout) until the target's replicated log reaches
+//! the leader's last index, and calls openraft's
 //! cooperative `transfer_leader`: the leader stops serving lease reads and tells the target to
 //! campaign at once; it wins because its log is up to date. The call then waits, at most
 //! [`TRANSFER_WAIT_FACTOR`] election timeouts, until this node sees the target lead.
@@ -41,21 +42,38 @@ pub async fn transfer_leader(node: &Node, shard: ShardId, to: NodeId) -> Result<
             "node {to} is not a voter of shard {shard} (voters: {voters:?})"
         )));
     }
-    let last = metrics.last_log_index.unwrap_or(0);
-    let matched = metrics
-        .replication
-        .as_ref()
-        .and_then(|r| r.get(&to))
-        .and_then(|m| m.as_ref())
-        .map_or(0, |m| m.index);
-    if matched < last {
-        return Err(ServerError::Unavailable(format!(
-            "node {to} has replicated shard {shard}'s log to index {matched} of {last}; \
-             try again when it has caught up"
-        )));
-    }
-    // Wake the group (heartbeats on) before handing it over.
+    // Wake the group (heartbeats on): a quiesced group replicates nothing, and a target just
+    // behind (say, the previous leader, which has yet to get the new term's first entry)
+    // catches up within a heartbeat or two.
     node.replica(shard)?;
+    let mut watch = replica.raft.metrics();
+    let catch_up = Duration::from_millis(node.config.raft.election_timeout_max_ms);
+    let give_up = Instant::now() + catch_up;
+    loop {
+        let now = watch.borrow_watched().clone();
+        if now.current_leader != Some(me) {
+            return Err(node.not_leader(shard, now.current_leader).await);
+        }
+        let last = now.last_log_index.unwrap_or(0);
+        let matched = now
+            .replication
+            .as_ref()
+            .and_then(|r| r.get(&to))
+            .and_then(|m| m.as_ref())
+            .map_or(0, |m| m.index);
+        if matched >= last {
+            break;
+        }
+        let remaining = give_up.saturating_duration_since(Instant::now());
+        if remaining.is_zero() {
+            return Err(ServerError::Unavailable(format!(
+                "node {to} has replicated shard {shard}'s log to index {matched} of {last} \
+                 after {} ms; try again when it has caught up",
+                catch_up.as_millis()
+            )));
+        }
+        let _ = tokio::time::timeout(remaining, watch.changed()).await;
+    }
     tracing::info!(%shard, to, "transferring leadership on request");
     replica
         .raft
@@ -66,7 +84,6 @@ pub async fn transfer_leader(node: &Node, shard: ShardId, to: NodeId) -> Result<
     let wait =
         Duration::from_millis(node.config.raft.election_timeout_max_ms) * TRANSFER_WAIT_FACTOR;
     let give_up = Instant::now() + wait;
-    let mut watch = replica.raft.metrics();
     loop {
         let now = watch.borrow_watched().clone();
         if now.current_leader == Some(to) {
