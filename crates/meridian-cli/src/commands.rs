@@ -320,7 +320,7 @@ impl IsolationArg {
     }
 }
 
-/// `meridian cluster`: inspect the cluster.
+/// `meridian cluster`: inspect the cluster, move a shard's leadership.
 #[derive(Clone, Debug, clap::Args)]
 pub struct ClusterCommand {
     #[command(flatten)]
@@ -333,6 +333,14 @@ pub struct ClusterCommand {
 pub enum ClusterOp {
     /// Nodes (labels, addresses, liveness) and shards (ranges, leaders, terms, indexes, lag).
     Status,
+    /// Hand SHARD's leadership to NODE (a voter of the shard whose log has caught up) and wait
+    /// until it leads. A shard with a home region moves back home unless NODE is in it.
+    TransferLeader {
+        /// The shard's id (`meridian cluster status` lists them).
+        shard: u64,
+        /// The node that should lead it.
+        node: u64,
+    },
 }
 
 impl ClusterCommand {
@@ -341,6 +349,14 @@ impl ClusterCommand {
             ClusterOp::Status => {
                 let client = self.connect.connect().await?;
                 print!("{}", gather_cluster_view(&client).await?.render());
+            }
+            ClusterOp::TransferLeader { shard, node } => {
+                let client = self.connect.connect().await?;
+                let (leader, term) = client
+                    .transfer_leader(shard, node)
+                    .await
+                    .with_context(|| format!("transferring shard {shard} to node {node}"))?;
+                println!("shard {shard}: node {leader} leads (term {term})");
             }
         }
         Ok(())

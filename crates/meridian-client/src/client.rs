@@ -64,7 +64,7 @@ pub const MAX_SCAN_PAGES: usize = 4_096;
 /// Most node channels kept open; beyond it the cache is reset (a cluster has far fewer nodes).
 pub const MAX_CACHED_CHANNELS: usize = 1_024;
 /// Extra time the client waits past an attempt's gRPC timeout before giving up on it locally.
-const ATTEMPT_GRACE: Duration = Duration::from_millis(100);
+pub(crate) const ATTEMPT_GRACE: Duration = Duration::from_millis(100);
 
 /// A value and the HLC timestamp of the version it came from.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -151,7 +151,7 @@ pub(crate) fn kv_client(channel: Channel) -> KvClient<Channel> {
         .max_encoding_message_size(MAX_MESSAGE_BYTES)
 }
 
-fn cluster_client(channel: Channel) -> ClusterClient<Channel> {
+pub(crate) fn cluster_client(channel: Channel) -> ClusterClient<Channel> {
     ClusterClient::new(channel)
         .max_decoding_message_size(MAX_MESSAGE_BYTES)
         .max_encoding_message_size(MAX_MESSAGE_BYTES)
@@ -396,7 +396,7 @@ impl Client {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    fn channel(&self, address: &str) -> Result<Channel> {
+    pub(crate) fn channel(&self, address: &str) -> Result<Channel> {
         let mut channels = lock(&self.inner.channels);
         if let Some(channel) = channels.get(address) {
             return Ok(channel.clone());

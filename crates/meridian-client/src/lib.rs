@@ -70,6 +70,7 @@
 //! - Parallel commit (a multi-shard commit takes two consensus rounds), follower reads,
 //!   snapshot scans outside transactions.
 
+mod admin;
 mod backoff;
 pub mod cas;
 pub mod client;

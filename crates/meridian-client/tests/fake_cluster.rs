@@ -338,3 +338,30 @@ async fn connect_errors() {
         Ok(_) => panic!("connected to nothing"),
     }
 }
+
+/// `transfer_leader` asks the shard's leader (as the cluster reports it), returns the new
+/// leader and term, and refuses a shard the map does not have without asking anyone.
+#[tokio::test]
+async fn transfer_leader_asks_the_shards_leader() {
+    let fake = Fake::start(&["h", "p"]).await;
+    let client = fake
+        .client(vec![fake.address(3)], Duration::from_secs(5))
+        .await;
+    fake.set_leader(2, 3);
+    fake.served();
+    let (leader, term) = client.transfer_leader(2, 1).await.unwrap();
+    assert_eq!((leader, term), (1, 1));
+    assert_eq!(
+        fake.served(),
+        vec![(3, "transfer_leader")],
+        "only its leader was asked"
+    );
+    assert_eq!(client.transfer_leader(2, 2).await.unwrap(), (2, 2));
+    assert_eq!(fake.served(), vec![(1, "transfer_leader")]);
+    let error = client.transfer_leader(9, 1).await.unwrap_err();
+    assert!(
+        matches!(&error, Error::InvalidArgument { message } if message.contains("no shard 9")),
+        "{error}"
+    );
+    assert!(fake.served().is_empty());
+}

@@ -10,6 +10,7 @@ use crate::log_store::LogStore;
 use crate::log_writer::LogWriter;
 use crate::network::{clock_rejection, NetworkFactory, PeerPool, RateLimitedLog, SnapshotHeader};
 use crate::state_machine::{ShardStateMachine, SnapshotFile};
+use crate::transport_stats::{PeerMessage, TransportStats};
 use crate::types::*;
 use meridian_proto::raft::raft_transport_server::RaftTransport;
 use meridian_proto::raft::{RaftReply, RaftRequest, SnapshotChunk};
@@ -61,6 +62,8 @@ pub struct MultiRaft {
     pub raft_config: Arc<openraft::Config>,
     pub data_dir: PathBuf,
     shards: RwLock<BTreeMap<ShardId, Arc<ShardReplica>>>,
+    /// Peer messages received, by kind (the node's metrics).
+    pub transport_stats: TransportStats,
     /// Votes are refused until this instant (see [`MultiRaft::refuses_votes`]).
     votes_from: std::time::Instant,
 }
@@ -89,6 +92,7 @@ impl MultiRaft {
             raft_config,
             data_dir,
             shards: RwLock::new(BTreeMap::new()),
+            transport_stats: TransportStats::default(),
             votes_from: std::time::Instant::now() + vote_quarantine,
         }))
     }
@@ -327,6 +331,7 @@ fn admit_stream_request(
     r: Result<RaftRequest, Status>,
 ) -> Option<AppendEntriesRequest> {
     let req = r.ok()?;
+    host.transport_stats.received(PeerMessage::StreamedAppend);
     if let Some(leader) = replica.on_peer_message(req.from_node) {
         host.send_wake(replica.shard, leader);
     }
@@ -359,6 +364,7 @@ fn decode_payload<T: serde::de::DeserializeOwned>(req: &RaftRequest) -> Result<T
 #[tonic::async_trait]
 impl RaftTransport for TransportService {
     async fn append(&self, request: Request<RaftRequest>) -> Result<Response<RaftReply>, Status> {
+        self.host.transport_stats.received(PeerMessage::Append);
         let req = request.into_inner();
         let replica = self.admit(req.shard_id, req.hlc, req.from_node)?;
         let rpc: AppendEntriesRequest = decode_payload(&req)?;
@@ -390,6 +396,7 @@ impl RaftTransport for TransportService {
         let session = async move {
             let (first, inbound) = inbound.into_future().await;
             let first = first.ok_or_else(|| Status::invalid_argument("empty append stream"))??;
+            host.transport_stats.received(PeerMessage::StreamedAppend);
             let replica = admit(
                 &host,
                 &clock_log,
@@ -432,6 +439,7 @@ impl RaftTransport for TransportService {
     }
 
     async fn vote(&self, request: Request<RaftRequest>) -> Result<Response<RaftReply>, Status> {
+        self.host.transport_stats.received(PeerMessage::Vote);
         let req = request.into_inner();
         self.refuse_votes_after_start()?;
         let replica = self.admit(req.shard_id, req.hlc, req.from_node)?;
@@ -440,6 +448,7 @@ impl RaftTransport for TransportService {
     }
 
     async fn pre_vote(&self, request: Request<RaftRequest>) -> Result<Response<RaftReply>, Status> {
+        self.host.transport_stats.received(PeerMessage::PreVote);
         let req = request.into_inner();
         self.refuse_votes_after_start()?;
         let replica = self.admit(req.shard_id, req.hlc, req.from_node)?;
@@ -451,6 +460,9 @@ impl RaftTransport for TransportService {
         &self,
         request: Request<RaftRequest>,
     ) -> Result<Response<RaftReply>, Status> {
+        self.host
+            .transport_stats
+            .received(PeerMessage::TransferLeader);
         let req = request.into_inner();
         let replica = self.admit(req.shard_id, req.hlc, req.from_node)?;
         let rpc: TransferLeaderRequest = decode_payload(&req)?;
@@ -464,6 +476,7 @@ impl RaftTransport for TransportService {
     }
 
     async fn propose(&self, request: Request<RaftRequest>) -> Result<Response<RaftReply>, Status> {
+        self.host.transport_stats.received(PeerMessage::Propose);
         let req = request.into_inner();
         let replica = self.admit(req.shard_id, req.hlc, req.from_node)?;
         // Data shards take writes only through the `Kv` service, which issues their timestamps
@@ -484,6 +497,7 @@ impl RaftTransport for TransportService {
     }
 
     async fn quiesce(&self, request: Request<RaftRequest>) -> Result<Response<RaftReply>, Status> {
+        self.host.transport_stats.received(PeerMessage::Quiesce);
         let req = request.into_inner();
         self.admit_node(req.hlc, req.from_node)?;
         let Some(replica) = self.host.get(ShardId(req.shard_id)) else {
@@ -496,6 +510,7 @@ impl RaftTransport for TransportService {
     }
 
     async fn wake(&self, request: Request<RaftRequest>) -> Result<Response<RaftReply>, Status> {
+        self.host.transport_stats.received(PeerMessage::Wake);
         let req = request.into_inner();
         self.admit_node(req.hlc, req.from_node)?;
         if let Some(replica) = self.host.get(ShardId(req.shard_id)) {
@@ -508,6 +523,7 @@ impl RaftTransport for TransportService {
     /// either way, nothing admitted nor merged, the pinger not marked seen (see `clock_fence`):
     /// a ping must measure exactly the clocks that HLC admission refuses.
     async fn ping(&self, _request: Request<RaftRequest>) -> Result<Response<RaftReply>, Status> {
+        self.host.transport_stats.received(PeerMessage::Ping);
         let payload = codec::encode(&Ok::<u64, String>(self.host.clock.physical_now().0))
             .map_err(|e| Status::internal(e.to_string()))?;
         Ok(Response::new(RaftReply {
@@ -525,6 +541,9 @@ impl RaftTransport for TransportService {
             .message()
             .await?
             .ok_or_else(|| Status::invalid_argument("empty snapshot stream"))?;
+        self.host
+            .transport_stats
+            .received(PeerMessage::SnapshotChunk);
         let replica = self.admit(first.shard_id, first.hlc, first.from_node)?;
         let SnapshotHeader {
             vote,
@@ -554,6 +573,9 @@ impl RaftTransport for TransportService {
                 let chunk = stream.message().await?.ok_or_else(|| {
                     Status::invalid_argument("snapshot stream ended before its last chunk")
                 })?;
+                self.host
+                    .transport_stats
+                    .received(PeerMessage::SnapshotChunk);
                 if chunk.data.len() > SNAPSHOT_CHUNK_BYTES || chunk.offset != expected_offset {
                     return Err(Status::invalid_argument(format!(
                         "snapshot chunk at offset {} ({} bytes), expected offset {expected_offset}",

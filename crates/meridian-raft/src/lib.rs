@@ -45,6 +45,7 @@ pub mod quiesce;
 pub mod resolutions;
 pub mod span_check;
 pub mod state_machine;
+pub mod transport_stats;
 pub mod txn_check;
 pub mod types;
 

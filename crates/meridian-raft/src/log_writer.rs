@@ -141,6 +141,13 @@ impl LogWriter {
     pub fn stats(&self) -> &LogWriterStats {
         &self.stats
     }
+
+    /// Items queued and not yet taken by the writer thread (at most `MAX_PENDING_FLUSHES`).
+    pub fn queue_depth(&self) -> usize {
+        self.tx
+            .as_ref()
+            .map_or(0, |tx| tx.max_capacity() - tx.capacity())
+    }
 }
 
 impl Drop for LogWriter {

@@ -71,6 +71,7 @@ impl Drop for ConnectionPermit {
 #[derive(Debug, Clone)]
 pub struct Admission {
     count: Arc<Semaphore>,
+    max_requests: usize,
     bytes: Arc<Semaphore>,
     max_bytes: usize,
     connections: Arc<Connections>,
@@ -84,6 +85,7 @@ impl Admission {
         let max_bytes = max_bytes.min(u32::MAX as usize);
         Admission {
             count: Arc::new(Semaphore::new(max_requests)),
+            max_requests,
             bytes: Arc::new(Semaphore::new(max_bytes)),
             max_bytes,
             connections: Arc::default(),
@@ -119,6 +121,21 @@ impl Admission {
             peer,
             permit,
         })
+    }
+
+    /// Requests admitted and not finished, and their encoded bytes.
+    pub fn in_flight(&self) -> (usize, usize) {
+        (
+            self.max_requests
+                .saturating_sub(self.count.available_permits()),
+            self.max_bytes
+                .saturating_sub(self.bytes.available_permits()),
+        )
+    }
+
+    /// The node's budgets: requests, bytes.
+    pub fn limits(&self) -> (usize, usize) {
+        (self.max_requests, self.max_bytes)
     }
 
     /// Connections with requests in flight.

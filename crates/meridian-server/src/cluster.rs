@@ -1,10 +1,12 @@
 //! The public `Cluster` service: nodes, shards, leaders, terms, applied index and lag, as this
-//! node sees them. Clients use it as their shard map.
+//! node sees them (clients use it as their shard map); and an operator's leader transfer
+//! (see `transfer`).
 
 use crate::node::Node;
 use bytes::Bytes;
 use meridian_proto::kv::cluster_server::Cluster;
 use meridian_proto::kv::*;
+use meridian_types::ShardId;
 use openraft::type_config::async_runtime::WatchReceiver;
 use std::sync::Arc;
 use std::time::Duration;
@@ -103,5 +105,16 @@ impl Cluster for ClusterService {
                 sync_micros: load(&w.sync_micros),
             }),
         }))
+    }
+
+    async fn transfer_leader(
+        &self,
+        request: Request<TransferLeaderRequest>,
+    ) -> Result<Response<TransferLeaderResponse>, Status> {
+        let req = request.into_inner();
+        let (leader_id, term) =
+            crate::transfer::transfer_leader(&self.node, ShardId(req.shard_id), req.to_node)
+                .await?;
+        Ok(Response::new(TransferLeaderResponse { leader_id, term }))
     }
 }

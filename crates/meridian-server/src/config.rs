@@ -164,6 +164,8 @@ pub struct FileConfig {
     pub zone: Option<String>,
     pub client_addr: Option<String>,
     pub peer_addr: Option<String>,
+    /// Where `GET /metrics` is served (Prometheus text); absent = no metrics endpoint.
+    pub metrics_addr: Option<String>,
     pub data_dir: Option<PathBuf>,
     pub initial_cluster: Option<Vec<String>>,
     /// Dial overrides for peers, `id=host:port` (see `--peer-dial`).
@@ -197,6 +199,10 @@ pub struct StartArgs {
     /// Address the internal Raft transport listens on.
     #[arg(long)]
     pub peer_addr: Option<String>,
+    /// Address to serve the node's metrics on (`GET /metrics`, Prometheus text format over
+    /// HTTP); none by default.
+    #[arg(long)]
+    pub metrics_addr: Option<String>,
     /// Directory for the node's RocksDB and snapshots.
     #[arg(long)]
     pub data_dir: Option<PathBuf>,
@@ -256,6 +262,7 @@ pub struct NodeConfig {
     pub zone: String,
     pub client_addr: SocketAddr,
     pub peer_addr: SocketAddr,
+    pub metrics_addr: Option<SocketAddr>,
     pub data_dir: PathBuf,
     pub initial_cluster: Vec<Member>,
     /// Peers dialled at another address than their `initial_cluster` one (a WAN proxy).
@@ -306,6 +313,7 @@ impl NodeConfig {
         flag!(zone);
         flag!(client_addr);
         flag!(peer_addr);
+        flag!(metrics_addr);
         flag!(data_dir);
         flag!(initial_cluster);
         flag!(join);
@@ -355,6 +363,10 @@ impl NodeConfig {
         }
         let client_addr = parse_addr("client_addr", file.client_addr)?;
         let peer_addr = parse_addr("peer_addr", file.peer_addr)?;
+        let metrics_addr = file
+            .metrics_addr
+            .map(|a| parse_addr("metrics_addr", Some(a)))
+            .transpose()?;
         let data_dir = file
             .data_dir
             .ok_or_else(|| err("data_dir", "is required"))?;
@@ -486,6 +498,7 @@ impl NodeConfig {
             region,
             zone,
             client_addr,
+            metrics_addr,
             peer_addr,
             data_dir,
             initial_cluster,

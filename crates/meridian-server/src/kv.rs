@@ -108,6 +108,11 @@ impl KvService {
         }
     }
 
+    /// The node's request budgets (shared: a clone sees the same permits), for its metrics.
+    pub fn admission(&self) -> Admission {
+        self.admission.clone()
+    }
+
     pub fn into_server(self) -> meridian_proto::kv::kv_server::KvServer<KvService> {
         meridian_proto::kv::kv_server::KvServer::new(self)
             .max_decoding_message_size(MAX_MESSAGE_BYTES)

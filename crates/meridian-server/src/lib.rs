@@ -14,6 +14,7 @@
 //!
 //! Two listeners: the client address serves `Kv` and `Cluster`; the peer address serves the
 //! internal `RaftTransport` (meridian-raft). Keeping them apart lets operators firewall peers.
+//! A third, optional one ([`metrics`], `--metrics-addr`) serves `GET /metrics` over HTTP.
 //!
 //! # Shutdown
 //! On SIGTERM or Ctrl-C both servers stop accepting and drain in-flight requests (bounded by
@@ -32,9 +33,11 @@ mod kv_propose;
 pub mod kv_snapshot;
 pub mod kv_txn;
 mod leader_follow;
+pub mod metrics;
 pub mod node;
 pub mod shard_map;
 pub mod shard_map_store;
+mod transfer;
 
 pub use config::{NodeConfig, StartArgs};
 
@@ -90,6 +93,14 @@ pub async fn run_node(
     let peer_listener = tokio::net::TcpListener::bind(config.peer_addr)
         .await
         .map_err(|e| anyhow::anyhow!("cannot listen on peer_addr {}: {e}", config.peer_addr))?;
+    let metrics_listener = match config.metrics_addr {
+        Some(addr) => Some(
+            tokio::net::TcpListener::bind(addr)
+                .await
+                .map_err(|e| anyhow::anyhow!("cannot listen on metrics_addr {addr}: {e}"))?,
+        ),
+        None => None,
+    };
     let node = node::Node::start(config).await?;
     tracing::info!(
         node = node.config.node_id,
@@ -111,11 +122,21 @@ pub async fn run_node(
         .max_concurrent_streams(MAX_CONCURRENT_STREAMS)
         .add_service(meridian_raft::TransportService::new(node.host.clone()).into_server())
         .serve_with_incoming_shutdown(incoming(peer_listener), stopped(stop_rx.clone()));
+    let kv_service = kv::KvService::new(node.clone());
+    if let Some(listener) = metrics_listener {
+        let admission = kv_service.admission();
+        tokio::spawn(metrics::serve(
+            listener,
+            node.clone(),
+            admission,
+            stop_rx.clone(),
+        ));
+    }
     let client_server = tonic::transport::Server::builder()
         .timeout(REQUEST_TIMEOUT)
         .tcp_nodelay(true)
         .max_concurrent_streams(MAX_CONCURRENT_STREAMS)
-        .add_service(kv::KvService::new(node.clone()).into_server())
+        .add_service(kv_service.into_server())
         .add_service(cluster::ClusterService::new(node.clone()).into_server())
         .serve_with_incoming_shutdown(incoming(client_listener), stopped(stop_rx.clone()));
     let peer_task = tokio::spawn(peer_server);

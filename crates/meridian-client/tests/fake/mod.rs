@@ -463,6 +463,33 @@ impl Kv for FakeNode {
 
 #[tonic::async_trait]
 impl Cluster for FakeNode {
+    /// Leads the shard: the target leads from now on. Else NOT_LEADER, as a node answers.
+    async fn transfer_leader(
+        &self,
+        request: Request<TransferLeaderRequest>,
+    ) -> Result<Response<TransferLeaderResponse>, Status> {
+        let req = request.into_inner();
+        self.world
+            .served
+            .lock()
+            .unwrap()
+            .push((self.id, "transfer_leader"));
+        let mut shards = self.world.shards.lock().unwrap();
+        let shard = shards
+            .iter_mut()
+            .find(|s| s.shard_id == req.shard_id)
+            .ok_or_else(|| error("INVALID_ARGUMENT", "no such shard", None))?;
+        if shard.leader_id != self.id {
+            return Err(error("NOT_LEADER", "not the leader", None));
+        }
+        shard.leader_id = req.to_node;
+        shard.term += 1;
+        Ok(Response::new(TransferLeaderResponse {
+            leader_id: req.to_node,
+            term: shard.term,
+        }))
+    }
+
     async fn status(&self, _: Request<StatusRequest>) -> Result<Response<StatusResponse>, Status> {
         let addresses = self.world.addresses.lock().unwrap().clone();
         Ok(Response::new(StatusResponse {

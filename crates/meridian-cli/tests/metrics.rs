@@ -1,0 +1,181 @@
+//! Cluster test: every node serves its metrics on `--metrics-addr` (`GET /metrics`, Prometheus
+//! text), and the figures move with the work: writes drive the log writer and the peer
+//! appends, every shard is led by someone, and the idle cluster's groups quiesce.
+
+mod common;
+
+use bytes::Bytes;
+use common::*;
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+const BASE_PORT: u16 = 29_100;
+const SHARDS: u32 = 4;
+
+fn metrics_port(node: u64) -> u16 {
+    BASE_PORT + 50 + node as u16
+}
+
+/// One HTTP/1.1 request; returns (status line, body).
+fn http(node: u64, request: &str) -> (String, String) {
+    let mut stream = TcpStream::connect(("127.0.0.1", metrics_port(node))).expect("connect");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    stream.write_all(request.as_bytes()).unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    let (head, body) = response
+        .split_once("\r\n\r\n")
+        .expect("a complete response");
+    (
+        head.lines().next().unwrap_or("").to_string(),
+        body.to_string(),
+    )
+}
+
+/// Every sample of `/metrics` on `node`: `name{labels}` → value.
+fn scrape(node: u64) -> BTreeMap<String, f64> {
+    let (status, body) = http(node, "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
+    assert_eq!(status, "HTTP/1.1 200 OK");
+    body.lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+        .map(|l| {
+            let (name, value) = l.rsplit_once(' ').expect("name value");
+            (name.to_string(), value.parse().expect("a number"))
+        })
+        .collect()
+}
+
+fn sample(samples: &BTreeMap<String, f64>, name: &str) -> f64 {
+    *samples
+        .get(name)
+        .unwrap_or_else(|| panic!("{name} missing from {samples:?}"))
+}
+
+#[test]
+fn nodes_serve_metrics_that_follow_the_work() {
+    run_scenario(scenario());
+}
+
+async fn scenario() {
+    let dir = tempfile::tempdir().unwrap();
+    let flags: Vec<Vec<String>> = (1..=3)
+        .map(|n| {
+            vec![
+                "--metrics-addr".to_string(),
+                format!("127.0.0.1:{}", metrics_port(n)),
+            ]
+        })
+        .collect();
+    let per_node: Vec<Vec<&str>> = flags
+        .iter()
+        .map(|f| f.iter().map(String::as_str).collect())
+        .collect();
+    let per_node: Vec<(u64, &[&str])> = per_node
+        .iter()
+        .enumerate()
+        .map(|(i, f)| (i as u64 + 1, f.as_slice()))
+        .collect();
+    let cluster = start_cluster(BASE_PORT, dir.path(), SHARDS, &per_node);
+    cluster.wait_ready(READY_TIMEOUT).await.expect("ready");
+
+    let before: Vec<_> = (1..=3).map(scrape).collect();
+    for (i, samples) in before.iter().enumerate() {
+        let node = i + 1;
+        assert_eq!(
+            sample(samples, "meridian_raft_groups{state=\"awake\"}")
+                + sample(samples, "meridian_raft_groups{state=\"quiesced\"}"),
+            f64::from(SHARDS + 1),
+            "node {node} hosts every shard and the metadata shard"
+        );
+        assert!(sample(samples, "meridian_process_resident_memory_bytes") > 1e6);
+        assert!(samples.contains_key(&format!(
+            "meridian_node_info{{node_id=\"{node}\",region=\"{}\",zone=\"a\"}}",
+            cluster.spec(node as u64).unwrap().region
+        )));
+    }
+
+    let client = connect_client(cluster.endpoints()).await;
+    for i in 0..200u32 {
+        client
+            .put(
+                Bytes::from(format!("metrics/{i:04}")),
+                Bytes::from(vec![b'v'; 100]),
+            )
+            .await
+            .expect("put");
+    }
+
+    let after: Vec<_> = (1..=3).map(scrape).collect();
+    let led: f64 = after
+        .iter()
+        .map(|s| sample(s, "meridian_raft_groups_led"))
+        .sum();
+    assert_eq!(led, f64::from(SHARDS + 1), "every group has one leader");
+    for (i, (b, a)) in before.iter().zip(&after).enumerate() {
+        let grew = |name: &str| sample(a, name) > sample(b, name);
+        assert!(
+            grew("meridian_log_writer_syncs_total"),
+            "node {}: 200 writes replicated to every node sync its log",
+            i + 1
+        );
+        assert!(grew("meridian_log_writer_flushes_total"));
+        assert!(sample(a, "meridian_process_cpu_seconds_total") > 0.0);
+        assert!(sample(a, "meridian_requests_in_flight_limit") > 0.0);
+    }
+    let appends_received: f64 = after
+        .iter()
+        .zip(&before)
+        .map(|(a, b)| {
+            let total = |s: &BTreeMap<String, f64>| {
+                sample(s, "meridian_raft_messages_received_total{type=\"append\"}")
+                    + sample(
+                        s,
+                        "meridian_raft_messages_received_total{type=\"streamed_append\"}",
+                    )
+            };
+            total(a) - total(b)
+        })
+        .sum();
+    assert!(
+        appends_received >= 200.0,
+        "200 replicated writes reach the followers as appends: {appends_received}"
+    );
+
+    // Idle, the groups quiesce (bounded wait) and the gauge says so.
+    let give_up = Instant::now() + Duration::from_secs(30);
+    loop {
+        let quiesced: f64 = (1..=3)
+            .map(|n| sample(&scrape(n), "meridian_raft_groups{state=\"quiesced\"}"))
+            .sum();
+        if quiesced >= f64::from(SHARDS) {
+            break;
+        }
+        assert!(
+            Instant::now() < give_up,
+            "idle groups did not show as quiesced: {quiesced}"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+
+    // Anything but GET /metrics is refused.
+    assert_eq!(
+        http(1, "GET / HTTP/1.1\r\n\r\n").0,
+        "HTTP/1.1 404 Not Found"
+    );
+    assert_eq!(
+        http(1, "POST /metrics HTTP/1.1\r\n\r\n").0,
+        "HTTP/1.1 405 Method Not Allowed"
+    );
+    let huge = format!("GET /metrics HTTP/1.1\r\nX: {}\r\n\r\n", "a".repeat(10_000));
+    assert_eq!(
+        http(1, &huge).0,
+        "HTTP/1.1 431 Request Header Fields Too Large"
+    );
+
+    drop(client);
+    cluster.stop_all(Duration::from_secs(10));
+}
