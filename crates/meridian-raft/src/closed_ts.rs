@@ -17,7 +17,7 @@
 //! ```
 //!
 //! # How a pair travels
-//! - **In a log entry** (`Command::Closed`): `C` is computed right after the
+//! - **In a log entry** ([`crate::Command::Closed`]): `C` is computed right after the
 //!   proposal's own timestamp was issued (so that timestamp is in flight and `C` is below it)
 //!   and the entry carries it; `i` is the entry's own index. Entries of earlier terms sit
 //!   before it in the log, so they are covered by construction. Apply counts `C` only when the
@@ -196,3 +196,7 @@ mod tests;
 #[cfg(test)]
 #[path = "closed_ts_model_tests.rs"]
 mod model_tests;
+
+#[cfg(test)]
+#[path = "closed_ts_apply_tests.rs"]
+mod apply_tests;
