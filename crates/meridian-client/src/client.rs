@@ -263,6 +263,7 @@ impl Client {
             key: key.clone(),
             consistency: self.inner.config.read_consistency.to_proto(),
             route: None,
+            staleness: None,
         };
         let response = self
             .call(Route::Key(&key), &deadline, |channel, timeout, route| {

@@ -78,6 +78,7 @@ impl Client {
                 consistency,
                 snapshot: snapshot.as_ref().map(|s| s.spec()),
                 route: None,
+                staleness: None,
             };
             let route = if reverse {
                 Route::Below(&cursor_end)
@@ -240,6 +241,7 @@ impl Client {
                     consistency,
                     snapshot: spec.clone(),
                     route: None,
+                    staleness: None,
                 };
                 async move {
                     self.call(

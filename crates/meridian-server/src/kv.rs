@@ -47,6 +47,7 @@
 use crate::admission::{Admission, Admitted};
 use crate::error::{invalid, Result, ServerError};
 use crate::kv_check::{cas_command, check_key, check_route, check_scan, check_value};
+use crate::kv_follower::stale_mode;
 use crate::kv_txn::TxnCommit;
 use crate::node::Node;
 use crate::shard_map::ShardDescriptor;
@@ -273,6 +274,7 @@ pub(crate) fn get_response(
             version_ts: ts.0,
             read_ts: read_ts.0,
             shard_id: shard.0,
+            served_by: 0,
         },
         None => GetResponse {
             read_ts: read_ts.0,
@@ -316,6 +318,9 @@ impl Kv for KvService {
         let _permit = self.admit(&request).await?;
         let req = request.into_inner();
         check_key(&req.key, "key")?;
+        if let Some(mode) = stale_mode(req.consistency, req.staleness.as_ref())? {
+            return Ok(Response::new(self.stale_get(req, mode).await?));
+        }
         let (desc, replica) = self.node.route(&req.key)?;
         check_route(desc, req.route.as_ref())?;
         let shard = desc.id;
@@ -336,7 +341,9 @@ impl Kv for KvService {
             total_us = t0.elapsed().as_micros() as u64,
             "get timing"
         );
-        Ok(Response::new(get_response(found, read_ts, shard)))
+        let mut reply = get_response(found, read_ts, shard);
+        reply.served_by = self.node.config.node_id;
+        Ok(Response::new(reply))
     }
 
     async fn put(
@@ -400,7 +407,15 @@ impl Kv for KvService {
         };
         check_route(desc, req.route.as_ref())?;
         let shard = desc.id;
-        let replica = self.node.replica(shard)?;
+        let stale = stale_mode(req.consistency, req.staleness.as_ref())?;
+        if stale.is_some() && req.snapshot.is_some() {
+            return Err(invalid("a stale read takes no transaction snapshot").into());
+        }
+        // A stale read must not wake a quiesced follower (see `kv_follower`).
+        let replica = match stale {
+            Some(_) => self.stale_replica(shard)?,
+            None => self.node.replica(shard)?,
+        };
         // Every page at its own linearizable timestamp: an earlier page's timestamp is not a
         // stable snapshot (a write below it may be applied after it was chosen), so reusing it
         // could miss acknowledged writes or show half of a batch. One page is one RocksDB
@@ -416,9 +431,14 @@ impl Kv for KvService {
             ),
             None => None,
         };
-        let read_ts = match snapshot {
-            Some(snap) => snap.read_ts,
-            None => self.linearize(shard, &replica, req.consistency).await?,
+        let stale_read = match stale {
+            Some(mode) => Some(self.stale_read(shard, &replica, mode).await?),
+            None => None,
+        };
+        let read_ts = match (snapshot, stale_read) {
+            (Some(snap), _) => snap.read_ts,
+            (None, Some(read)) => read.read_ts,
+            (None, None) => self.linearize(shard, &replica, req.consistency).await?,
         };
         // Clamp [start, end) to the shard's range.
         let start = std::cmp::max(req.start.to_vec(), desc.start.clone());
@@ -432,28 +452,31 @@ impl Kv for KvService {
         let reverse = req.reverse;
         // A plain read waits for every intent in its range (it may have committed above
         // read_ts); a snapshot read only for those it may have to see (see `kv_snapshot`).
-        let lock_bound = snapshot.map_or(u64::MAX, |s| s.lock_bound());
+        // A stale read, for those that may commit at or below its timestamp.
+        let lock_bound = match (snapshot, stale_read) {
+            (Some(snap), _) => snap.lock_bound(),
+            (None, Some(read)) => read.lock_bound,
+            (None, None) => u64::MAX,
+        };
         let (probe_start, probe_end) = (start.clone(), end.clone());
-        let (page, uncertain) = self
-            .read_unlocked(
-                &replica,
-                read_ts,
-                move |locks| {
-                    locks.write_intent_in(&probe_start, probe_end.as_deref(), None, lock_bound)
-                },
-                move |e, table| match snapshot {
-                    Some(snap) => mvcc::scan_in_window(
-                        e,
-                        shard,
-                        (&start, end.as_deref()),
-                        (read_ts, snap.window_end_with(table)),
-                        limit,
-                    ),
-                    None => mvcc::scan(e, shard, &start, end.as_deref(), read_ts, limit, reverse)
-                        .map(|page| (page, None)),
-                },
-            )
-            .await?;
+        let locked = move |locks: &LockTable| {
+            locks.write_intent_in(&probe_start, probe_end.as_deref(), None, lock_bound)
+        };
+        let read = move |e: &dyn meridian_storage::Engine, table: &LockTable| match snapshot {
+            Some(snap) => mvcc::scan_in_window(
+                e,
+                shard,
+                (&start, end.as_deref()),
+                (read_ts, snap.window_end_with(table)),
+                limit,
+            ),
+            None => mvcc::scan(e, shard, &start, end.as_deref(), read_ts, limit, reverse)
+                .map(|page| (page, None)),
+        };
+        let (page, uncertain) = match stale_read {
+            Some(stale) => self.read_stale(&replica, stale, locked, read).await?,
+            None => self.read_unlocked(&replica, read_ts, locked, read).await?,
+        };
         let snapshot = snapshot.map(|s| s.reply(self.node.config.node_id, uncertain));
         let rows: Vec<KeyValue> = page
             .rows
@@ -485,6 +508,7 @@ impl Kv for KvService {
             read_ts: read_ts.0,
             shard_id: shard.0,
             snapshot,
+            served_by: self.node.config.node_id,
         }))
     }
 
@@ -509,6 +533,14 @@ impl Kv for KvService {
             req.keys.iter().map(|k| &k[..]),
             req.route.as_ref(),
         )?;
+        if let Some(mode) = stale_mode(req.consistency, req.staleness.as_ref())? {
+            if req.snapshot.is_some() {
+                return Err(invalid("a stale read takes no transaction snapshot").into());
+            }
+            return Ok(Response::new(
+                self.stale_batch_get(shard, req.keys, mode).await?,
+            ));
+        }
         let replica = self.node.replica(shard)?;
         if let Some(spec) = &req.snapshot {
             return Ok(Response::new(
@@ -534,14 +566,19 @@ impl Kv for KvService {
                 },
             )
             .await?;
+        let node_id = self.node.config.node_id;
         let results = found
             .into_iter()
-            .map(|f| get_response(f, read_ts, shard))
+            .map(|f| GetResponse {
+                served_by: node_id,
+                ..get_response(f, read_ts, shard)
+            })
             .collect();
         Ok(Response::new(BatchGetResponse {
             results,
             read_ts: read_ts.0,
             snapshot: None,
+            served_by: node_id,
         }))
     }
 

@@ -161,6 +161,7 @@ impl Kv for FakeNode {
             version_ts: found.map_or(0, |f| f.1),
             read_ts: self.tick(),
             shard_id: shard.shard_id,
+            served_by: self.id,
         }))
     }
 
@@ -391,6 +392,7 @@ impl Kv for FakeNode {
             read_ts,
             shard_id: shard.shard_id,
             snapshot,
+            served_by: self.id,
         }))
     }
 
@@ -424,6 +426,7 @@ impl Kv for FakeNode {
                     version_ts: found.map_or(0, |f| f.1),
                     read_ts,
                     shard_id: shard.shard_id,
+                    served_by: self.id,
                 }
             })
             .collect();
@@ -431,6 +434,7 @@ impl Kv for FakeNode {
             results,
             read_ts,
             snapshot,
+            served_by: self.id,
         }))
     }
 
