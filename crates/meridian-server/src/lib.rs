@@ -5,7 +5,8 @@
 //! - [`shard_map`]: the founding shard map and region/zone-aware replica placement;
 //!   [`shard_map_store`]: the map as one versioned record in the metadata shard.
 //! - [`node`]: startup (storage, Raft groups, bootstrap, registration) and shutdown.
-//! - [`kv`]: the public `Kv` service (its write path in `kv_propose`, transactions' snapshot
+//! - [`kv`]: the public `Kv` service (its write path in `kv_propose`, read barrier and guarded
+//!   reads in `kv_read`, transactions' snapshot
 //!   reads in [`kv_snapshot`], stale (follower) reads in [`kv_follower`], commits in
 //!   [`kv_txn`], admission in [`admission`]);
 //!   [`cluster`]: the `Cluster` status service.
@@ -31,6 +32,7 @@ pub mod kv;
 pub mod kv_check;
 pub mod kv_follower;
 mod kv_propose;
+mod kv_read;
 pub mod kv_snapshot;
 pub mod kv_txn;
 mod leader_follow;
