@@ -344,6 +344,78 @@ async fn scenario() {
     }
     eprintln!("20 follower reads of quiesced shard {shard} served; it stayed quiesced");
 
+    // ---- the Rust client and the CLI: a region-labelled client reads from its region ------
+    const REGIONS: [&str; 3] = ["us-east", "eu-west", "ap-south"];
+    for node in &followers {
+        let region = REGIONS[(*node as usize - 1) % 3];
+        let mut config = meridian_client::ClientConfig::new(cluster.endpoints());
+        config.region = Some(region.into());
+        let near = meridian_client::Client::connect(config)
+            .await
+            .expect("client");
+        let bounded = meridian_client::ReadConsistency::BoundedStaleness {
+            max_staleness: Duration::from_millis(BOUND_MS),
+        };
+        let sent_ms = now_ms();
+        let read = near.get_with(key.clone(), bounded).await.expect("get_with");
+        assert_eq!(
+            read.served_by, *node,
+            "a {region} client reads from node {node}"
+        );
+        let reply = GetResponse {
+            found: read.value.is_some(),
+            value: read.value.clone().unwrap_or_default(),
+            version_ts: read.version_ts.map_or(0, |t| t.0),
+            read_ts: read.read_ts.0,
+            served_by: read.served_by,
+            ..Default::default()
+        };
+        check(
+            &Read {
+                sent_ms,
+                bound_ms: BOUND_MS,
+                reply,
+            },
+            &history,
+        );
+        let output = run_bounded(
+            std::process::Command::new(binary())
+                .args([
+                    "kv",
+                    "get",
+                    "follower-read-key",
+                    "--max-staleness-ms",
+                    "3000",
+                ])
+                .args([
+                    "--region",
+                    region,
+                    "--endpoints",
+                    &cluster.endpoints().join(","),
+                ]),
+            Duration::from_secs(30),
+        );
+        let (stdout, stderr) = (
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr),
+        );
+        assert!(output.status.success(), "kv get failed: {stderr}");
+        assert_eq!(stdout.trim(), String::from_utf8_lossy(&last.1));
+        assert!(stderr.contains(&format!("served_by={node}")), "{stderr}");
+    }
+    let output = run_bounded(
+        std::process::Command::new(binary()).args([
+            "cluster",
+            "status",
+            "--endpoints",
+            &cluster.endpoints().join(","),
+        ]),
+        Duration::from_secs(30),
+    );
+    let status = String::from_utf8_lossy(&output.stdout);
+    assert!(status.contains("CLOSED LAG"), "{status}");
+    eprintln!("region-labelled clients and `kv get --max-staleness-ms` read from their region");
+
     // ---- 3. a follower cut off from the others stops serving past its bound --------------
     let cut = followers[0];
     let others: Vec<u64> = cluster
