@@ -3,7 +3,8 @@
 //! against the known history of a key written while they run; a follower cut off from the
 //! rest of the cluster stops serving bounded reads once its bound is exceeded (and still
 //! serves an as-of read its closed timestamp covers); an idle, quiesced shard keeps serving
-//! follower reads without being woken.
+//! follower reads without being woken; a prepared, undecided 2PC intent makes a follower read
+//! of its key answer LOCKED, and the client's stale read then goes to the leader.
 //!
 //! Requests go straight to one node (raw gRPC), so each answer names the node that served it.
 
@@ -13,7 +14,9 @@ use bytes::Bytes;
 use common::*;
 use meridian_client::fetch_status;
 use meridian_client::proto::kv_client::KvClient;
-use meridian_client::proto::{GetRequest, GetResponse, ReadConsistency, ShardInfo, Staleness};
+use meridian_client::proto::{
+    self, GetRequest, GetResponse, ReadConsistency, ShardInfo, Staleness,
+};
 use meridian_types::error::ERROR_CODE_HEADER;
 use meridian_types::Timestamp;
 use nix::sys::signal::Signal;
@@ -415,6 +418,104 @@ async fn scenario() {
     let status = String::from_utf8_lossy(&output.stdout);
     assert!(status.contains("CLOSED LAG"), "{status}");
     eprintln!("region-labelled clients and `kv get --max-staleness-ms` read from their region");
+
+    // ---- a prepared, undecided 2PC intent blocks follower reads at or above it -----------
+    let locked_key = Bytes::from_static(b"follower-read-key/locked");
+    assert_eq!(client.route(&locked_key).expect("routable").shard_id, shard);
+    let prepare = proto::CommitRequest {
+        writes: vec![proto::TxnWrite {
+            key: locked_key.clone(),
+            action: Some(proto::txn_write::Action::PutValue(Bytes::from_static(b"x"))),
+        }],
+        prepare: Some(proto::TxnPrepare {
+            txn: Some(proto::WriteId {
+                client_id: 91,
+                seq: 1,
+            }),
+            anchor: locked_key.clone(),
+        }),
+        ..Default::default()
+    };
+    // At whichever node leads the shard now (leadership may have moved since the start).
+    let mut at_leader = None;
+    for _ in 0..50 {
+        for node in cluster.node_ids() {
+            let addr = cluster.client_addr(node).unwrap();
+            if let Ok(Ok(reply)) =
+                tokio::time::timeout(RPC_TIMEOUT, raw(&addr).await.commit(prepare.clone())).await
+            {
+                at_leader = Some((node, reply.into_inner()));
+                break;
+            }
+        }
+        if at_leader.is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let (leader, prepared) = at_leader.expect("a leader took the prepare");
+    assert!(prepared.committed, "prepared: {prepared:?}");
+    // Once the followers' closed timestamps pass the prepare, a read there must not skip the
+    // intent (it may commit at or below the read): LOCKED, while other keys are served.
+    tokio::time::sleep(Duration::from_millis(LAG_MS + 1_500)).await;
+    let follower = *followers
+        .iter()
+        .find(|n| **n != leader)
+        .expect("a follower");
+    let addr = cluster.client_addr(follower).unwrap();
+    let refused = stale_get(
+        &addr,
+        &locked_key,
+        ReadConsistency::BoundedStaleness,
+        bounded(BOUND_MS),
+    )
+    .await;
+    assert_eq!(
+        refused.err().as_deref(),
+        Some("LOCKED"),
+        "a follower read skipped a prepared intent"
+    );
+    let below = stale_get(
+        &addr,
+        &locked_key,
+        ReadConsistency::ExactStaleness,
+        as_of(prepared.commit_ts - 1),
+    )
+    .await
+    .expect("a read below the intent's prepare timestamp is served");
+    assert!(!below.found);
+    stale_get(
+        &addr,
+        &key,
+        ReadConsistency::BoundedStaleness,
+        bounded(BOUND_MS),
+    )
+    .await
+    .expect("another key of the shard is served");
+    // The client falls back to the leader, which waits for the lock and recovers it.
+    let region = REGIONS[(follower as usize - 1) % 3];
+    let mut config = meridian_client::ClientConfig::new(cluster.endpoints());
+    config.region = Some(region.into());
+    let near = meridian_client::Client::connect(config)
+        .await
+        .expect("client");
+    let read = near
+        .get_with(
+            locked_key.clone(),
+            meridian_client::ReadConsistency::BoundedStaleness {
+                max_staleness: Duration::from_millis(BOUND_MS),
+            },
+        )
+        .await
+        .expect("a stale read of a locked key, through the leader");
+    assert_eq!(
+        (read.value, read.served_by),
+        (None, leader),
+        "recovered by the leader"
+    );
+    eprintln!(
+        "a prepared intent made follower reads answer LOCKED; the client's fell back to the leader"
+    );
 
     // ---- 3. a follower cut off from the others stops serving past its bound --------------
     let cut = followers[0];
