@@ -7,7 +7,9 @@ use crate::display::{format_bytes, parse_hex, ClusterView};
 use crate::txn_steps::{parse_steps, Step};
 use anyhow::Context;
 use bytes::Bytes;
-use meridian_client::{CasOutcome, Client, ClientConfig, Expect, Timestamp, TxnOptions};
+use meridian_client::{
+    CasOutcome, Client, ClientConfig, Expect, ReadConsistency, Timestamp, TxnOptions,
+};
 use std::time::Duration;
 
 /// How to reach the cluster.
@@ -29,11 +31,49 @@ pub struct ConnectArgs {
     /// `meridian-wan` proxy link): a node the cluster advertises at ADVERTISED is reached at DIAL.
     #[arg(long, env = "MERIDIAN_DIAL", value_delimiter = ',', global = true)]
     pub dial: Vec<String>,
+    /// The region this client runs in: stale reads (--max-staleness-ms, ...) go to a replica
+    /// there first.
+    #[arg(long, env = "MERIDIAN_REGION", global = true)]
+    pub region: Option<String>,
+}
+
+/// A stale read instead of a linearizable one: at most one of these. Served by the nearest
+/// replica that can (see --region), else by the leader.
+#[derive(Clone, Debug, Default, clap::Args)]
+#[group(multiple = false)]
+pub struct StalenessArgs {
+    /// Bounded staleness: the replica's closed timestamp, if at most this many milliseconds
+    /// behind its clock (the leader reads fresh).
+    #[arg(long)]
+    pub max_staleness_ms: Option<u64>,
+    /// Exact staleness: read at the serving node's clock minus this many milliseconds.
+    #[arg(long)]
+    pub exact_staleness_ms: Option<u64>,
+    /// Read at exactly this HLC timestamp (as printed by `kv put` or a stale read).
+    #[arg(long)]
+    pub as_of: Option<u64>,
+}
+
+impl StalenessArgs {
+    /// The stale consistency asked for, `None` for a linearizable read.
+    pub fn consistency(&self) -> Option<ReadConsistency> {
+        match (self.max_staleness_ms, self.exact_staleness_ms, self.as_of) {
+            (Some(ms), _, _) => Some(ReadConsistency::BoundedStaleness {
+                max_staleness: Duration::from_millis(ms),
+            }),
+            (_, Some(ms), _) => Some(ReadConsistency::ExactStaleness {
+                staleness: Duration::from_millis(ms),
+            }),
+            (_, _, Some(ts)) => Some(ReadConsistency::AsOf(Timestamp(ts))),
+            _ => None,
+        }
+    }
 }
 
 impl ConnectArgs {
     pub fn client_config(&self) -> ClientConfig {
         let mut config = ClientConfig::new(self.endpoints.iter().map(|e| e.trim().to_string()));
+        config.region = self.region.clone();
         config.call_timeout = Duration::from_millis(self.timeout_ms.max(1));
         config.rpc_timeout = config.rpc_timeout.min(config.call_timeout);
         // An empty entry (e.g. MERIDIAN_DIAL="") means no override.
@@ -92,8 +132,13 @@ pub struct KvCommand {
 
 #[derive(Clone, Debug, clap::Subcommand)]
 pub enum KvOp {
-    /// Print a key's value (text if printable UTF-8, else 0x-hex).
-    Get { key: String },
+    /// Print a key's value (text if printable UTF-8, else 0x-hex). A stale read also prints
+    /// `read_ts=... served_by=...` on stderr.
+    Get {
+        key: String,
+        #[command(flatten)]
+        staleness: StalenessArgs,
+    },
     /// Write a value; prints the commit timestamp.
     Put { key: String, value: String },
     /// Delete a key; prints the commit timestamp.
@@ -151,6 +196,9 @@ pub enum KvOp {
         /// Descending order.
         #[arg(long)]
         reverse: bool,
+        /// A stale scan is one snapshot: later pages read at the first page's timestamp.
+        #[command(flatten)]
+        staleness: StalenessArgs,
     },
 }
 
@@ -166,10 +214,18 @@ impl KvCommand {
     pub async fn run(&self) -> anyhow::Result<()> {
         // Parse arguments before connecting, so typos fail fast.
         match &self.op {
-            KvOp::Get { key } => {
+            KvOp::Get { key, staleness } => {
                 let key = self.bytes(key)?;
                 let client = self.connect.connect().await?;
-                match client.get(key).await? {
+                let value = match staleness.consistency() {
+                    None => client.get(key).await?,
+                    Some(consistency) => {
+                        let read = client.get_with(key, consistency).await?;
+                        eprintln!("read_ts={} served_by={}", read.read_ts.0, read.served_by);
+                        read.value
+                    }
+                };
+                match value {
                     Some(value) => println!("{}", format_bytes(&value)),
                     None => eprintln!("(not found)"),
                 }
@@ -222,10 +278,15 @@ impl KvCommand {
                 end,
                 limit,
                 reverse,
+                staleness,
             } => {
                 let start = self.bytes(start)?;
                 let end = end.as_deref().map(|e| self.bytes(e)).transpose()?;
-                let client = self.connect.connect().await?;
+                let mut config = self.connect.client_config();
+                if let Some(consistency) = staleness.consistency() {
+                    config.read_consistency = consistency;
+                }
+                let client = Client::connect(config).await?;
                 let rows = client.scan(start, end, *limit, *reverse).await?;
                 for row in &rows {
                     println!("{}\t{}", format_bytes(&row.key), format_bytes(&row.value));
@@ -392,7 +453,38 @@ mod tests {
             endpoints: vec!["127.0.0.1:7001".into()],
             timeout_ms: 1_000,
             dial: dial.iter().map(|s| s.to_string()).collect(),
+            region: None,
         }
+    }
+
+    /// At most one staleness flag; each maps to its consistency; none is a linearizable read.
+    #[test]
+    fn staleness_flags_map_to_one_consistency() {
+        use clap::Parser;
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            staleness: StalenessArgs,
+        }
+        let parse = |args: &[&str]| {
+            Cli::try_parse_from(std::iter::once("x").chain(args.iter().copied()))
+                .map(|c| c.staleness.consistency())
+        };
+        assert_eq!(parse(&[]).unwrap(), None);
+        assert_eq!(
+            parse(&["--max-staleness-ms", "5000"]).unwrap(),
+            Some(ReadConsistency::BoundedStaleness {
+                max_staleness: Duration::from_secs(5)
+            })
+        );
+        assert_eq!(
+            parse(&["--as-of", "42"]).unwrap(),
+            Some(ReadConsistency::AsOf(Timestamp(42)))
+        );
+        assert!(
+            parse(&["--max-staleness-ms", "1", "--exact-staleness-ms", "2"]).is_err(),
+            "two staleness flags"
+        );
     }
 
     #[test]

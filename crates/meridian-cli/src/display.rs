@@ -4,6 +4,7 @@
 //! characters, and as `0x…` hex otherwise, so binary data never garbles a terminal.
 
 use meridian_client::proto::{NodeInfo, ShardInfo, StatusResponse};
+use meridian_client::Timestamp;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
@@ -190,6 +191,7 @@ impl ClusterView {
             "LAST LOG",
             "QUIESCED",
             "LAG (node:entries)",
+            "CLOSED LAG (node:s)",
             "HOME",
         ]);
         for shard in self.shards() {
@@ -217,6 +219,7 @@ impl ClusterView {
                 shard.last_log_index.to_string(),
                 yes_no(shard.quiesced).into(),
                 format_lag(&shard),
+                format_closed_lag(&shard, &self.answers),
                 if shard.home_region.is_empty() {
                     "-".into()
                 } else {
@@ -307,10 +310,77 @@ pub fn format_lag(shard: &ShardInfo) -> String {
         .join(" ")
 }
 
+/// Closed-timestamp lag per replica: how far the replica's closed timestamp (from its own
+/// node's answer) is behind that node's clock, in seconds; `-` for none yet (or the metadata
+/// shard, which closes nothing), `?` when the node did not answer.
+pub fn format_closed_lag(shard: &ShardInfo, answers: &BTreeMap<u64, StatusResponse>) -> String {
+    shard
+        .replicas
+        .iter()
+        .map(|replica| {
+            let lag = answers
+                .get(replica)
+                .and_then(|a| {
+                    let own = a.shards.iter().find(|s| s.shard_id == shard.shard_id)?;
+                    Some((a.hlc_now, own.closed_ts))
+                })
+                .map(|(now, closed)| match closed {
+                    0 => "-".to_string(),
+                    closed => {
+                        let behind_ms = Timestamp(now)
+                            .physical_ms()
+                            .saturating_sub(Timestamp(closed).physical_ms());
+                        format!("{:.1}s", behind_ms as f64 / 1_000.0)
+                    }
+                })
+                .unwrap_or_else(|| "?".into());
+            format!("{replica}:{lag}")
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use meridian_client::proto::{LogWriterStats, ReplicaStatus};
+
+    /// Each replica's closed lag comes from its own node's answer; none yet is `-`, a node
+    /// that did not answer `?`.
+    #[test]
+    fn closed_lag_per_replica() {
+        let now = Timestamp::from_physical_ms(100_000).0;
+        let answer = |node: u64, closed_ms: u64| StatusResponse {
+            answering_node: node,
+            hlc_now: now,
+            shards: vec![ShardInfo {
+                shard_id: 4,
+                closed_ts: if closed_ms == 0 {
+                    0
+                } else {
+                    Timestamp::from_physical_ms(closed_ms).0
+                },
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        let answers: BTreeMap<u64, StatusResponse> = [
+            (1, answer(1, 97_000)),
+            (2, answer(2, 58_800)),
+            (3, answer(3, 0)),
+        ]
+        .into_iter()
+        .collect();
+        let shard = ShardInfo {
+            shard_id: 4,
+            replicas: vec![1, 2, 3, 5],
+            ..Default::default()
+        };
+        assert_eq!(
+            format_closed_lag(&shard, &answers),
+            "1:3.0s 2:41.2s 3:- 5:?"
+        );
+    }
 
     /// Printable text stays text; anything else becomes hex; hex parses back.
     #[test]

@@ -3,7 +3,7 @@
 //!
 //! # The retry loop
 //! Every public call gets one deadline (`call_timeout`). Each shard request inside it runs
-//! `Client::call`'s loop:
+//! `Client::call_with`'s loop:
 //!
 //! ```text
 //!  resolve target ──► send (timeout = min(rpc_timeout, time left)) ──► Ok ──► done
@@ -259,21 +259,28 @@ impl Client {
         let key: Bytes = key.into();
         validate::key(&key)?;
         let deadline = self.deadline();
+        let consistency = self.inner.config.read_consistency;
         let message = proto::GetRequest {
             key: key.clone(),
-            consistency: self.inner.config.read_consistency.to_proto(),
+            consistency: consistency.to_proto(),
             route: None,
+            staleness: consistency.staleness(),
         };
         let response = self
-            .call(Route::Key(&key), &deadline, |channel, timeout, route| {
-                let message = message.routed(route);
-                async move {
-                    kv_client(channel)
-                        .get(request(message, timeout))
-                        .await
-                        .map(|r| r.into_inner())
-                }
-            })
+            .read_call(
+                Route::Key(&key),
+                &deadline,
+                consistency,
+                |channel, timeout, route| {
+                    let message = message.routed(route);
+                    async move {
+                        kv_client(channel)
+                            .get(request(message, timeout))
+                            .await
+                            .map(|r| r.into_inner())
+                    }
+                },
+            )
             .await?;
         Ok(response.found.then(|| Versioned {
             value: response.value,
@@ -510,22 +517,8 @@ impl Client {
         }
     }
 
-    /// Runs one read request with routing, retries and backoff (see the module docs).
-    pub(crate) async fn call<T, F, Fut>(
-        &self,
-        route: Route<'_>,
-        deadline: &Deadline,
-        send: F,
-    ) -> Result<T>
-    where
-        F: FnMut(Channel, Duration, Option<proto::Route>) -> Fut,
-        Fut: Future<Output = std::result::Result<T, tonic::Status>>,
-    {
-        self.call_with(route, deadline, LockPolicy::Wait, send)
-            .await
-    }
-
-    /// [`Client::call`] with another answer to `LOCKED` (see `locks`).
+    /// Runs one request with routing, retries and backoff (see the module docs), with the
+    /// given answer to `LOCKED` (see `locks`).
     pub(crate) async fn call_with<T, F, Fut>(
         &self,
         route: Route<'_>,
@@ -537,10 +530,30 @@ impl Client {
         F: FnMut(Channel, Duration, Option<proto::Route>) -> Fut,
         Fut: Future<Output = std::result::Result<T, tonic::Status>>,
     {
-        self.attempt_loop(route, deadline, None, locks, send).await
+        self.attempt_loop(route, deadline, None, locks, false, send)
+            .await
     }
 
-    /// Runs one write request (whose message carries its write id) like [`Client::call`], and
+    /// Runs one read request like [`Client::call_with`] (waiting out locks); a stale `consistency` goes first to the
+    /// nearest replica (in [`crate::ClientConfig::region`]) and to the leader if that one
+    /// cannot serve it (see `stale`).
+    pub(crate) async fn read_call<T, F, Fut>(
+        &self,
+        route: Route<'_>,
+        deadline: &Deadline,
+        consistency: crate::ReadConsistency,
+        send: F,
+    ) -> Result<T>
+    where
+        F: FnMut(Channel, Duration, Option<proto::Route>) -> Fut,
+        Fut: Future<Output = std::result::Result<T, tonic::Status>>,
+    {
+        let nearest = consistency.is_stale() && self.inner.config.region.is_some();
+        self.attempt_loop(route, deadline, None, LockPolicy::Wait, nearest, send)
+            .await
+    }
+
+    /// Runs one write request (whose message carries its write id) like [`Client::call_with`], and
     /// reports a failure after a possible commit as [`Error::Ambiguous`].
     pub(crate) async fn write_call<T, F, Fut>(
         &self,
@@ -569,7 +582,7 @@ impl Client {
         Fut: Future<Output = std::result::Result<T, tonic::Status>>,
     {
         let mut attempts = WriteAttempts::new();
-        self.attempt_loop(route, deadline, Some(&mut attempts), locks, send)
+        self.attempt_loop(route, deadline, Some(&mut attempts), locks, false, send)
             .await
             .map_err(|error| attempts.settle(error))
     }
@@ -580,6 +593,7 @@ impl Client {
         deadline: &Deadline,
         mut write: Option<&mut WriteAttempts>,
         locks: LockPolicy,
+        mut nearest: bool,
         mut send: F,
     ) -> Result<T>
     where
@@ -603,7 +617,8 @@ impl Client {
             }
             let (generation, target) = {
                 let state = self.state();
-                (state.generation, resolve(&state, route, attempts))
+                let region = self.inner.config.region.as_deref().filter(|_| nearest);
+                (state.generation, resolve(&state, route, attempts, region))
             };
             attempts += 1;
             let target: Target = match target {
@@ -659,6 +674,23 @@ impl Client {
                 %error,
                 "shard request failed"
             );
+            if nearest
+                && matches!(
+                    error,
+                    Error::NotLeader { .. }
+                        | Error::Locked { .. }
+                        | Error::Unavailable { .. }
+                        | Error::Transport { .. }
+                )
+            {
+                // The nearest replica could not serve a stale read: the leader serves any,
+                // and waits out a lock the follower met.
+                nearest = false;
+                if matches!(error, Error::Locked { .. }) {
+                    last = Some(error);
+                    continue;
+                }
+            }
             match &error {
                 Error::NotLeader { leader, .. } => {
                     let follow = self.state_mut().note_not_leader(
@@ -713,8 +745,14 @@ impl Client {
     }
 }
 
-/// The node to ask for `route` on attempt number `attempt`, or why there is none.
-fn resolve(state: &RoutingState, route: Route<'_>, attempt: u32) -> Result<Target> {
+/// The node to ask for `route` on attempt number `attempt` (a replica in `region` first, when
+/// one is given), or why there is none.
+fn resolve(
+    state: &RoutingState,
+    route: Route<'_>,
+    attempt: u32,
+    region: Option<&str>,
+) -> Result<Target> {
     let shard_id = match route {
         Route::Key(key) => state
             .map
@@ -746,8 +784,10 @@ fn resolve(state: &RoutingState, route: Route<'_>, attempt: u32) -> Result<Targe
             shard_id
         }
     };
-    state
-        .target(shard_id, attempt, Instant::now())
+    let now = Instant::now();
+    region
+        .and_then(|region| crate::stale::nearest_target(state, shard_id, region, attempt, now))
+        .or_else(|| state.target(shard_id, attempt, now))
         .ok_or_else(|| Error::Unavailable {
             message: format!("shard {shard_id} has no replica with a known address"),
         })

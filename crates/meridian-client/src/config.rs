@@ -4,6 +4,7 @@
 //! offending field so a misconfiguration fails at [`crate::Client::connect`], not mid-call.
 
 use crate::error::{Error, Result, MAX_ADDRESS_BYTES};
+use meridian_types::Timestamp;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -12,7 +13,7 @@ pub const MAX_PARALLEL_SHARD_REQUESTS: usize = 256;
 /// Most seed addresses a configuration may list.
 pub const MAX_SEEDS: usize = 64;
 
-/// How reads are made linearizable (see `ReadConsistency` in `proto/meridian.proto`).
+/// How reads are served (see `ReadConsistency` and `Staleness` in `proto/meridian.proto`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum ReadConsistency {
     /// Leader lease when valid, else a ReadIndex quorum round (the server default).
@@ -20,6 +21,13 @@ pub enum ReadConsistency {
     Linearizable,
     /// Always a ReadIndex quorum round: does not trust clock rates.
     LinearizableReadIndex,
+    /// A stale read from the nearest replica (same region as [`ClientConfig::region`]) that
+    /// can serve it at most `max_staleness` behind its clock, else from the leader (fresh).
+    BoundedStaleness { max_staleness: Duration },
+    /// A stale read at the serving node's clock minus `staleness`.
+    ExactStaleness { staleness: Duration },
+    /// A stale read at exactly this timestamp.
+    AsOf(Timestamp),
 }
 
 impl ReadConsistency {
@@ -28,7 +36,37 @@ impl ReadConsistency {
         match self {
             ReadConsistency::Linearizable => Proto::Linearizable as i32,
             ReadConsistency::LinearizableReadIndex => Proto::LinearizableReadIndex as i32,
+            ReadConsistency::BoundedStaleness { .. } => Proto::BoundedStaleness as i32,
+            ReadConsistency::ExactStaleness { .. } | ReadConsistency::AsOf(_) => {
+                Proto::ExactStaleness as i32
+            }
         }
+    }
+
+    /// The request's `Staleness` (`None` for linearizable reads).
+    pub(crate) fn staleness(self) -> Option<meridian_proto::kv::Staleness> {
+        use meridian_proto::kv::Staleness;
+        let ms = |d: Duration| d.as_millis().min(u128::from(u64::MAX)) as u64;
+        match self {
+            ReadConsistency::Linearizable | ReadConsistency::LinearizableReadIndex => None,
+            ReadConsistency::BoundedStaleness { max_staleness } => Some(Staleness {
+                max_staleness_ms: ms(max_staleness),
+                ..Default::default()
+            }),
+            ReadConsistency::ExactStaleness { staleness } => Some(Staleness {
+                exact_staleness_ms: ms(staleness),
+                ..Default::default()
+            }),
+            ReadConsistency::AsOf(ts) => Some(Staleness {
+                as_of_ts: ts.0,
+                ..Default::default()
+            }),
+        }
+    }
+
+    /// Whether this is a stale read (served by the nearest replica that can).
+    pub fn is_stale(self) -> bool {
+        self.staleness().is_some()
     }
 }
 
@@ -59,8 +97,12 @@ pub struct ClientConfig {
     pub max_attempts: u32,
     /// Most shard requests a batch call runs concurrently (default 16).
     pub max_parallel_shard_requests: usize,
-    /// Consistency of every read (default [`ReadConsistency::Linearizable`]).
+    /// Consistency of every read (default [`ReadConsistency::Linearizable`]); a
+    /// transaction's reads are always snapshot reads.
     pub read_consistency: ReadConsistency,
+    /// The region this client runs in: stale reads go to a replica there first (default
+    /// `None`: to the leader).
+    pub region: Option<String>,
     /// Seed of the backoff jitter RNG; `None` seeds from the OS. Set it in tests for
     /// reproducible delays.
     pub jitter_seed: Option<u64>,
@@ -125,6 +167,13 @@ impl ClientConfig {
                 "backoff_initial must not exceed backoff_max",
             ));
         }
+        if self
+            .region
+            .as_ref()
+            .is_some_and(|r| r.trim().is_empty() || r.len() > MAX_ADDRESS_BYTES)
+        {
+            return Err(Error::invalid("region must be a non-empty name"));
+        }
         if self.max_attempts == 0 {
             return Err(Error::invalid("max_attempts must be > 0"));
         }
@@ -149,6 +198,7 @@ impl Default for ClientConfig {
             max_attempts: 64,
             max_parallel_shard_requests: 16,
             read_consistency: ReadConsistency::Linearizable,
+            region: None,
             jitter_seed: None,
             dial: BTreeMap::new(),
         }

@@ -1,8 +1,9 @@
 //! The Rust client for Meridian.
 //!
 //! A [`Client`] keeps a cached shard map (from `Cluster.Status`), sends every key-value request
-//! to the leader of the key's shard, follows `NOT_LEADER` hints, refreshes the map on
-//! `WRONG_SHARD`, `UNAVAILABLE` and transport errors, and backs off with jitter — all within
+//! to the leader of the key's shard (a stale read to the nearest replica first, see [`stale`]),
+//! follows `NOT_LEADER` hints, refreshes the map on `WRONG_SHARD`, `UNAVAILABLE` and transport
+//! errors, and backs off with jitter — all within
 //! one deadline per public call (`ClientConfig::call_timeout`), after which it returns
 //! [`Error::DeadlineExceeded`] carrying the last error seen.
 //!
@@ -45,6 +46,8 @@
 //! - [`txn`]: [`Client::txn`], optimistic serializable transactions (one Raft entry on one shard,
 //!   two-phase commit across shards).
 //! - [`routing`]: the shard map and leader cache (pure, unit-tested).
+//! - [`stale`]: [`Client::get_with`] and the nearest-replica routing of stale (follower)
+//!   reads.
 //! - [`error`]: [`Error`] and the gRPC status → error mapping.
 //! - [`config`]: [`ClientConfig`] and its defaults.
 //! - `backoff`, `validate`: jittered exponential backoff; client-side limit checks.
@@ -64,11 +67,14 @@
 //!   that ends without knowing the outcome returns [`Error::Ambiguous`].
 //! - `batch_put` is atomic per shard only; `batch_get` reads each shard at its own timestamp;
 //!   `scan` reads each page at its own timestamp, so a multi-page scan is not a snapshot.
+//! - A stale read ([`ReadConsistency::BoundedStaleness`], `ExactStaleness`, `AsOf`; see
+//!   [`stale`]) is the key's (or range's) final state at its returned `read_ts`, served by
+//!   the nearest replica that can; a multi-page stale scan is one snapshot.
 //! - Inputs over `meridian_types::limits` fail fast with [`Error::InvalidArgument`].
 //!
 //! # Not done yet
-//! - Parallel commit (a multi-shard commit takes two consensus rounds), follower reads,
-//!   snapshot scans outside transactions.
+//! - Parallel commit (a multi-shard commit takes two consensus rounds), linearizable
+//!   snapshot scans outside transactions, read-only transactions over stale reads.
 
 mod admin;
 mod backoff;
@@ -80,6 +86,7 @@ mod locks;
 mod multi;
 pub mod routing;
 mod snapshot;
+pub mod stale;
 pub mod txn;
 mod txn_2pc;
 mod txn_commit;
@@ -93,4 +100,5 @@ pub use error::{Error, LeaderHint, LockInfo, Result};
 pub use meridian_proto::kv as proto;
 pub use meridian_types::Timestamp;
 pub use routing::{NodeRoute, ShardMap, ShardRoute};
+pub use stale::StaleRead;
 pub use txn::{CommitInfo, Isolation, Txn, TxnBody, TxnOptions};

@@ -2,7 +2,7 @@
 //!
 //! A multi-shard transaction holds *prepared locks* between its prepare and its resolution
 //! (see `txn_2pc` and `meridian-raft`'s `locks`). A request that meets one gets `LOCKED` with
-//! the lock and did nothing. The retry loop (`Client::call`) then:
+//! the lock and did nothing. The retry loop (`Client::call_with`) then:
 //!
 //! - polls: backs off briefly ([`LOCK_POLL_INITIAL`] doubling to [`LOCK_POLL_MAX`], not the
 //!   call's own backoff) and sends the request again — a live coordinator resolves its locks

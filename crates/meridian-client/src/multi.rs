@@ -17,7 +17,7 @@ use crate::client::{display_key, kv_client, request, Deadline, Route, MAX_SCAN_P
 use crate::error::{Error, Result};
 use crate::routing::Routed;
 use crate::snapshot::{SnapRead, SnapshotState};
-use crate::{validate, Client, KeyValue, Versioned};
+use crate::{validate, Client, KeyValue, ReadConsistency, Versioned};
 use bytes::Bytes;
 use futures::stream::{self, StreamExt};
 use meridian_proto::kv as proto;
@@ -64,7 +64,12 @@ impl Client {
             return Ok(SnapRead::Done(rows));
         }
         let deadline = self.deadline();
-        let consistency = self.config().read_consistency.to_proto();
+        // A transaction's scan reads at its snapshot (never stale); a stale scan reads its
+        // later pages at the first page's timestamp, so the whole scan is one snapshot.
+        let mut consistency = match snapshot {
+            Some(_) => ReadConsistency::Linearizable,
+            None => self.config().read_consistency,
+        };
         // Forward scans advance `cursor_start`; reverse scans lower `cursor_end`.
         let mut cursor_start = start.clone();
         let mut cursor_end = end.clone();
@@ -75,9 +80,10 @@ impl Client {
                 end: cursor_end.clone(),
                 limit: wanted,
                 reverse,
-                consistency,
+                consistency: consistency.to_proto(),
                 snapshot: snapshot.as_ref().map(|s| s.spec()),
                 route: None,
+                staleness: consistency.staleness(),
             };
             let route = if reverse {
                 Route::Below(&cursor_end)
@@ -85,7 +91,7 @@ impl Client {
                 Route::Key(&cursor_start)
             };
             let page = self
-                .call(route, &deadline, |channel, timeout, route| {
+                .read_call(route, &deadline, consistency, |channel, timeout, route| {
                     let message = message.routed(route);
                     async move {
                         kv_client(channel)
@@ -95,6 +101,9 @@ impl Client {
                     }
                 })
                 .await?;
+            if consistency.is_stale() {
+                consistency = ReadConsistency::AsOf(Timestamp(page.read_ts));
+            }
             if let Some(snap) = snapshot.as_mut() {
                 if let Some(uncertain) = snap.absorb(page.read_ts, page.snapshot)? {
                     return Ok(SnapRead::Uncertain(uncertain));
@@ -231,20 +240,26 @@ impl Client {
     ) -> Result<SnapRead<Vec<Option<Versioned>>>> {
         let mut out: Vec<Option<Versioned>> = vec![None; keys.len()];
         let deadline = self.deadline();
-        let consistency = self.config().read_consistency.to_proto();
+        // A transaction's reads are snapshot reads, never stale.
+        let consistency = match snapshot {
+            Some(_) => ReadConsistency::Linearizable,
+            None => self.config().read_consistency,
+        };
         let spec = snapshot.as_ref().map(|s| s.spec());
         let groups = self
             .run_grouped(keys, &deadline, |shard_id, positions: Vec<usize>| {
                 let message = proto::BatchGetRequest {
                     keys: positions.iter().map(|&p| keys[p].clone()).collect(),
-                    consistency,
+                    consistency: consistency.to_proto(),
                     snapshot: spec.clone(),
                     route: None,
+                    staleness: consistency.staleness(),
                 };
                 async move {
-                    self.call(
+                    self.read_call(
                         Route::Shard(shard_id),
                         &deadline,
+                        consistency,
                         |channel, timeout, route| {
                             let message = message.routed(route);
                             async move {

@@ -5,7 +5,7 @@ mod fake;
 
 use bytes::Bytes;
 use fake::*;
-use meridian_client::{Client, ClientConfig, Error};
+use meridian_client::{Client, ClientConfig, Error, ReadConsistency};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
@@ -364,4 +364,46 @@ async fn transfer_leader_asks_the_shards_leader() {
         "{error}"
     );
     assert!(fake.served().is_empty());
+}
+
+/// A stale read goes to the replica in the client's region, which serves it; when that
+/// replica cannot (NOT_LEADER), the call falls back to the leader. Without a region, or with
+/// a linearizable read, it goes to the leader.
+#[tokio::test]
+async fn stale_reads_go_to_the_nearest_replica_and_fall_back_to_the_leader() {
+    let fake = Fake::start(&[]).await;
+    let seeds = vec![fake.address(1)];
+    let leader_only = fake.client(seeds.clone(), Duration::from_secs(5)).await;
+    leader_only.put("k", "v").await.unwrap();
+    let mut config = ClientConfig::new(seeds);
+    config.region = Some("region-3".into());
+    config.rpc_timeout = Duration::from_millis(500);
+    let near = Client::connect(config).await.unwrap();
+    let bounded = ReadConsistency::BoundedStaleness {
+        max_staleness: Duration::from_secs(5),
+    };
+    fake.world
+        .followers_serve_stale
+        .store(true, Ordering::SeqCst);
+    fake.served();
+    let read = near.get_with("k", bounded).await.unwrap();
+    assert_eq!(read.value.as_deref(), Some(&b"v"[..]));
+    assert_eq!(read.served_by, 3, "the same-region follower serves it");
+    assert_eq!(fake.served(), vec![(3, "stale get")]);
+
+    // The follower cannot serve it: one refused attempt there, then the leader.
+    fake.world
+        .followers_serve_stale
+        .store(false, Ordering::SeqCst);
+    let read = near.get_with("k", bounded).await.unwrap();
+    assert_eq!(
+        read.served_by, 1,
+        "the leader serves what the follower could not"
+    );
+    assert_eq!(fake.served(), vec![(3, "get"), (1, "get")]);
+
+    // Linearizable reads, and stale ones from a client without a region, go to the leader.
+    near.get("k").await.unwrap();
+    leader_only.get_with("k", bounded).await.unwrap();
+    assert_eq!(fake.served(), vec![(1, "get"), (1, "get")]);
 }

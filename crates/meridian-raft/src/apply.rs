@@ -62,6 +62,10 @@ pub(crate) struct ApplyBatch<'a> {
     pub(crate) pending: HashMap<Bytes, KeyState>,
     /// Transaction records written in this batch (`None`: deleted), over RocksDB's.
     pub(crate) records: HashMap<TxnId, Option<TxnStatus>>,
+    /// The highest closed timestamp a [`Command::Closed`] of this batch carried (0: none);
+    /// the caller folds it into the lock table with the batch's last index once the batch is
+    /// in RocksDB, so a reader never sees it without the data it covers.
+    pub closed: u64,
 }
 
 impl<'a> ApplyBatch<'a> {
@@ -84,6 +88,7 @@ impl<'a> ApplyBatch<'a> {
             locks,
             pending: HashMap::new(),
             records: HashMap::new(),
+            closed: 0,
         }
     }
 
@@ -100,7 +105,17 @@ impl<'a> ApplyBatch<'a> {
         }
         let cmd = match cmd {
             Command::Fenced { term, cmd } if term == entry_term => *cmd,
-            Command::Fenced { .. } => {
+            // The closed timestamp counts whatever the command does next (a mismatch, a
+            // lock): the leader's promise is about the log, not about this write.
+            Command::Closed {
+                term,
+                closed_ts,
+                cmd,
+            } if term == entry_term => {
+                self.closed = self.closed.max(closed_ts);
+                *cmd
+            }
+            Command::Fenced { .. } | Command::Closed { .. } => {
                 return Ok(CommandResult {
                     fenced: true,
                     ..Default::default()
@@ -111,7 +126,9 @@ impl<'a> ApplyBatch<'a> {
         match cmd {
             // Unreachable after the unwrap above (validate refuses nesting); answered like
             // any other invalid command rather than trusted.
-            Command::Fenced { .. } => Ok(rejected("nested fenced command".into())),
+            Command::Fenced { .. } | Command::Closed { .. } => {
+                Ok(rejected("nested fenced command".into()))
+            }
             Command::Write {
                 ts,
                 puts,

@@ -51,6 +51,8 @@ pub struct ShardReplica {
     pub quiet: crate::quiesce::Quiet,
     /// Proposal timestamps issued as leader and not yet settled (see `issued`).
     pub issued: Arc<crate::issued::Issued>,
+    /// As leader: the side channel's quorum confirmations (see `closed_ts_channel`).
+    pub closer: std::sync::Mutex<crate::closed_ts::Closer>,
 }
 
 pub struct MultiRaft {
@@ -153,6 +155,7 @@ impl MultiRaft {
             sm,
             quiet: crate::quiesce::Quiet::new(self.node_id),
             issued: Arc::default(),
+            closer: Default::default(),
         });
         self.shards
             .write()
@@ -517,6 +520,22 @@ impl RaftTransport for TransportService {
             replica.wake_requested();
         }
         self.reply(Ok::<(), String>(()))
+    }
+
+    /// A side-channel round of closed timestamps (see `closed_ts_channel`): node-level
+    /// admission only, so a parked replica stays parked.
+    async fn close_timestamps(
+        &self,
+        request: Request<RaftRequest>,
+    ) -> Result<Response<RaftReply>, Status> {
+        self.host
+            .transport_stats
+            .received(PeerMessage::CloseTimestamps);
+        let req = request.into_inner();
+        self.admit_node(req.hlc, req.from_node)?;
+        let entries: Vec<crate::closed_ts_channel::ClosedEntry> = decode_payload(&req)?;
+        let confirmed = self.host.on_closed_round(req.from_node, &entries)?;
+        self.reply(Ok::<Vec<u64>, String>(confirmed))
     }
 
     /// Liveness, and this node's physical clock for the pinger's offset measurement. No HLC

@@ -36,6 +36,10 @@
 //! Entries of earlier terms are covered by the read barrier (`ensure_linearizable` waits for
 //! the new term's first entry, which follows them, to be applied).
 //!
+//! The same three arguments let a leader *close* a timestamp for its followers
+//! ([`Issued::close`], see `closed_ts`): below every proposal in flight and `lag` behind a
+//! clock reading taken under the issuing lock.
+//!
 //! # Invariants
 //! - An issued timestamp stays tracked until its proposal's `client_write` returned (applied,
 //!   or failed as a whole): the `Kv` service runs the proposal in a task that owns the
@@ -145,6 +149,17 @@ impl Issued {
             state.led_since = (term_after, reading);
         }
         state.led_since.1
+    }
+
+    /// The highest timestamp this leader can close now (see `closed_ts`): `lag_ms` behind a
+    /// fresh HLC reading and below every issued timestamp still in flight. Taken under the
+    /// lock `issue` takes, so every timestamp issued after this returns is above it (the HLC
+    /// is monotone), and every one issued at or below it has settled. `lag_ms == 0`: 0.
+    pub fn close(&self, clock: &Clock, lag_ms: u64) -> u64 {
+        let state = self.lock();
+        let now = clock.now().0;
+        let oldest = state.inflight.keys().next().copied();
+        crate::closed_ts::closable(now, lag_ms, oldest)
     }
 
     /// The oldest issued timestamp not yet settled.
@@ -266,6 +281,33 @@ mod tests {
         );
         assert_eq!(issued.led_since(5, 5, 180), 170);
         assert_eq!(issued.led_since(6, 6, 200), 200, "a new term");
+    }
+
+    /// A closed timestamp is below every in-flight issue and `lag` behind the clock, and
+    /// every timestamp issued after it, including a new term's first (which waits), is above.
+    #[tokio::test]
+    async fn close_is_below_every_inflight_issue_and_every_later_one() {
+        let (clock, issued) = (clock(), Arc::new(Issued::default()));
+        assert_eq!(issued.close(&clock, 0), 0, "lag 0 closes nothing");
+        let before = clock.now().0;
+        let closed = issued.close(&clock, 1_000);
+        assert!(closed < before, "lag behind the clock");
+        assert!(Timestamp(before).physical_ms() - Timestamp(closed).physical_ms() >= 999);
+        let held = issued.issue(&clock, 1).await;
+        let closed = issued.close(&clock, 1);
+        assert!(closed < held.ts, "{closed} < {}", held.ts);
+        for _ in 0..100 {
+            let closed = issued.close(&clock, 1);
+            assert!(closed < held.ts);
+            assert!(issued.issue(&clock, 1).await.ts > closed);
+        }
+        drop(held);
+        let closed = issued.close(&clock, 1);
+        let next_term = issued.issue(&clock, 2).await;
+        assert!(
+            next_term.ts > closed,
+            "a new term's first issue waits and lands above"
+        );
     }
 
     #[tokio::test]

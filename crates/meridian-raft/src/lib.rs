@@ -6,6 +6,10 @@
 //! - [`log_writer`]: group commit — one fsync for the appends of every shard.
 //! - [`state_machine`]: MVCC apply with the applied index persisted atomically; file snapshots
 //!   installed crash-atomically.
+//! - [`closed_ts`]: closed timestamps: a leader's promise that no write at or below a
+//!   timestamp is still to come past a log index; followers serve reads below it.
+//! - [`closed_ts_channel`]: the side channel carrying idle and quiesced shards' closed
+//!   timestamps, node to node, without waking them.
 //! - [`locks`]: prepared locks and transaction records of multi-shard transactions;
 //!   [`resolutions`]: the commits a replica resolved lately, for snapshot reads.
 //! - [`dedup`]: the per-shard table of applied write request ids that makes retries safe.
@@ -34,6 +38,8 @@
 mod apply;
 mod apply_2pc;
 pub mod clock_fence;
+pub mod closed_ts;
+pub mod closed_ts_channel;
 pub mod dedup;
 pub mod host;
 pub mod issued;

@@ -128,6 +128,10 @@ pub struct LockTable {
     /// see may be gone, so readers refuse timestamps below it. Kept here (and persisted in the
     /// transaction region) so that it changes under the same guard as the data it describes.
     pub gc_threshold: u64,
+    /// The replica's closed timestamp (see `closed_ts`): readers at or below it need no
+    /// leader. Kept here so that it rises under the same guard as the data it covers; not
+    /// persisted (a restart starts at 0), carried across a snapshot install.
+    pub closed: crate::closed_ts::ClosedState,
 }
 
 impl LockTable {

@@ -224,6 +224,7 @@ impl PeerPool {
         let reply = match kind {
             "ping" => client.ping(request).await,
             "wake" => client.wake(request).await,
+            "close_timestamps" => client.close_timestamps(request).await,
             _ => client.quiesce(request).await,
         }
         .map_err(|s| s.message().to_string())?
@@ -259,6 +260,17 @@ impl PeerPool {
     /// Asks the leader at `addr` to wake `shard`.
     pub async fn wake(&self, addr: &str, shard: ShardId) -> Result<(), String> {
         self.node_call(addr, "wake", shard.0, Vec::new()).await
+    }
+
+    /// Sends one side-channel round (see `closed_ts_channel`) to the node at `addr`; the
+    /// shards it confirmed.
+    pub async fn close_timestamps(
+        &self,
+        addr: &str,
+        entries: &[crate::closed_ts_channel::ClosedEntry],
+    ) -> Result<Vec<u64>, String> {
+        let payload = codec::encode(&entries).map_err(|e| e.to_string())?;
+        self.node_call(addr, "close_timestamps", 0, payload).await
     }
 }
 

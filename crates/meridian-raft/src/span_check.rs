@@ -38,7 +38,7 @@ pub fn outside_span(cmd: &Command, span: &Span) -> Option<String> {
             .or_else(|| ranges.iter().find_map(|r| range_outside(r, span)))
     };
     match cmd {
-        Command::Fenced { cmd, .. } => outside_span(cmd, span),
+        Command::Fenced { cmd, .. } | Command::Closed { cmd, .. } => outside_span(cmd, span),
         Command::Write { puts, deletes, .. } => puts
             .iter()
             .map(|(k, _)| k)

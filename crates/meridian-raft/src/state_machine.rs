@@ -35,6 +35,16 @@
 //! table (readers check it under the same guard as the locks) and in the shard's transaction
 //! region, so it is restored at open and travels with snapshots.
 //!
+//! # Closed timestamps
+//! A [`Command::Closed`](crate::types::Command::Closed) entry carries its leader's closed
+//! timestamp (see `closed_ts`). Apply folds the highest one of a run into the lock table's
+//! [`ClosedState`](crate::closed_ts::ClosedState), with the run's last index, after the
+//! batch is written and before the table's write guard is released: a reader holding the
+//! read guard sees a closed timestamp only together with the data it covers. A snapshot
+//! install rebuilds the lock table but keeps the closed state (an install only moves the
+//! applied index forward). The side channel's offers go through
+//! [`ShardStateMachine::offer_closed`].
+//!
 //! # Snapshots are files
 //! A snapshot is the shard's data written into one SST file (RocksDB `SstFileWriter`): two
 //! ranges of `Cf::Data`, its shard-local keys (prepared locks, transaction records, GC
@@ -226,6 +236,20 @@ impl ShardStateMachine {
         self.locks.clone()
     }
 
+    /// This replica's closed timestamp (see `closed_ts`): its applied state is final at and
+    /// below it.
+    pub fn closed_ts(&self) -> u64 {
+        let table = self.locks.read().unwrap_or_else(|p| p.into_inner());
+        table.closed.ts()
+    }
+
+    /// A closed timestamp from the shard's leader's side channel: it counts once `index` is
+    /// applied (see `closed_ts`).
+    pub fn offer_closed(&self, index: u64, closed_ts: u64) {
+        let mut table = self.locks.write().unwrap_or_else(|p| p.into_inner());
+        table.closed.offer(index, closed_ts);
+    }
+
     /// Directory incoming snapshot files are received into.
     pub async fn snapshot_dir(&self) -> PathBuf {
         self.inner.lock().await.snapshot_dir.clone()
@@ -294,7 +318,14 @@ fn load_locks(inner: &Inner, installed: bool) -> io::Result<()> {
     if installed {
         table.resolutions = std::mem::take(&mut guard.resolutions);
         table.resolutions.installed(inner.version_floor);
+        // A closed timestamp is a promise about log indexes, and an install only moves the
+        // applied index forward: what was closed stays closed (the table used to be replaced
+        // whole, which would have dropped it).
+        table.closed = std::mem::take(&mut guard.closed);
     }
+    table
+        .closed
+        .on_applied(inner.applied.map_or(0, |id| id.index));
     *guard = table;
     Ok(())
 }
@@ -491,10 +522,15 @@ fn apply_run(inner: &mut Inner, entries: Vec<Entry>) -> io::Result<Vec<CommandRe
         inner.applied = Some(entry.log_id);
         results.push(result);
     }
-    let (mut batch, changes) = (work.batch, work.changes);
+    let (mut batch, changes, closed) = (work.batch, work.changes, work.closed);
     put_dedup_changes(&mut batch, shard, changes);
     put_state(&mut batch, inner)?;
     engine.write(batch, false).map_err(io_err)?;
+    // Still under the write guard: readers see the closed timestamp with the data it covers.
+    table.closed.on_entry(closed);
+    table
+        .closed
+        .on_applied(inner.applied.map_or(0, |id| id.index));
     drop(table);
     Ok(results)
 }

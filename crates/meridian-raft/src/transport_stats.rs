@@ -20,10 +20,11 @@ pub enum PeerMessage {
     Wake,
     Ping,
     SnapshotChunk,
+    CloseTimestamps,
 }
 
 impl PeerMessage {
-    pub const ALL: [PeerMessage; 10] = [
+    pub const ALL: [PeerMessage; 11] = [
         PeerMessage::Append,
         PeerMessage::StreamedAppend,
         PeerMessage::Vote,
@@ -34,6 +35,7 @@ impl PeerMessage {
         PeerMessage::Wake,
         PeerMessage::Ping,
         PeerMessage::SnapshotChunk,
+        PeerMessage::CloseTimestamps,
     ];
 
     /// The label value in the metrics (`type="…"`).
@@ -49,6 +51,7 @@ impl PeerMessage {
             PeerMessage::Wake => "wake",
             PeerMessage::Ping => "ping",
             PeerMessage::SnapshotChunk => "snapshot_chunk",
+            PeerMessage::CloseTimestamps => "close_timestamps",
         }
     }
 

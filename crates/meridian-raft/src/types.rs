@@ -112,6 +112,17 @@ pub enum Command {
         threshold: u64,
         from: Option<(Bytes, u64)>,
     },
+    /// [`Command::Fenced`] plus the leader's closed timestamp when it proposed `cmd` (see
+    /// `closed_ts`): applied only if its entry was appended by the leader of `term`; then,
+    /// whatever `cmd` did (written, mismatched, locked), the replica's closed timestamp rises
+    /// to `closed_ts` together with this entry's index. Appended last so that bincode's
+    /// variant indices of the older commands (and so old logs) stay as they were. Never
+    /// nested, never around a GC page.
+    Closed {
+        term: u64,
+        closed_ts: u64,
+        cmd: Box<Command>,
+    },
 }
 
 /// What one [`Command::Gc`] page did.
@@ -175,7 +186,7 @@ impl Command {
             | Command::Txn { ts, .. }
             | Command::Prepare { ts, .. }
             | Command::Resolve { ts, .. } => *ts = new_ts,
-            Command::Fenced { cmd, .. } => {
+            Command::Fenced { cmd, .. } | Command::Closed { cmd, .. } => {
                 let inner = std::mem::replace(&mut **cmd, Command::placeholder());
                 **cmd = inner.with_ts(new_ts);
             }
@@ -197,8 +208,13 @@ impl Command {
     /// apply. Pure: every replica reaches the same verdict.
     pub fn validate(&self) -> Result<(), String> {
         match self {
-            Command::Fenced { cmd, .. } => match **cmd {
-                Command::Fenced { .. } => Err("a fenced command inside a fenced command".into()),
+            Command::Closed { closed_ts, .. } if *closed_ts > MAX_COMMAND_TS => Err(format!(
+                "closed timestamp {closed_ts} is above MAX_COMMAND_TS"
+            )),
+            Command::Fenced { cmd, .. } | Command::Closed { cmd, .. } => match **cmd {
+                Command::Fenced { .. } | Command::Closed { .. } => {
+                    Err("a fenced command inside a fenced command".into())
+                }
                 // A GC page must start its own apply batch (see `state_machine`), which only
                 // an unwrapped one does; and it issues no timestamp to fence.
                 Command::Gc { .. } => Err("a GC command is never fenced".into()),
@@ -404,6 +420,11 @@ impl std::fmt::Display for Command {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Command::Fenced { term, cmd } => write!(f, "Fenced(term={term}, {cmd})"),
+            Command::Closed {
+                term,
+                closed_ts,
+                cmd,
+            } => write!(f, "Closed(term={term}, closed_ts={closed_ts}, {cmd})"),
             Command::Write {
                 ts,
                 puts,

@@ -55,6 +55,7 @@ impl Cluster for ClusterService {
                 info.applied_index = m.last_applied.as_ref().map(|l| l.index).unwrap_or(0);
                 info.last_log_index = m.last_log_index.unwrap_or(0);
                 info.quiesced = replica.is_quiesced();
+                info.closed_ts = replica.sm.closed_ts();
                 if let Some(repl) = &m.replication {
                     info.replica_status = repl
                         .iter()

@@ -21,6 +21,8 @@
 //! gc_ttl_ms = 900000            # history kept for reads in the past (0 = never collect)
 //! gc_interval_ms = 60000        # how often a leader looks for garbage in its shards
 //! home_regions = []             # "<start key>=<region>": who should lead that key range (`home`)
+//! closed_ts_lag_ms = 3000       # how far behind now leaders close timestamps (0 = no follower reads)
+//! closed_ts_interval_ms = 200   # how often leaders publish closed timestamps of idle shards
 //!
 //! [raft]
 //! heartbeat_interval_ms = 150
@@ -38,6 +40,8 @@ use std::path::PathBuf;
 
 /// `cluster.gc_ttl_ms` is at least this many `max_offset_ms`.
 pub const MIN_GC_TTL_OFFSETS: u64 = 4;
+/// `cluster.closed_ts_lag_ms` (unless 0) is at least this many `closed_ts_interval_ms`.
+pub const MIN_CLOSED_TS_LAG_INTERVALS: u64 = 4;
 
 #[derive(Debug, thiserror::Error)]
 #[error("config field \"{field}\": {message}")]
@@ -106,6 +110,14 @@ pub struct ClusterSection {
     pub gc_interval_ms: u64,
     /// `<start key>=<region>` rules: the region that should lead each key range (see `home`).
     pub home_regions: Vec<String>,
+    /// How far behind its clock a shard's leader closes timestamps, in milliseconds (see
+    /// `meridian_raft::closed_ts`): followers serve reads at or below a closed timestamp, so
+    /// this is how stale a follower read usually is. 0 = closed timestamps off (followers
+    /// always redirect stale reads to the leader).
+    pub closed_ts_lag_ms: u64,
+    /// How often a node publishes the closed timestamps of the shards it leads on the side
+    /// channel (idle and quiesced shards; busy ones carry them in their log), in milliseconds.
+    pub closed_ts_interval_ms: u64,
 }
 
 impl Default for ClusterSection {
@@ -120,6 +132,10 @@ impl Default for ClusterSection {
             gc_ttl_ms: 900_000,
             gc_interval_ms: 60_000,
             home_regions: Vec::new(),
+            // CockroachDB's default target: stale enough that closing never waits on a write
+            // in flight across the WAN, fresh enough for dashboards and local reads.
+            closed_ts_lag_ms: 3_000,
+            closed_ts_interval_ms: 200,
         }
     }
 }
@@ -230,6 +246,13 @@ pub struct StartArgs {
     /// keys from that start key to the next rule's (same list on every node).
     #[arg(long, value_delimiter = ',')]
     pub home_regions: Option<Vec<String>>,
+    /// How far behind its clock a shard's leader closes timestamps, in milliseconds: the
+    /// usual staleness of a follower read (0 = no follower reads).
+    #[arg(long)]
+    pub closed_ts_lag_ms: Option<u64>,
+    /// How often idle shards' closed timestamps are published, in milliseconds.
+    #[arg(long)]
+    pub closed_ts_interval_ms: Option<u64>,
     /// Raft heartbeat interval in milliseconds.
     #[arg(long)]
     pub heartbeat_interval_ms: Option<u64>,
@@ -333,6 +356,12 @@ impl NodeConfig {
         }
         if let Some(v) = &args.home_regions {
             file.cluster.home_regions = v.clone();
+        }
+        if let Some(v) = args.closed_ts_lag_ms {
+            file.cluster.closed_ts_lag_ms = v;
+        }
+        if let Some(v) = args.closed_ts_interval_ms {
+            file.cluster.closed_ts_interval_ms = v;
         }
         if let Some(v) = args.heartbeat_interval_ms {
             file.raft.heartbeat_interval_ms = v;
@@ -456,6 +485,22 @@ impl NodeConfig {
         }
         if c.gc_interval_ms == 0 {
             return Err(err("cluster.gc_interval_ms", "must be > 0"));
+        }
+        if c.closed_ts_interval_ms == 0 {
+            return Err(err("cluster.closed_ts_interval_ms", "must be > 0"));
+        }
+        // An idle shard's closed timestamp is republished every interval; a lag of a few
+        // intervals keeps a follower's bound from lapsing between two rounds.
+        if c.closed_ts_lag_ms != 0
+            && c.closed_ts_lag_ms < MIN_CLOSED_TS_LAG_INTERVALS * c.closed_ts_interval_ms
+        {
+            return Err(err(
+                "cluster.closed_ts_lag_ms",
+                format!(
+                    "must be 0 (no follower reads) or at least {MIN_CLOSED_TS_LAG_INTERVALS} x closed_ts_interval_ms ({} ms)",
+                    MIN_CLOSED_TS_LAG_INTERVALS * c.closed_ts_interval_ms
+                ),
+            ));
         }
         let home_regions = crate::home::parse_home_regions(&c.home_regions, &initial_cluster)?;
         let r = &file.raft;
@@ -594,6 +639,31 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("cluster.home_regions[0]"));
+    }
+
+    /// The closed-timestamp lag is 0 (off) or at least four publication intervals.
+    #[test]
+    fn closed_ts_flags_are_validated() {
+        let c = NodeConfig::load(&args()).unwrap();
+        assert_eq!(
+            (c.cluster.closed_ts_lag_ms, c.cluster.closed_ts_interval_ms),
+            (3_000, 200)
+        );
+        for (lag, interval, ok) in [
+            (0, 200, true),
+            (799, 200, false),
+            (800, 200, true),
+            (800, 0, false),
+        ] {
+            let mut a = args();
+            a.closed_ts_lag_ms = Some(lag);
+            a.closed_ts_interval_ms = Some(interval);
+            let loaded = NodeConfig::load(&a);
+            assert_eq!(loaded.is_ok(), ok, "{lag}/{interval}: {loaded:?}");
+            if let Err(e) = loaded {
+                assert!(e.to_string().contains("cluster.closed_ts_"), "{e}");
+            }
+        }
     }
 
     #[test]

@@ -47,27 +47,23 @@
 use crate::admission::{Admission, Admitted};
 use crate::error::{invalid, Result, ServerError};
 use crate::kv_check::{cas_command, check_key, check_route, check_scan, check_value};
+use crate::kv_follower::stale_mode;
 use crate::kv_txn::TxnCommit;
 use crate::node::Node;
 use crate::shard_map::ShardDescriptor;
 use bytes::Bytes;
 use meridian_proto::kv::kv_server::Kv;
 use meridian_proto::kv::*;
-use meridian_raft::locks::{LockInfo, LockTable};
-use meridian_raft::{Command, RequestId, ShardReplica};
+use meridian_raft::locks::LockTable;
+use meridian_raft::{Command, RequestId};
 use meridian_storage::mvcc;
 use meridian_types::limits::*;
 use meridian_types::{ShardId, Timestamp};
-use openraft::type_config::async_runtime::WatchReceiver;
-use openraft::ReadPolicy;
 use std::sync::Arc;
 use tonic::{Request, Response, Status};
 
 /// Fraction of the leader lease not used for lease reads (clock-rate drift between nodes).
 const LEASE_DRIFT_MARGIN: f64 = 0.1;
-
-/// Most sleeps a request spends waiting for the clock to pass its causality token.
-const MAX_TOKEN_WAITS: u32 = 8;
 
 /// How long after the last quorum acknowledgement a leader serves lease reads: the lease
 /// (`election_timeout_max`, what followers wait before voting for another) less the drift
@@ -90,7 +86,7 @@ pub struct KvService {
     admission: Admission,
     /// How long after the last quorum acknowledgement lease reads are used (see
     /// [`KvService::lease_has_margin`]).
-    lease_read_window: std::time::Duration,
+    pub(crate) lease_read_window: std::time::Duration,
 }
 
 impl KvService {
@@ -129,140 +125,6 @@ impl KvService {
         self.wait_for_token(request).await?;
         Ok(permit)
     }
-
-    /// Waits until this node's clock has passed the request's causality token (see the module
-    /// docs); never moves the clock.
-    async fn wait_for_token<T>(&self, request: &Request<T>) -> Result<()> {
-        let Some(raw) = request.metadata().get(meridian_types::error::HLC_HEADER) else {
-            return Ok(());
-        };
-        let token = raw
-            .to_str()
-            .ok()
-            .and_then(|s| s.parse::<u64>().ok())
-            .map(Timestamp)
-            .ok_or_else(|| invalid("malformed meridian-hlc metadata: want a decimal u64"))?;
-        self.wait_past(token, "causality token").await
-    }
-
-    /// Waits (at most `max_offset`) until this node's physical clock has passed `ts`, a
-    /// timestamp from another node's clock (`what` names it in errors); never moves the clock.
-    pub(crate) async fn wait_past(&self, ts: Timestamp, what: &str) -> Result<()> {
-        let clock = &self.node.clock;
-        let max_offset_ms = clock.max_offset().as_millis() as u64;
-        let ahead_ms = |now: Timestamp| ts.physical_ms().saturating_sub(now.physical_ms());
-        let first = ahead_ms(clock.physical_now());
-        if first > max_offset_ms {
-            return Err(ServerError::ClockOffset(format!(
-                "{what} {} is {first} ms ahead of this node's clock, beyond max_offset {max_offset_ms} ms",
-                ts.0
-            )));
-        }
-        // Bounded: the physical clock advances, and the first wait covers the whole gap.
-        for _ in 0..MAX_TOKEN_WAITS {
-            if clock.physical_now() > ts {
-                return Ok(());
-            }
-            let ahead = ahead_ms(clock.physical_now()).max(1);
-            tokio::time::sleep(std::time::Duration::from_millis(ahead)).await;
-        }
-        Err(ServerError::Unavailable(format!(
-            "clock did not pass the {what} in time"
-        )))
-    }
-
-    /// Whether this leader's lease has at least [`LEASE_DRIFT_MARGIN`] of its length left.
-    ///
-    /// openraft lets a leader serve lease reads until `election_timeout_max` after the last
-    /// quorum acknowledgement, and followers refuse votes for as long after they last heard
-    /// from it. Both sides measure with their own monotonic clocks, whose rates may differ; the
-    /// leader uses only the first 90% so a slightly fast follower clock cannot end the
-    /// followers' promise while the leader still reads from it. Past that, ReadIndex.
-    pub(crate) fn lease_has_margin(&self, replica: &ShardReplica) -> bool {
-        let acked = replica
-            .raft
-            .data_metrics()
-            .borrow_watched()
-            .last_quorum_acked;
-        acked
-            .is_some_and(|at| openraft::Instant::elapsed(&at.into_inner()) < self.lease_read_window)
-    }
-
-    /// Makes a read on `replica` linearizable; returns the timestamp to read at.
-    pub(crate) async fn linearize(
-        &self,
-        shard: ShardId,
-        replica: &ShardReplica,
-        consistency: i32,
-    ) -> Result<Timestamp> {
-        let policy = if consistency != ReadConsistency::LinearizableReadIndex as i32
-            && self.lease_has_margin(replica)
-        {
-            ReadPolicy::LeaseRead
-        } else {
-            ReadPolicy::ReadIndex
-        };
-        let mut result = replica.raft.ensure_linearizable(policy.clone()).await;
-        if result.is_err() && policy == ReadPolicy::LeaseRead && replica.raft.is_leader() {
-            // The lease is not valid (e.g. right after election): confirm with a quorum round.
-            result = replica
-                .raft
-                .ensure_linearizable(ReadPolicy::ReadIndex)
-                .await;
-        }
-        match result {
-            Ok(_) => {
-                let now = self.node.clock.now();
-                let read_ts = now.max(replica.sm.applied_floor());
-                self.check_ceiling(read_ts)?;
-                Ok(read_ts)
-            }
-            Err(e) => {
-                if let Some(f) = e.forward_to_leader() {
-                    return Err(self.node.not_leader(shard, f.leader_id).await);
-                }
-                Err(ServerError::Unavailable(format!(
-                    "shard {shard}: cannot confirm leadership: {e}"
-                )))
-            }
-        }
-    }
-
-    /// Reads the shard's data at `read_ts` with `f` unless `read_ts` is below the shard's GC
-    /// threshold (then `BELOW_GC_THRESHOLD`: versions it needs may be gone) or `locked` finds
-    /// a lock in `replica`'s lock table that the read must wait for (then `LOCKED`). The lock
-    /// table's read guard is held across all three, so they see one applied state (see
-    /// `meridian_raft::state_machine`; a GC page raises the threshold under the write guard).
-    pub(crate) async fn read_unlocked<T: Send + 'static>(
-        &self,
-        replica: &ShardReplica,
-        read_ts: Timestamp,
-        locked: impl FnOnce(&LockTable) -> Option<LockInfo> + Send + 'static,
-        f: impl FnOnce(&dyn meridian_storage::Engine, &LockTable) -> meridian_storage::Result<T>
-            + Send
-            + 'static,
-    ) -> Result<T> {
-        let (engine, shard) = (self.node.engine.clone(), replica.sm.shard());
-        let table = replica.sm.locks();
-        let out = tokio::task::spawn_blocking(move || {
-            let table = table.read().unwrap_or_else(|p| p.into_inner());
-            if read_ts.0 < table.gc_threshold {
-                return Ok(Err(ServerError::BelowGcThreshold(format!(
-                    "shard {}: read at {read_ts} is below its GC threshold {}",
-                    shard,
-                    Timestamp(table.gc_threshold)
-                ))));
-            }
-            if let Some(lock) = (!table.is_empty()).then(|| locked(&table)).flatten() {
-                return Ok(Err(ServerError::Locked(lock)));
-            }
-            f(&*engine, &table).map(Ok)
-        })
-        .await
-        .map_err(|e| ServerError::Internal(e.to_string()))?
-        .map_err(|e| ServerError::Internal(format!("storage: {e}")))?;
-        out
-    }
 }
 
 /// The reply for one key read at `read_ts` (found or not).
@@ -278,6 +140,7 @@ pub(crate) fn get_response(
             version_ts: ts.0,
             read_ts: read_ts.0,
             shard_id: shard.0,
+            served_by: 0,
         },
         None => GetResponse {
             read_ts: read_ts.0,
@@ -321,6 +184,9 @@ impl Kv for KvService {
         let _permit = self.admit(&request).await?;
         let req = request.into_inner();
         check_key(&req.key, "key")?;
+        if let Some(mode) = stale_mode(req.consistency, req.staleness.as_ref())? {
+            return Ok(Response::new(self.stale_get(req, mode).await?));
+        }
         let (desc, replica) = self.node.route(&req.key)?;
         check_route(desc, req.route.as_ref())?;
         let shard = desc.id;
@@ -341,7 +207,9 @@ impl Kv for KvService {
             total_us = t0.elapsed().as_micros() as u64,
             "get timing"
         );
-        Ok(Response::new(get_response(found, read_ts, shard)))
+        let mut reply = get_response(found, read_ts, shard);
+        reply.served_by = self.node.config.node_id;
+        Ok(Response::new(reply))
     }
 
     async fn put(
@@ -405,7 +273,15 @@ impl Kv for KvService {
         };
         check_route(desc, req.route.as_ref())?;
         let shard = desc.id;
-        let replica = self.node.replica(shard)?;
+        let stale = stale_mode(req.consistency, req.staleness.as_ref())?;
+        if stale.is_some() && req.snapshot.is_some() {
+            return Err(invalid("a stale read takes no transaction snapshot").into());
+        }
+        // A stale read must not wake a quiesced follower (see `kv_follower`).
+        let replica = match stale {
+            Some(_) => self.stale_replica(shard)?,
+            None => self.node.replica(shard)?,
+        };
         // Every page at its own linearizable timestamp: an earlier page's timestamp is not a
         // stable snapshot (a write below it may be applied after it was chosen), so reusing it
         // could miss acknowledged writes or show half of a batch. One page is one RocksDB
@@ -421,9 +297,14 @@ impl Kv for KvService {
             ),
             None => None,
         };
-        let read_ts = match snapshot {
-            Some(snap) => snap.read_ts,
-            None => self.linearize(shard, &replica, req.consistency).await?,
+        let stale_read = match stale {
+            Some(mode) => Some(self.stale_read(shard, &replica, mode).await?),
+            None => None,
+        };
+        let read_ts = match (snapshot, stale_read) {
+            (Some(snap), _) => snap.read_ts,
+            (None, Some(read)) => read.read_ts,
+            (None, None) => self.linearize(shard, &replica, req.consistency).await?,
         };
         // Clamp [start, end) to the shard's range.
         let start = std::cmp::max(req.start.to_vec(), desc.start.clone());
@@ -437,28 +318,31 @@ impl Kv for KvService {
         let reverse = req.reverse;
         // A plain read waits for every intent in its range (it may have committed above
         // read_ts); a snapshot read only for those it may have to see (see `kv_snapshot`).
-        let lock_bound = snapshot.map_or(u64::MAX, |s| s.lock_bound());
+        // A stale read, for those that may commit at or below its timestamp.
+        let lock_bound = match (snapshot, stale_read) {
+            (Some(snap), _) => snap.lock_bound(),
+            (None, Some(read)) => read.lock_bound,
+            (None, None) => u64::MAX,
+        };
         let (probe_start, probe_end) = (start.clone(), end.clone());
-        let (page, uncertain) = self
-            .read_unlocked(
-                &replica,
-                read_ts,
-                move |locks| {
-                    locks.write_intent_in(&probe_start, probe_end.as_deref(), None, lock_bound)
-                },
-                move |e, table| match snapshot {
-                    Some(snap) => mvcc::scan_in_window(
-                        e,
-                        shard,
-                        (&start, end.as_deref()),
-                        (read_ts, snap.window_end_with(table)),
-                        limit,
-                    ),
-                    None => mvcc::scan(e, shard, &start, end.as_deref(), read_ts, limit, reverse)
-                        .map(|page| (page, None)),
-                },
-            )
-            .await?;
+        let locked = move |locks: &LockTable| {
+            locks.write_intent_in(&probe_start, probe_end.as_deref(), None, lock_bound)
+        };
+        let read = move |e: &dyn meridian_storage::Engine, table: &LockTable| match snapshot {
+            Some(snap) => mvcc::scan_in_window(
+                e,
+                shard,
+                (&start, end.as_deref()),
+                (read_ts, snap.window_end_with(table)),
+                limit,
+            ),
+            None => mvcc::scan(e, shard, &start, end.as_deref(), read_ts, limit, reverse)
+                .map(|page| (page, None)),
+        };
+        let (page, uncertain) = match stale_read {
+            Some(stale) => self.read_stale(&replica, stale, locked, read).await?,
+            None => self.read_unlocked(&replica, read_ts, locked, read).await?,
+        };
         let snapshot = snapshot.map(|s| s.reply(self.node.config.node_id, uncertain));
         let rows: Vec<KeyValue> = page
             .rows
@@ -490,6 +374,7 @@ impl Kv for KvService {
             read_ts: read_ts.0,
             shard_id: shard.0,
             snapshot,
+            served_by: self.node.config.node_id,
         }))
     }
 
@@ -514,6 +399,14 @@ impl Kv for KvService {
             req.keys.iter().map(|k| &k[..]),
             req.route.as_ref(),
         )?;
+        if let Some(mode) = stale_mode(req.consistency, req.staleness.as_ref())? {
+            if req.snapshot.is_some() {
+                return Err(invalid("a stale read takes no transaction snapshot").into());
+            }
+            return Ok(Response::new(
+                self.stale_batch_get(shard, req.keys, mode).await?,
+            ));
+        }
         let replica = self.node.replica(shard)?;
         if let Some(spec) = &req.snapshot {
             return Ok(Response::new(
@@ -539,14 +432,19 @@ impl Kv for KvService {
                 },
             )
             .await?;
+        let node_id = self.node.config.node_id;
         let results = found
             .into_iter()
-            .map(|f| get_response(f, read_ts, shard))
+            .map(|f| GetResponse {
+                served_by: node_id,
+                ..get_response(f, read_ts, shard)
+            })
             .collect();
         Ok(Response::new(BatchGetResponse {
             results,
             read_ts: read_ts.0,
             snapshot: None,
+            served_by: node_id,
         }))
     }
 

@@ -1,8 +1,9 @@
 //! The write path of the `Kv` service: every proposal to a data shard goes through
 //! [`KvService::propose_for_result`], which issues its timestamp (see `meridian_raft::issued`),
-//! fences it to the leader's term, keeps the timestamp and the request's admission permit
-//! until the proposal settles, and maps Raft's answer to the service's errors (see `kv`'s
-//! module docs: `NOT_LEADER` means not proposed, `AMBIGUOUS` may have committed).
+//! fences it to the leader's term together with the shard's closed timestamp (see
+//! `meridian_raft::closed_ts`), keeps the timestamp and the request's admission permit until
+//! the proposal settles, and maps Raft's answer to the service's errors (see `kv`'s module
+//! docs: `NOT_LEADER` means not proposed, `AMBIGUOUS` may have committed).
 
 use crate::admission::Admitted;
 use crate::error::{Result, ServerError};
@@ -50,8 +51,14 @@ impl KvService {
         }
         let issued = replica.issued.issue(&self.node.clock, term).await;
         self.check_ceiling(Timestamp(issued.ts))?;
-        let cmd = Command::Fenced {
+        // Closed after this proposal's own timestamp was issued, so that timestamp is in
+        // flight and the closed one is below it (see `meridian_raft::closed_ts`).
+        let closed_ts = replica
+            .issued
+            .close(&self.node.clock, self.node.config.cluster.closed_ts_lag_ms);
+        let cmd = Command::Closed {
             term,
+            closed_ts,
             cmd: Box::new(cmd.with_ts(issued.ts)),
         };
         // The task owns the issued timestamp and the admission permit until the proposal

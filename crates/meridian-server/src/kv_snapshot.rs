@@ -266,6 +266,7 @@ impl KvService {
                 .collect(),
             read_ts: snap.read_ts.0,
             snapshot: Some(snap.reply(node_id, uncertain)),
+            served_by: node_id,
         })
     }
 }

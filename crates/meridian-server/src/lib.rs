@@ -5,8 +5,10 @@
 //! - [`shard_map`]: the founding shard map and region/zone-aware replica placement;
 //!   [`shard_map_store`]: the map as one versioned record in the metadata shard.
 //! - [`node`]: startup (storage, Raft groups, bootstrap, registration) and shutdown.
-//! - [`kv`]: the public `Kv` service (its write path in `kv_propose`, transactions' snapshot
-//!   reads in [`kv_snapshot`], commits in [`kv_txn`], admission in [`admission`]);
+//! - [`kv`]: the public `Kv` service (its write path in `kv_propose`, read barrier and guarded
+//!   reads in `kv_read`, transactions' snapshot
+//!   reads in [`kv_snapshot`], stale (follower) reads in [`kv_follower`], commits in
+//!   [`kv_txn`], admission in [`admission`]);
 //!   [`cluster`]: the `Cluster` status service.
 //! - [`error`]: the node's error type and its single mapping to gRPC statuses.
 //! - [`hlc_ceiling`]: the persisted bound on issued HLC timestamps, waited out on restart and
@@ -29,7 +31,9 @@ pub mod hlc_ceiling;
 pub mod home;
 pub mod kv;
 pub mod kv_check;
+pub mod kv_follower;
 mod kv_propose;
+mod kv_read;
 pub mod kv_snapshot;
 pub mod kv_txn;
 mod leader_follow;

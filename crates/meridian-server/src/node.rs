@@ -237,12 +237,17 @@ impl Node {
             ceiling_keeper,
         });
         node.open_and_bootstrap().await?;
-        let peers = node
+        let peers: Vec<(NodeId, String)> = node
             .config
             .initial_cluster
             .iter()
             .map(|m| (m.node_id, m.peer_addr.to_string()))
             .collect();
+        node.host.spawn_closed_ts(
+            peers.clone(),
+            node.config.cluster.closed_ts_lag_ms,
+            node.config.cluster.closed_ts_interval_ms,
+        );
         node.host.spawn_quiescence(peers, node.config.raft.quiesce);
         // The loop holds only a weak reference and ends with the node.
         crate::gc::spawn(&node);

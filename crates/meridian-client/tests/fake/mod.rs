@@ -40,6 +40,9 @@ pub struct World {
     pub route_rejections: AtomicU64,
     /// Requests that carried no route.
     pub unrouted: AtomicU64,
+    /// Followers serve stale reads (a real follower does when its closed timestamp covers
+    /// them); otherwise they answer NOT_LEADER like any other request.
+    pub followers_serve_stale: AtomicBool,
 }
 
 pub fn error(code: &str, message: &str, hint: Option<String>) -> Status {
@@ -152,7 +155,23 @@ impl FakeNode {
 impl Kv for FakeNode {
     async fn get(&self, request: Request<GetRequest>) -> Result<Response<GetResponse>, Status> {
         let request = request.into_inner();
-        let shard = self.lead("get", &request.key, false)?;
+        let shard = if request.staleness.is_some()
+            && self.world.followers_serve_stale.load(Ordering::SeqCst)
+        {
+            self.world
+                .served
+                .lock()
+                .unwrap()
+                .push((self.id, "stale get"));
+            let shards = self.world.shards.lock().unwrap();
+            shards
+                .iter()
+                .find(|s| s.shard_id != 0 && contains(s, &request.key))
+                .cloned()
+                .ok_or_else(|| error("WRONG_SHARD", "no such shard here", None))?
+        } else {
+            self.lead("get", &request.key, false)?
+        };
         self.check_route(&shard, request.route.as_ref())?;
         let found = self.world.store.lock().unwrap().get(&request.key).cloned();
         Ok(Response::new(GetResponse {
@@ -161,6 +180,7 @@ impl Kv for FakeNode {
             version_ts: found.map_or(0, |f| f.1),
             read_ts: self.tick(),
             shard_id: shard.shard_id,
+            served_by: self.id,
         }))
     }
 
@@ -391,6 +411,7 @@ impl Kv for FakeNode {
             read_ts,
             shard_id: shard.shard_id,
             snapshot,
+            served_by: self.id,
         }))
     }
 
@@ -424,6 +445,7 @@ impl Kv for FakeNode {
                     version_ts: found.map_or(0, |f| f.1),
                     read_ts,
                     shard_id: shard.shard_id,
+                    served_by: self.id,
                 }
             })
             .collect();
@@ -431,6 +453,7 @@ impl Kv for FakeNode {
             results,
             read_ts,
             snapshot,
+            served_by: self.id,
         }))
     }
 
@@ -502,7 +525,8 @@ impl Cluster for FakeNode {
                     node_id: *id,
                     client_addr: address.clone(),
                     peer_addr: String::new(),
-                    region: "r".into(),
+                    // One region per node, as in a 3-region cluster.
+                    region: format!("region-{id}"),
                     zone: "z".into(),
                     live: true,
                     ..Default::default()

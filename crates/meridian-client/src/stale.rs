@@ -1,0 +1,172 @@
+//! Stale reads from the nearest replica (see the server's `kv_follower` for what they
+//! promise): [`Client::get_with`], and the routing rule every stale read follows.
+//!
+//! # Routing
+//! A stale read ([`ReadConsistency::BoundedStaleness`], `ExactStaleness`, `AsOf`) from a
+//! client with a [`crate::ClientConfig::region`] goes first to a live, non-suspect replica of
+//! the shard in that region (rotating over them by attempt). If that replica cannot serve it
+//! (`NOT_LEADER`: its closed timestamp does not cover the read; `LOCKED`: an intent it cannot
+//! judge; `UNAVAILABLE` or a transport failure), the rest of the call goes to the leader,
+//! which serves every stale read (fresh for a bounded one). Without a region, or with no
+//! replica there, a stale read goes to the leader.
+//!
+//! A multi-page stale scan reads its later pages `AsOf` the first page's `read_ts`, so the
+//! whole scan is one snapshot (see `multi`).
+//!
+//! # Not done yet
+//! - The nearest replica is the one in the client's region; no latency measurements.
+//! - Read-only transactions over stale reads (a transaction's reads are snapshot reads at
+//!   the leader).
+
+use crate::client::{kv_client, request, Route};
+use crate::error::Result;
+use crate::routing::{Routed, RoutingState, Target};
+use crate::{validate, Client, ReadConsistency};
+use bytes::Bytes;
+use meridian_proto::kv as proto;
+use meridian_types::Timestamp;
+use std::time::Instant;
+
+/// One stale (or linearizable) read's answer with where and when it was served.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StaleRead {
+    /// The value (`None`: absent or deleted at `read_ts`).
+    pub value: Option<Bytes>,
+    /// The version's timestamp (`None` when absent).
+    pub version_ts: Option<Timestamp>,
+    /// The timestamp the read was served at: the answer is the key's state then.
+    pub read_ts: Timestamp,
+    /// The node that served it.
+    pub served_by: u64,
+}
+
+/// A replica of `shard_id` in `region` for attempt number `attempt`: live in the cached map
+/// and not suspect, rotating over those there; `None` if there is none.
+pub(crate) fn nearest_target(
+    state: &RoutingState,
+    shard_id: u64,
+    region: &str,
+    attempt: u32,
+    now: Instant,
+) -> Option<Target> {
+    let shard = state.map.shard(shard_id)?;
+    let local: Vec<(u64, String)> = shard
+        .replicas
+        .iter()
+        .filter_map(|id| state.map.nodes().get(id))
+        .filter(|n| n.region == region && n.live && !state.is_suspect(n.node_id, now))
+        .map(|n| (n.node_id, n.address.clone()))
+        .collect();
+    if local.is_empty() {
+        return None;
+    }
+    let (node_id, address) = local[attempt as usize % local.len()].clone();
+    Some(Target {
+        shard_id,
+        node_id,
+        address,
+        generation: shard.generation,
+    })
+}
+
+impl Client {
+    /// Reads `key` with `consistency` (whatever the client's configured one): a stale read
+    /// is served by the nearest replica that can (see the module docs). Returns the value
+    /// with the timestamp it was read at and the node that served it.
+    pub async fn get_with(
+        &self,
+        key: impl Into<Bytes>,
+        consistency: ReadConsistency,
+    ) -> Result<StaleRead> {
+        let key: Bytes = key.into();
+        validate::key(&key)?;
+        let deadline = self.deadline();
+        let message = proto::GetRequest {
+            key: key.clone(),
+            consistency: consistency.to_proto(),
+            route: None,
+            staleness: consistency.staleness(),
+        };
+        let reply = self
+            .read_call(
+                Route::Key(&key),
+                &deadline,
+                consistency,
+                |channel, timeout, route| {
+                    let message = message.routed(route);
+                    async move {
+                        kv_client(channel)
+                            .get(request(message, timeout))
+                            .await
+                            .map(|r| r.into_inner())
+                    }
+                },
+            )
+            .await?;
+        Ok(StaleRead {
+            value: reply.found.then_some(reply.value),
+            version_ts: reply.found.then_some(Timestamp(reply.version_ts)),
+            read_ts: Timestamp(reply.read_ts),
+            served_by: reply.served_by,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::routing::{NodeRoute, ShardMap, ShardRoute};
+
+    fn state() -> RoutingState {
+        let node = |id: u64, region: &str| NodeRoute {
+            node_id: id,
+            address: format!("127.0.0.1:700{id}"),
+            region: region.into(),
+            zone: "a".into(),
+            live: true,
+        };
+        let shard = ShardRoute {
+            shard_id: 1,
+            start: Bytes::new(),
+            end: Bytes::new(),
+            replicas: vec![1, 2, 3, 4],
+            leader_id: Some(1),
+            generation: 1,
+        };
+        let mut state = RoutingState::default();
+        state.install(ShardMap::new(
+            "c",
+            [shard],
+            [node(1, "us"), node(2, "eu"), node(3, "ap"), node(4, "ap")],
+        ));
+        state
+    }
+
+    /// A stale read goes to a replica in the client's region (rotating over them), never to
+    /// a suspect one, and to none when the region has no replica.
+    #[test]
+    fn the_nearest_replica_is_a_live_one_in_the_clients_region() {
+        let mut state = state();
+        let now = Instant::now();
+        let pick = |state: &RoutingState, region, attempt| {
+            nearest_target(state, 1, region, attempt, now).map(|t| t.node_id)
+        };
+        assert_eq!(pick(&state, "eu", 0), Some(2));
+        assert_eq!(pick(&state, "ap", 0), Some(3));
+        assert_eq!(pick(&state, "ap", 1), Some(4));
+        assert_eq!(pick(&state, "mars", 0), None);
+        assert_eq!(
+            nearest_target(&state, 9, "eu", 0, now),
+            None,
+            "unknown shard"
+        );
+        state.note_node_failure(3, now);
+        assert_eq!(
+            pick(&state, "ap", 0),
+            Some(4),
+            "the suspect node is skipped"
+        );
+        state.note_node_failure(2, now);
+        assert_eq!(pick(&state, "eu", 0), None);
+    }
+}

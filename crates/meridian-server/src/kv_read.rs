@@ -1,0 +1,153 @@
+//! The read side of the `Kv` service shared by every read path: the wait for a causality
+//! token, the linearizable read barrier (lease or ReadIndex) and the read of a shard's data
+//! under its lock table's guard. The reasons are in `kv`'s module docs ("Reads", "Causality
+//! tokens"); moved here from `kv.rs` unchanged when stale reads (`kv_follower`) were added.
+
+use crate::error::{invalid, Result, ServerError};
+use crate::kv::KvService;
+use meridian_proto::kv::ReadConsistency;
+use meridian_raft::locks::{LockInfo, LockTable};
+use meridian_raft::ShardReplica;
+use meridian_types::{ShardId, Timestamp};
+use openraft::type_config::async_runtime::WatchReceiver;
+use openraft::ReadPolicy;
+use tonic::Request;
+
+/// Most sleeps a request spends waiting for the clock to pass its causality token.
+const MAX_TOKEN_WAITS: u32 = 8;
+
+impl KvService {
+    /// Waits until this node's clock has passed the request's causality token (see the module
+    /// docs); never moves the clock.
+    pub(crate) async fn wait_for_token<T>(&self, request: &Request<T>) -> Result<()> {
+        let Some(raw) = request.metadata().get(meridian_types::error::HLC_HEADER) else {
+            return Ok(());
+        };
+        let token = raw
+            .to_str()
+            .ok()
+            .and_then(|s| s.parse::<u64>().ok())
+            .map(Timestamp)
+            .ok_or_else(|| invalid("malformed meridian-hlc metadata: want a decimal u64"))?;
+        self.wait_past(token, "causality token").await
+    }
+
+    /// Waits (at most `max_offset`) until this node's physical clock has passed `ts`, a
+    /// timestamp from another node's clock (`what` names it in errors); never moves the clock.
+    pub(crate) async fn wait_past(&self, ts: Timestamp, what: &str) -> Result<()> {
+        let clock = &self.node.clock;
+        let max_offset_ms = clock.max_offset().as_millis() as u64;
+        let ahead_ms = |now: Timestamp| ts.physical_ms().saturating_sub(now.physical_ms());
+        let first = ahead_ms(clock.physical_now());
+        if first > max_offset_ms {
+            return Err(ServerError::ClockOffset(format!(
+                "{what} {} is {first} ms ahead of this node's clock, beyond max_offset {max_offset_ms} ms",
+                ts.0
+            )));
+        }
+        // Bounded: the physical clock advances, and the first wait covers the whole gap.
+        for _ in 0..MAX_TOKEN_WAITS {
+            if clock.physical_now() > ts {
+                return Ok(());
+            }
+            let ahead = ahead_ms(clock.physical_now()).max(1);
+            tokio::time::sleep(std::time::Duration::from_millis(ahead)).await;
+        }
+        Err(ServerError::Unavailable(format!(
+            "clock did not pass the {what} in time"
+        )))
+    }
+
+    /// Whether this leader's lease has at least [`LEASE_DRIFT_MARGIN`] of its length left.
+    ///
+    /// openraft lets a leader serve lease reads until `election_timeout_max` after the last
+    /// quorum acknowledgement, and followers refuse votes for as long after they last heard
+    /// from it. Both sides measure with their own monotonic clocks, whose rates may differ; the
+    /// leader uses only the first 90% so a slightly fast follower clock cannot end the
+    /// followers' promise while the leader still reads from it. Past that, ReadIndex.
+    pub(crate) fn lease_has_margin(&self, replica: &ShardReplica) -> bool {
+        let acked = replica
+            .raft
+            .data_metrics()
+            .borrow_watched()
+            .last_quorum_acked;
+        acked
+            .is_some_and(|at| openraft::Instant::elapsed(&at.into_inner()) < self.lease_read_window)
+    }
+
+    /// Makes a read on `replica` linearizable; returns the timestamp to read at.
+    pub(crate) async fn linearize(
+        &self,
+        shard: ShardId,
+        replica: &ShardReplica,
+        consistency: i32,
+    ) -> Result<Timestamp> {
+        let policy = if consistency != ReadConsistency::LinearizableReadIndex as i32
+            && self.lease_has_margin(replica)
+        {
+            ReadPolicy::LeaseRead
+        } else {
+            ReadPolicy::ReadIndex
+        };
+        let mut result = replica.raft.ensure_linearizable(policy.clone()).await;
+        if result.is_err() && policy == ReadPolicy::LeaseRead && replica.raft.is_leader() {
+            // The lease is not valid (e.g. right after election): confirm with a quorum round.
+            result = replica
+                .raft
+                .ensure_linearizable(ReadPolicy::ReadIndex)
+                .await;
+        }
+        match result {
+            Ok(_) => {
+                let now = self.node.clock.now();
+                let read_ts = now.max(replica.sm.applied_floor());
+                self.check_ceiling(read_ts)?;
+                Ok(read_ts)
+            }
+            Err(e) => {
+                if let Some(f) = e.forward_to_leader() {
+                    return Err(self.node.not_leader(shard, f.leader_id).await);
+                }
+                Err(ServerError::Unavailable(format!(
+                    "shard {shard}: cannot confirm leadership: {e}"
+                )))
+            }
+        }
+    }
+
+    /// Reads the shard's data at `read_ts` with `f` unless `read_ts` is below the shard's GC
+    /// threshold (then `BELOW_GC_THRESHOLD`: versions it needs may be gone) or `locked` finds
+    /// a lock in `replica`'s lock table that the read must wait for (then `LOCKED`). The lock
+    /// table's read guard is held across all three, so they see one applied state (see
+    /// `meridian_raft::state_machine`; a GC page raises the threshold under the write guard).
+    pub(crate) async fn read_unlocked<T: Send + 'static>(
+        &self,
+        replica: &ShardReplica,
+        read_ts: Timestamp,
+        locked: impl FnOnce(&LockTable) -> Option<LockInfo> + Send + 'static,
+        f: impl FnOnce(&dyn meridian_storage::Engine, &LockTable) -> meridian_storage::Result<T>
+            + Send
+            + 'static,
+    ) -> Result<T> {
+        let (engine, shard) = (self.node.engine.clone(), replica.sm.shard());
+        let table = replica.sm.locks();
+        let out = tokio::task::spawn_blocking(move || {
+            let table = table.read().unwrap_or_else(|p| p.into_inner());
+            if read_ts.0 < table.gc_threshold {
+                return Ok(Err(ServerError::BelowGcThreshold(format!(
+                    "shard {}: read at {read_ts} is below its GC threshold {}",
+                    shard,
+                    Timestamp(table.gc_threshold)
+                ))));
+            }
+            if let Some(lock) = (!table.is_empty()).then(|| locked(&table)).flatten() {
+                return Ok(Err(ServerError::Locked(lock)));
+            }
+            f(&*engine, &table).map(Ok)
+        })
+        .await
+        .map_err(|e| ServerError::Internal(e.to_string()))?
+        .map_err(|e| ServerError::Internal(format!("storage: {e}")))?;
+        out
+    }
+}
