@@ -256,36 +256,43 @@ impl Client {
 
     /// Like [`Client::get`], with the version's HLC timestamp.
     pub async fn get_versioned(&self, key: impl Into<Bytes>) -> Result<Option<Versioned>> {
-        let key: Bytes = key.into();
+        let consistency = self.inner.config.read_consistency;
+        let response = self.get_call(key.into(), consistency).await?;
+        Ok(response.found.then(|| Versioned {
+            value: response.value,
+            version_ts: Timestamp(response.version_ts),
+        }))
+    }
+
+    /// One `Kv.Get` of `key` with `consistency`, routed (and retried) by `read_call`.
+    pub(crate) async fn get_call(
+        &self,
+        key: Bytes,
+        consistency: crate::ReadConsistency,
+    ) -> Result<proto::GetResponse> {
         validate::key(&key)?;
         let deadline = self.deadline();
-        let consistency = self.inner.config.read_consistency;
         let message = proto::GetRequest {
             key: key.clone(),
             consistency: consistency.to_proto(),
             route: None,
             staleness: consistency.staleness(),
         };
-        let response = self
-            .read_call(
-                Route::Key(&key),
-                &deadline,
-                consistency,
-                |channel, timeout, route| {
-                    let message = message.routed(route);
-                    async move {
-                        kv_client(channel)
-                            .get(request(message, timeout))
-                            .await
-                            .map(|r| r.into_inner())
-                    }
-                },
-            )
-            .await?;
-        Ok(response.found.then(|| Versioned {
-            value: response.value,
-            version_ts: Timestamp(response.version_ts),
-        }))
+        self.read_call(
+            Route::Key(&key),
+            &deadline,
+            consistency,
+            |channel, timeout, route| {
+                let message = message.routed(route);
+                async move {
+                    kv_client(channel)
+                        .get(request(message, timeout))
+                        .await
+                        .map(|r| r.into_inner())
+                }
+            },
+        )
+        .await
     }
 
     /// Writes `value` under `key`; returns the new version's commit timestamp.

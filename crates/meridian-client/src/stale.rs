@@ -18,12 +18,10 @@
 //! - Read-only transactions over stale reads (a transaction's reads are snapshot reads at
 //!   the leader).
 
-use crate::client::{kv_client, request, Route};
 use crate::error::Result;
-use crate::routing::{Routed, RoutingState, Target};
-use crate::{validate, Client, ReadConsistency};
+use crate::routing::{RoutingState, Target};
+use crate::{Client, ReadConsistency};
 use bytes::Bytes;
-use meridian_proto::kv as proto;
 use meridian_types::Timestamp;
 use std::time::Instant;
 
@@ -78,31 +76,7 @@ impl Client {
         key: impl Into<Bytes>,
         consistency: ReadConsistency,
     ) -> Result<StaleRead> {
-        let key: Bytes = key.into();
-        validate::key(&key)?;
-        let deadline = self.deadline();
-        let message = proto::GetRequest {
-            key: key.clone(),
-            consistency: consistency.to_proto(),
-            route: None,
-            staleness: consistency.staleness(),
-        };
-        let reply = self
-            .read_call(
-                Route::Key(&key),
-                &deadline,
-                consistency,
-                |channel, timeout, route| {
-                    let message = message.routed(route);
-                    async move {
-                        kv_client(channel)
-                            .get(request(message, timeout))
-                            .await
-                            .map(|r| r.into_inner())
-                    }
-                },
-            )
-            .await?;
+        let reply = self.get_call(key.into(), consistency).await?;
         Ok(StaleRead {
             value: reply.found.then_some(reply.value),
             version_ts: reply.found.then_some(Timestamp(reply.version_ts)),

@@ -240,6 +240,20 @@ impl Nemesis {
     /// The leader of `shard` and its term, as `(term, node)`: a node's own claim (its status
     /// names itself leader) at the highest term wins; other nodes' views may lag behind an
     /// election.
+    /// Resolves every target, each node once (a key's leader may also be named by number).
+    async fn resolve_all(&mut self, targets: &[Target]) -> (Vec<u64>, Vec<String>) {
+        let mut nodes = Vec::new();
+        let mut labels = Vec::new();
+        for t in targets {
+            let (node, label) = self.resolve(t).await;
+            if !nodes.contains(&node) {
+                nodes.push(node);
+                labels.push(label);
+            }
+        }
+        (nodes, labels)
+    }
+
     async fn leader_of(&self, shard: u64, running: &[u64]) -> Option<(u64, u64)> {
         let mut best: Option<(u64, u64)> = None;
         for &asker in running {
@@ -318,15 +332,7 @@ impl Nemesis {
     ) -> Instant {
         match fault {
             Fault::Kill { targets } => {
-                let mut nodes = Vec::new();
-                let mut labels = Vec::new();
-                for t in targets {
-                    let (node, label) = self.resolve(t).await;
-                    if !nodes.contains(&node) {
-                        nodes.push(node);
-                        labels.push(label);
-                    }
-                }
+                let (nodes, labels) = self.resolve_all(targets).await;
                 for &node in &nodes {
                     match self.cluster.kill(node, Signal::SIGKILL) {
                         Ok(()) => {
@@ -339,15 +345,7 @@ impl Nemesis {
                 record.nodes = nodes;
             }
             Fault::PowerLoss { targets } => {
-                let mut nodes = Vec::new();
-                let mut labels = Vec::new();
-                for t in targets {
-                    let (node, label) = self.resolve(t).await;
-                    if !nodes.contains(&node) {
-                        nodes.push(node);
-                        labels.push(label);
-                    }
-                }
+                let (nodes, labels) = self.resolve_all(targets).await;
                 // All processes first, then all storage: nothing writes once power goes.
                 for &node in &nodes {
                     if let Err(e) = self.cluster.kill(node, Signal::SIGKILL) {
