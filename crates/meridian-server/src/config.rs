@@ -556,46 +556,48 @@ impl NodeConfig {
     }
 }
 
+/// Minimal valid flags for a two-member cluster (tests).
+#[cfg(test)]
+pub(crate) fn test_args() -> StartArgs {
+    StartArgs {
+        node_id: Some(1),
+        client_addr: Some("127.0.0.1:7001".into()),
+        peer_addr: Some("127.0.0.1:7101".into()),
+        data_dir: Some("/tmp/x".into()),
+        initial_cluster: Some(vec![
+            "1=127.0.0.1:7101@us/a".into(),
+            "2=127.0.0.1:7102@eu/b".into(),
+        ]),
+        ..Default::default()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn args() -> StartArgs {
-        StartArgs {
-            node_id: Some(1),
-            client_addr: Some("127.0.0.1:7001".into()),
-            peer_addr: Some("127.0.0.1:7101".into()),
-            data_dir: Some("/tmp/x".into()),
-            initial_cluster: Some(vec![
-                "1=127.0.0.1:7101@us/a".into(),
-                "2=127.0.0.1:7102@eu/b".into(),
-            ]),
-            ..Default::default()
-        }
-    }
-
     #[test]
     fn valid_flags_load() {
-        let c = NodeConfig::load(&args()).unwrap();
+        let c = NodeConfig::load(&test_args()).unwrap();
         assert_eq!(c.region, "us");
         assert_eq!(c.initial_cluster[1].zone, "b");
     }
 
     #[test]
     fn errors_name_the_field() {
-        let mut a = args();
+        let mut a = test_args();
         a.peer_addr = Some("nope".into());
         assert!(NodeConfig::load(&a)
             .unwrap_err()
             .to_string()
             .contains("\"peer_addr\""));
-        let mut a = args();
+        let mut a = test_args();
         a.initial_cluster = Some(vec!["1=127.0.0.1:7101".into(), "x=1".into()]);
         assert!(NodeConfig::load(&a)
             .unwrap_err()
             .to_string()
             .contains("initial_cluster[1]"));
-        let mut a = args();
+        let mut a = test_args();
         a.initial_shards = Some(0);
         assert!(NodeConfig::load(&a)
             .unwrap_err()
@@ -605,17 +607,17 @@ mod tests {
 
     #[test]
     fn gc_and_home_region_flags_are_validated() {
-        let c = NodeConfig::load(&args()).unwrap();
+        let c = NodeConfig::load(&test_args()).unwrap();
         assert_eq!(
             (c.cluster.gc_ttl_ms, c.cluster.gc_interval_ms),
             (900_000, 60_000)
         );
-        let mut a = args();
+        let mut a = test_args();
         a.gc_ttl_ms = Some(0);
         assert!(NodeConfig::load(&a).is_ok(), "0 turns GC off");
         // At max_offset 500 ms, the TTL must cover 4 of them.
         for (ttl, ok) in [(1_999, false), (2_000, true)] {
-            let mut a = args();
+            let mut a = test_args();
             a.gc_ttl_ms = Some(ttl);
             let loaded = NodeConfig::load(&a);
             assert_eq!(loaded.is_ok(), ok, "{ttl}: {loaded:?}");
@@ -623,13 +625,13 @@ mod tests {
                 assert!(e.to_string().contains("cluster.gc_ttl_ms"), "{e}");
             }
         }
-        let mut a = args();
+        let mut a = test_args();
         a.gc_interval_ms = Some(0);
         assert!(NodeConfig::load(&a)
             .unwrap_err()
             .to_string()
             .contains("cluster.gc_interval_ms"));
-        let mut a = args();
+        let mut a = test_args();
         a.home_regions = Some(vec!["user5=eu".into(), "=us".into()]);
         let c = NodeConfig::load(&a).unwrap();
         let starts: Vec<&[u8]> = c.home_regions.iter().map(|r| &r.start[..]).collect();
@@ -644,7 +646,7 @@ mod tests {
     /// The closed-timestamp lag is 0 (off) or at least four publication intervals.
     #[test]
     fn closed_ts_flags_are_validated() {
-        let c = NodeConfig::load(&args()).unwrap();
+        let c = NodeConfig::load(&test_args()).unwrap();
         assert_eq!(
             (c.cluster.closed_ts_lag_ms, c.cluster.closed_ts_interval_ms),
             (3_000, 200)
@@ -655,7 +657,7 @@ mod tests {
             (800, 200, true),
             (800, 0, false),
         ] {
-            let mut a = args();
+            let mut a = test_args();
             a.closed_ts_lag_ms = Some(lag);
             a.closed_ts_interval_ms = Some(interval);
             let loaded = NodeConfig::load(&a);
@@ -668,7 +670,7 @@ mod tests {
 
     #[test]
     fn peer_dial_overrides_are_validated() {
-        let mut a = args();
+        let mut a = test_args();
         a.peer_dial = Some(vec!["2=127.0.0.1:9002".into()]);
         let c = NodeConfig::load(&a).unwrap();
         assert_eq!(c.peer_dial[&2].to_string(), "127.0.0.1:9002");
@@ -678,7 +680,7 @@ mod tests {
             ("x=127.0.0.1:1", "not a node id"),
             ("2=nowhere", "ip:port"),
         ] {
-            let mut a = args();
+            let mut a = test_args();
             a.peer_dial = Some(vec![bad.into()]);
             let e = NodeConfig::load(&a).unwrap_err().to_string();
             assert!(
@@ -694,7 +696,7 @@ mod tests {
         let path = dir.path().join("c.toml");
         let load = |points: &str| {
             std::fs::write(&path, format!("[cluster]\nsplit_points = {points}\n")).unwrap();
-            let mut a = args();
+            let mut a = test_args();
             a.config = Some(path.clone());
             NodeConfig::load(&a)
         };
@@ -713,7 +715,7 @@ mod tests {
 
     #[test]
     fn election_timeout_min_flag_sets_the_maximum_to_twice_it() {
-        let mut a = args();
+        let mut a = test_args();
         a.election_timeout_min_ms = Some(600);
         a.heartbeat_interval_ms = Some(100);
         let c = NodeConfig::load(&a).unwrap();
@@ -728,7 +730,7 @@ mod tests {
 
     #[test]
     fn election_timeout_min_at_or_above_max_is_rejected() {
-        let mut a = args();
+        let mut a = test_args();
         a.election_timeout_min_ms = Some(600);
         a.election_timeout_max_ms = Some(600);
         a.heartbeat_interval_ms = Some(100);

@@ -169,8 +169,10 @@ pub fn render(node: &Node, admission: &Admission) -> String {
         } else {
             awake += 1;
         }
-        let metrics = replica.raft.metrics().borrow_watched().clone();
-        if metrics.current_leader == Some(config.node_id) {
+        // Read in place: a clone of each group's whole metrics (membership, replication map)
+        // per scrape would cost thousands of allocations on a node with thousands of groups.
+        let leader = replica.raft.metrics().borrow_watched().current_leader;
+        if leader == Some(config.node_id) {
             led += 1;
         }
     }

@@ -577,7 +577,6 @@ impl Node {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::StartArgs;
 
     /// A restarted leader must win a new election before it leads again. openraft would
     /// otherwise restore its leadership at once, in the same term (`enable_leader_restore`,
@@ -589,17 +588,7 @@ mod tests {
     /// acknowledged adds missing from a replica and from the final read that way.
     #[test]
     fn a_restarted_leader_is_elected_again_not_restored() {
-        let args = StartArgs {
-            node_id: Some(1),
-            client_addr: Some("127.0.0.1:7001".into()),
-            peer_addr: Some("127.0.0.1:7101".into()),
-            data_dir: Some("/tmp/x".into()),
-            initial_cluster: Some(vec![
-                "1=127.0.0.1:7101@us/a".into(),
-                "2=127.0.0.1:7102@eu/b".into(),
-            ]),
-            ..Default::default()
-        };
+        let args = crate::config::test_args();
         let config = raft_config(&NodeConfig::load(&args).unwrap());
         assert_eq!(config.enable_leader_restore, Some(false));
         assert_eq!(config.broadcast_submitted_on_append, Some(true));
