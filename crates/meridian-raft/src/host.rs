@@ -88,7 +88,13 @@ impl MultiRaft {
         Ok(Arc::new(MultiRaft {
             node_id,
             writer: Arc::new(LogWriter::start(engine.clone())),
-            pool: PeerPool::new(node_id, clock.clone(), rpc_timeout),
+            pool: PeerPool::new(
+                node_id,
+                clock.clone(),
+                rpc_timeout,
+                // Half the margin lease reads leave unused (see `append_credit`).
+                Duration::from_millis(raft_config.election_timeout_max / 20),
+            ),
             engine,
             clock,
             raft_config,

@@ -35,6 +35,7 @@
 //! - Leader placement preferences and leader transfer on request.
 //! - Membership changes (adding / removing replicas); the founding membership is static.
 
+mod append_credit;
 mod apply;
 mod apply_2pc;
 pub mod clock_fence;

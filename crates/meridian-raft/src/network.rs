@@ -22,6 +22,7 @@
 //! - TLS on peer channels; snapshot send throttling (the Couchbase lesson's 200 MB/s default).
 //! - An injectable WAN delay hook (tests use a delaying proxy instead).
 
+use crate::append_credit::{Gate, ReplyKind};
 pub use crate::clock_fence::ClockOffset;
 use crate::clock_fence::PeerOffsets;
 use crate::state_machine::SnapshotFile;
@@ -34,6 +35,7 @@ use meridian_types::{Clock, ErrorCode, ShardId, Timestamp};
 use openraft::base::{BoxFuture, BoxStream};
 use openraft::errors::{NetworkError, ReplicationClosed, Unreachable};
 use openraft::network::{RPCOption, RaftNetworkFactory, RaftNetworkV2};
+use openraft::raft::StreamAppendError;
 use openraft::OptionalSend;
 use std::collections::HashMap;
 use std::future::Future;
@@ -100,11 +102,19 @@ pub struct PeerPool {
     pub self_id: NodeId,
     pub clock: Arc<Clock>,
     pub rpc_timeout: Duration,
+    /// How much later than a follower's acknowledgement a leader may date it (see
+    /// [`crate::append_credit`]).
+    pub append_slack: Duration,
     clock_log: RateLimitedLog,
 }
 
 impl PeerPool {
-    pub fn new(self_id: NodeId, clock: Arc<Clock>, rpc_timeout: Duration) -> Arc<PeerPool> {
+    pub fn new(
+        self_id: NodeId,
+        clock: Arc<Clock>,
+        rpc_timeout: Duration,
+        append_slack: Duration,
+    ) -> Arc<PeerPool> {
         Arc::new(PeerPool {
             channels: Mutex::new(HashMap::new()),
             dial: std::sync::OnceLock::new(),
@@ -113,6 +123,7 @@ impl PeerPool {
             self_id,
             clock,
             rpc_timeout,
+            append_slack,
             clock_log: RateLimitedLog::new(Duration::from_secs(5)),
         })
     }
@@ -473,24 +484,29 @@ impl RaftNetworkV2<TypeConfig> for PeerConnection {
             let shard = self.shard;
             let from_node = self.pool.self_id;
             let clock = self.pool.clock.clone();
-            let requests = input.filter_map(move |req| {
-                let encoded = codec::encode(&req);
-                let hlc = clock.now().0;
-                async move {
-                    match encoded {
-                        Ok(payload) => Some(RaftRequest {
-                            shard_id: shard.0,
-                            hlc,
-                            from_node,
-                            payload: payload.into(),
-                        }),
-                        Err(e) => {
-                            tracing::error!(%shard, error = %e, "cannot encode append request");
-                            None
-                        }
-                    }
-                }
+            // Replies are paired with the requests they answer (see `append_credit`).
+            let gate = Gate::new(self.pool.append_slack);
+            let input = gate.requests(input, |req: &AppendEntriesRequest| {
+                let prev = req.prev_log_id;
+                let last = req.entries.last().map(|e| e.log_id).or(prev);
+                (prev, last)
             });
+            // An unencodable request ends the stream (skipped, it would shift the pairing).
+            let requests = input
+                .map(move |req| match codec::encode(&req) {
+                    Ok(payload) => Some(RaftRequest {
+                        shard_id: shard.0,
+                        hlc: clock.now().0,
+                        from_node,
+                        payload: payload.into(),
+                    }),
+                    Err(e) => {
+                        tracing::error!(%shard, error = %e, "cannot encode append request");
+                        None
+                    }
+                })
+                .take_while(|r| futures::future::ready(r.is_some()))
+                .filter_map(futures::future::ready);
             let call = client.append_stream(tonic::Request::new(requests));
             let response = tokio::time::timeout(self.pool.rpc_timeout, call)
                 .await
@@ -509,6 +525,20 @@ impl RaftNetworkV2<TypeConfig> for PeerConnection {
                     RPCError::Network(NetworkError::new(&Msg(format!("remote raft error: {e}"))))
                 })
             });
+            let replies = gate.replies(
+                replies,
+                |item: &Result<StreamAppendResult, RPCError>| match item {
+                    Ok(Ok(matching)) => ReplyKind::Acked(matching),
+                    Ok(Err(StreamAppendError::Conflict(at))) => ReplyKind::Conflict(at),
+                    _ => ReplyKind::Other,
+                },
+                move |early| {
+                    tracing::info!(
+                        %shard, target, early_ms = early.as_millis() as u64,
+                        "append stream ended: a late reply would have confirmed leadership too late; restarting it"
+                    )
+                },
+            );
             Ok(Box::pin(replies) as BoxStream<'s, _>)
         })
     }
