@@ -5,18 +5,25 @@
 //! [`INITIAL_BALANCE`] each, written before the workload starts. Transfers move money between
 //! two accounts: half of them of one shard (a one-shard commit, one Raft entry), half of two
 //! shards (a two-phase commit); reads take every account of every shard in one read-only
-//! transaction (one snapshot `BatchGet` per shard, all at one timestamp).
+//! transaction (one snapshot `BatchGet` per shard, all at one timestamp), or, half of the
+//! time, as stale reads: the first account at [`STALENESS`] behind the serving replica's clock
+//! (`ReadConsistency::ExactStaleness`, served by a replica in the client's region whose closed
+//! timestamp covers it, often a follower), the others at exactly that read timestamp
+//! (`ReadConsistency::AsOf`). A stale read is a snapshot at one timestamp too, so the checker
+//! holds it to the same rules (a missing account included); its op names the nodes that served
+//! it. Stale reads start [`STALE_READS_AFTER`] into the run, when their timestamps are surely
+//! past the accounts' opening.
 //!
 //! # Outcomes
 //! - transfer (`Client::txn`: read both, move `min(amount, balance)`, write both): `Ok` if it
 //!   committed; `Error::Ambiguous` or no answer within the harness bound → `Info`; any other
 //!   error (conflicts past the attempts, unavailable shards) → `Fail` (nothing was written).
 //! - read (`read_all` of the bank, value `{account: balance}`): `Ok` with the balances if the
-//!   read-only transaction committed; any error → `Fail`.
+//!   read-only transaction committed (or every stale read was answered); any error → `Fail`.
 
 use crate::workload::{retry_final, Recorder, CALL_TIMEOUT};
 use bytes::Bytes;
-use meridian_client::{Client, Error as ClientError, ShardMap, TxnOptions};
+use meridian_client::{Client, Error as ClientError, ReadConsistency, ShardMap, TxnOptions};
 use meridian_jepsen::checker::bank::BankModel;
 use meridian_jepsen::history::{OpFn, OpKind};
 use rand::rngs::StdRng;
@@ -39,6 +46,15 @@ const TXN_BOUND: Duration = Duration::from_secs(15);
 const CROSS_SHARD_SHARE: f64 = 0.5;
 /// Share of operations that are reads of every account.
 const READ_SHARE: f64 = 0.3;
+/// Share of reads served as stale reads (follower reads) rather than a transaction.
+const STALE_READ_SHARE: f64 = 0.5;
+/// How far behind its clock a stale read reads: above the nodes' closed-timestamp lag
+/// (`cluster::CLOSED_TS_LAG_MS`), so a follower can usually serve it.
+pub const STALENESS: Duration = Duration::from_millis(1_500);
+/// How long after the accounts are opened stale reads start: their staleness plus the ±2 s
+/// clock jumps of the `clock` and `all` nemeses plus `max_offset`, so every stale read's
+/// timestamp is past the opening and must see every account.
+const STALE_READS_AFTER: Duration = Duration::from_millis(STALENESS.as_millis() as u64 + 3_000);
 /// Most think time between a client's operations.
 const MAX_THINK_MS: u64 = 10;
 /// Attempts at opening the accounts.
@@ -127,6 +143,31 @@ async fn read_all(client: &Client, accounts: Arc<Vec<String>>) -> Result<Value, 
     Ok(Value::Object(balances))
 }
 
+/// Reads every account as stale reads at one timestamp (see the module docs); the balances
+/// and the nodes that served them.
+async fn read_all_stale(
+    client: &Client,
+    accounts: &[String],
+) -> Result<(Value, String), ClientError> {
+    let mut balances = Map::new();
+    let mut served_by = std::collections::BTreeSet::new();
+    let mut consistency = ReadConsistency::ExactStaleness {
+        staleness: STALENESS,
+    };
+    for account in accounts {
+        let read = client.get_with(account.clone(), consistency).await?;
+        consistency = ReadConsistency::AsOf(read.read_ts);
+        served_by.insert(format!("n{}", read.served_by));
+        // A missing account is left out for the checker to flag: stale reads start only once
+        // their timestamps are past the opening (`STALE_READS_AFTER`).
+        if read.value.is_some() {
+            balances.insert(account.clone(), json!(balance(read.value)?));
+        }
+    }
+    let nodes: Vec<String> = served_by.into_iter().collect();
+    Ok((Value::Object(balances), nodes.join(",")))
+}
+
 async fn transfer(client: &Client, from: String, to: String, want: i64) -> Result<(), ClientError> {
     client
         .txn(options(), move |txn| {
@@ -144,12 +185,14 @@ async fn transfer(client: &Client, from: String, to: String, want: i64) -> Resul
         .map(|_| ())
 }
 
-/// Records one read of every account by `process`; returns whether it succeeded.
+/// Records one read of every account by `process` (stale reads if `stale`); returns whether
+/// it succeeded.
 pub async fn record_read(
     client: &Client,
     recorder: &Recorder,
     accounts: &Arc<Vec<String>>,
     process: u64,
+    stale: bool,
 ) -> bool {
     recorder.record(
         process,
@@ -160,14 +203,27 @@ pub async fn record_read(
         None,
         None,
     );
-    let result = tokio::time::timeout(TXN_BOUND, read_all(client, accounts.clone())).await;
-    let (kind, value, error) = match result {
-        Ok(Ok(balances)) => (OpKind::Ok, balances, None),
-        Ok(Err(e)) => (OpKind::Fail, Value::Null, Some(e.to_string())),
-        Err(_) => (OpKind::Fail, Value::Null, Some("harness bound".into())),
+    let read = async {
+        match stale {
+            true => read_all_stale(client, accounts)
+                .await
+                .map(|(v, n)| (v, Some(n))),
+            false => read_all(client, accounts.clone()).await.map(|v| (v, None)),
+        }
+    };
+    let result = tokio::time::timeout(TXN_BOUND, read).await;
+    let (kind, value, error, node) = match result {
+        Ok(Ok((balances, node))) => (OpKind::Ok, balances, None, node),
+        Ok(Err(e)) => (OpKind::Fail, Value::Null, Some(e.to_string()), None),
+        Err(_) => (
+            OpKind::Fail,
+            Value::Null,
+            Some("harness bound".into()),
+            None,
+        ),
     };
     let ok = kind == OpKind::Ok;
-    recorder.record(process, kind, OpFn::ReadAll, BANK_KEY, value, error, None);
+    recorder.record(process, kind, OpFn::ReadAll, BANK_KEY, value, error, node);
     ok
 }
 
@@ -197,9 +253,12 @@ pub async fn bank_client(
 ) {
     let mut rng = StdRng::seed_from_u64(seed.wrapping_add(process));
     let all: Arc<Vec<String>> = Arc::new(groups.iter().flatten().cloned().collect());
+    // Clients start right after the accounts are opened.
+    let stale_from = Instant::now() + STALE_READS_AFTER;
     while Instant::now() < until {
         if rng.gen_bool(READ_SHARE) {
-            record_read(&client, &recorder, &all, process).await;
+            let stale = rng.gen_bool(STALE_READ_SHARE) && Instant::now() >= stale_from;
+            record_read(&client, &recorder, &all, process, stale).await;
         } else {
             let (from, to) = pick_pair(&mut rng, &groups);
             let want = rng.gen_range(1..=MAX_TRANSFER);
@@ -237,7 +296,7 @@ pub async fn final_read(
     process: u64,
 ) -> bool {
     let all: Arc<Vec<String>> = Arc::new(groups.iter().flatten().cloned().collect());
-    retry_final(|| record_read(client, recorder, &all, process)).await
+    retry_final(|| record_read(client, recorder, &all, process, false)).await
 }
 
 #[cfg(test)]

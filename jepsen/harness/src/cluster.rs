@@ -58,8 +58,14 @@ pub fn common_node_args(shards: u32, max_offset_ms: i64) -> Vec<String> {
         GC_TTL_MS.to_string(),
         "--gc-interval-ms".into(),
         "1000".into(),
+        "--closed-ts-lag-ms".into(),
+        CLOSED_TS_LAG_MS.to_string(),
     ]
 }
+
+/// The nodes' closed-timestamp lag: below the bank workload's stale-read staleness
+/// (`bank::STALENESS`), so followers serve most of its stale reads.
+pub const CLOSED_TS_LAG_MS: u64 = 1_000;
 
 /// The nodes' GC TTL: above the +2 s clock faults of `all` plus max_offset, so no read a
 /// skewed clock serves falls below a threshold another clock chose.
@@ -219,6 +225,8 @@ mod tests {
                 "--gc-ttl-ms",
                 "5000",
                 "--gc-interval-ms",
+                "1000",
+                "--closed-ts-lag-ms",
                 "1000"
             ]
         );

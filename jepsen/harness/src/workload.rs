@@ -131,6 +131,9 @@ pub async fn connect(endpoints: &[String], seed: u64, process: u64) -> anyhow::R
     config.rpc_timeout = RPC_TIMEOUT;
     config.connect_timeout = Duration::from_secs(1);
     config.jitter_seed = Some(seed.wrapping_add(process));
+    // Clients sit in the nodes' regions in turn: stale reads go to the replica in theirs.
+    let regions = meridian_cli::local_cluster::REGIONS;
+    config.region = Some(regions[process as usize % regions.len()].to_string());
     let mut last = None;
     for _ in 0..5 {
         match Client::connect(config.clone()).await {
