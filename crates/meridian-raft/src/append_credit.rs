@@ -289,12 +289,19 @@ mod tests {
         base + Duration::from_millis(ms)
     }
 
-    #[test]
-    fn in_order_replies_to_growing_requests_are_delivered() {
+    /// A replay with requests `(prev, last, sent at ms)` recorded, and its time origin.
+    fn sent(requests: &[(u64, u64, u64)]) -> (AppendCredit<u64>, Instant) {
         let t = Instant::now();
         let mut c = AppendCredit::new(SLACK);
-        c.sent(Some(0), Some(5), at(t, 0));
-        c.sent(Some(5), Some(9), at(t, 1));
+        for &(prev, last, ms) in requests {
+            c.sent(Some(prev), Some(last), at(t, ms));
+        }
+        (c, t)
+    }
+
+    #[test]
+    fn in_order_replies_to_growing_requests_are_delivered() {
+        let (mut c, _) = sent(&[(0, 5, 0), (5, 9, 1)]);
         assert_eq!(c.acked(&Some(5)), Verdict::Deliver);
         assert_eq!(c.acked(&Some(9)), Verdict::Deliver);
     }
@@ -303,11 +310,8 @@ mod tests {
     /// sent after it; openraft would credit the later send time.
     #[test]
     fn a_reply_from_before_a_freeze_cannot_credit_a_request_sent_after_it() {
-        let t = Instant::now();
-        let mut c = AppendCredit::new(SLACK);
-        c.sent(Some(0), Some(5), at(t, 0));
         // Frozen 3 s; on waking the leader sends a commit-only request ending at 5.
-        c.sent(Some(5), Some(5), at(t, 3_000));
+        let (mut c, _) = sent(&[(0, 5, 0), (5, 5, 3_000)]);
         assert_eq!(
             c.acked(&Some(5)),
             Verdict::EndStream {
@@ -318,10 +322,7 @@ mod tests {
 
     #[test]
     fn pipelining_within_the_slack_is_delivered() {
-        let t = Instant::now();
-        let mut c = AppendCredit::new(SLACK);
-        c.sent(Some(0), Some(5), at(t, 0));
-        c.sent(Some(5), Some(5), at(t, 2));
+        let (mut c, _) = sent(&[(0, 5, 0), (5, 5, 2)]);
         assert_eq!(c.acked(&Some(5)), Verdict::Deliver);
         // The commit-only request was drained with it; its own reply credits nothing.
         assert_eq!(c.acked(&Some(5)), Verdict::Deliver);
@@ -329,26 +330,18 @@ mod tests {
 
     #[test]
     fn a_partial_acknowledgement_credits_the_request_it_reaches_into() {
-        let t = Instant::now();
-        let mut c = AppendCredit::new(SLACK);
-        c.sent(Some(0), Some(5), at(t, 0));
-        c.sent(Some(5), Some(9), at(t, 500));
+        let (mut c, _) = sent(&[(0, 5, 0), (5, 9, 500)]);
         // The follower already held entries up to 7 from an earlier stream.
         assert!(matches!(c.acked(&Some(7)), Verdict::EndStream { .. }));
     }
 
     #[test]
     fn a_conflict_credits_the_request_at_the_conflict() {
-        let t = Instant::now();
-        let mut c = AppendCredit::new(SLACK);
-        c.sent(Some(3), Some(3), at(t, 0));
-        c.sent(Some(3), Some(5), at(t, 1));
+        let (mut c, _) = sent(&[(3, 3, 0), (3, 5, 1)]);
         // A conflict at a request's own prev credits that request.
         assert_eq!(c.conflicted(&3), Verdict::Deliver);
         // A conflict openraft would pin on a request sent long after the answered one.
-        let mut c = AppendCredit::new(SLACK);
-        c.sent(Some(1), Some(3), at(t, 0));
-        c.sent(Some(3), Some(5), at(t, 1_000));
+        let (mut c, _) = sent(&[(1, 3, 0), (3, 5, 1_000)]);
         assert_eq!(
             c.conflicted(&3),
             Verdict::EndStream {
@@ -359,10 +352,7 @@ mod tests {
 
     #[test]
     fn a_higher_vote_is_always_delivered_and_consumes_its_request() {
-        let t = Instant::now();
-        let mut c = AppendCredit::new(SLACK);
-        c.sent(Some(0), Some(5), at(t, 0));
-        c.sent(Some(5), Some(6), at(t, 10_000));
+        let (mut c, _) = sent(&[(0, 5, 0), (5, 6, 10_000)]);
         assert_eq!(c.refused(), Verdict::Deliver);
         // The next reply answers the second request.
         assert_eq!(c.acked(&Some(6)), Verdict::Deliver);
@@ -370,10 +360,7 @@ mod tests {
 
     #[test]
     fn more_replies_than_requests_end_the_stream() {
-        let t = Instant::now();
-        let mut c = AppendCredit::new(SLACK);
-        c.sent(Some(0), Some(5), at(t, 0));
-        c.sent(Some(5), Some(5), at(t, 1));
+        let (mut c, t) = sent(&[(0, 5, 0), (5, 5, 1)]);
         assert_eq!(c.acked(&Some(5)), Verdict::Deliver);
         assert_eq!(c.acked(&Some(5)), Verdict::Deliver);
         c.queue.push_back(Sent {
