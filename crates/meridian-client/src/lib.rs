@@ -46,7 +46,7 @@
 //! - [`txn`]: [`Client::txn`], optimistic serializable transactions (one Raft entry on one shard,
 //!   two-phase commit across shards).
 //! - [`routing`]: the shard map and leader cache (pure, unit-tested).
-//! - [`stale`]: [`Client::get_with`] and the nearest-replica routing of stale (follower)
+//! - [`stale`]: [`Client::get_with`], [`Client::stale_snapshot`] and the nearest-replica routing of stale (follower)
 //!   reads.
 //! - [`error`]: [`Error`] and the gRPC status → error mapping.
 //! - [`config`]: [`ClientConfig`] and its defaults.
@@ -69,12 +69,14 @@
 //!   `scan` reads each page at its own timestamp, so a multi-page scan is not a snapshot.
 //! - A stale read ([`ReadConsistency::BoundedStaleness`], `ExactStaleness`, `AsOf`; see
 //!   [`stale`]) is the key's (or range's) final state at its returned `read_ts`, served by
-//!   the nearest replica that can; a multi-page stale scan is one snapshot.
+//!   the nearest replica that can; a multi-page stale scan is one snapshot; a
+//!   [`StaleSnapshot`] reads keys on any shards at one timestamp (a read-only transaction
+//!   over stale reads).
 //! - Inputs over `meridian_types::limits` fail fast with [`Error::InvalidArgument`].
 //!
 //! # Not done yet
 //! - Parallel commit (a multi-shard commit takes two consensus rounds), linearizable
-//!   snapshot scans outside transactions, read-only transactions over stale reads.
+//!   snapshot scans outside transactions, scans in a [`StaleSnapshot`].
 
 mod admin;
 mod backoff;
@@ -100,5 +102,5 @@ pub use error::{Error, LeaderHint, LockInfo, Result};
 pub use meridian_proto::kv as proto;
 pub use meridian_types::Timestamp;
 pub use routing::{NodeRoute, ShardMap, ShardRoute};
-pub use stale::StaleRead;
+pub use stale::{StaleRead, StaleSnapshot};
 pub use txn::{CommitInfo, Isolation, Txn, TxnBody, TxnOptions};

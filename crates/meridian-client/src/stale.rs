@@ -1,5 +1,6 @@
 //! Stale reads from the nearest replica (see the server's `kv_follower` for what they
-//! promise): [`Client::get_with`], and the routing rule every stale read follows.
+//! promise): [`Client::get_with`], [`Client::stale_snapshot`] (many keys, on any shards, read
+//! at one timestamp), and the routing rule every stale read follows.
 //!
 //! # Routing
 //! A stale read ([`ReadConsistency::BoundedStaleness`], `ExactStaleness`, `AsOf`) from a
@@ -13,17 +14,29 @@
 //! A multi-page stale scan reads its later pages `AsOf` the first page's `read_ts`, so the
 //! whole scan is one snapshot (see `multi`).
 //!
+//! # Stale snapshots
+//! [`StaleSnapshot`] is a read-only transaction over stale reads: its first read is an
+//! `ExactStaleness` read, served by the nearest replica at that replica's clock minus the
+//! staleness, and every later read is `AsOf` the first one's `read_ts`. Every key it reads, on
+//! any shard, is therefore its state at one timestamp — a consistent snapshot, as a read-only
+//! transaction's reads are, but served near the client and without a leader round. It sees
+//! every write committed at or below that timestamp and none above (a replica serves an
+//! `AsOf` read only once its closed timestamp covers it, and waits out or refuses intents).
+//!
 //! # Not done yet
 //! - The nearest replica is the one in the client's region; no latency measurements.
-//! - Read-only transactions over stale reads (a transaction's reads are snapshot reads at
-//!   the leader).
+//! - Stale snapshots read key by key (keys after the first concurrently); no per-shard
+//!   `BatchGet` or scan at the snapshot's timestamp yet.
 
 use crate::error::Result;
 use crate::routing::{RoutingState, Target};
 use crate::{Client, ReadConsistency};
 use bytes::Bytes;
 use meridian_types::Timestamp;
-use std::time::Instant;
+use std::time::{Duration, Instant};
+
+/// Most keys one [`StaleSnapshot::batch_get`] reads (each is one routed get).
+pub const MAX_SNAPSHOT_BATCH: usize = 1_000;
 
 /// One stale (or linearizable) read's answer with where and when it was served.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -83,6 +96,75 @@ impl Client {
             read_ts: Timestamp(reply.read_ts),
             served_by: reply.served_by,
         })
+    }
+}
+
+/// A read-only snapshot over stale reads: every read at one timestamp, `staleness` behind the
+/// clock of the replica that serves the first read (see the module docs).
+pub struct StaleSnapshot<'c> {
+    client: &'c Client,
+    staleness: Duration,
+    read_ts: Option<Timestamp>,
+}
+
+impl Client {
+    /// A stale snapshot whose reads all happen at one timestamp, `staleness` behind now.
+    pub fn stale_snapshot(&self, staleness: Duration) -> StaleSnapshot<'_> {
+        StaleSnapshot {
+            client: self,
+            staleness,
+            read_ts: None,
+        }
+    }
+}
+
+impl StaleSnapshot<'_> {
+    /// The snapshot's timestamp, once its first read has fixed it.
+    pub fn read_ts(&self) -> Option<Timestamp> {
+        self.read_ts
+    }
+
+    fn consistency(&self) -> ReadConsistency {
+        match self.read_ts {
+            Some(ts) => ReadConsistency::AsOf(ts),
+            None => ReadConsistency::ExactStaleness {
+                staleness: self.staleness,
+            },
+        }
+    }
+
+    /// Reads `key` at the snapshot's timestamp (the first read fixes it).
+    pub async fn get(&mut self, key: impl Into<Bytes>) -> Result<StaleRead> {
+        let read = self.client.get_with(key, self.consistency()).await?;
+        self.read_ts.get_or_insert(read.read_ts);
+        Ok(read)
+    }
+
+    /// Reads `keys` at the snapshot's timestamp, in input order: the first alone (if the
+    /// timestamp is not fixed yet), the rest concurrently. At most [`MAX_SNAPSHOT_BATCH`] keys.
+    pub async fn batch_get<K: Into<Bytes>>(
+        &mut self,
+        keys: impl IntoIterator<Item = K>,
+    ) -> Result<Vec<StaleRead>> {
+        let mut keys: Vec<Bytes> = keys.into_iter().map(Into::into).collect();
+        if keys.len() > MAX_SNAPSHOT_BATCH {
+            return Err(crate::Error::InvalidArgument {
+                message: format!(
+                    "a stale snapshot batch of {} keys exceeds {MAX_SNAPSHOT_BATCH}",
+                    keys.len()
+                ),
+            });
+        }
+        let mut out = Vec::with_capacity(keys.len());
+        if self.read_ts.is_none() && !keys.is_empty() {
+            out.push(self.get(keys.remove(0)).await?);
+        }
+        let consistency = self.consistency();
+        let rest = keys
+            .into_iter()
+            .map(|key| self.client.get_with(key, consistency));
+        out.extend(futures::future::try_join_all(rest).await?);
+        Ok(out)
     }
 }
 

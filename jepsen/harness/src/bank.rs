@@ -6,10 +6,10 @@
 //! two accounts: half of them of one shard (a one-shard commit, one Raft entry), half of two
 //! shards (a two-phase commit); reads take every account of every shard in one read-only
 //! transaction (one snapshot `BatchGet` per shard, all at one timestamp), or, half of the
-//! time, as stale reads: the first account at [`STALENESS`] behind the serving replica's clock
-//! (`ReadConsistency::ExactStaleness`, served by a replica in the client's region whose closed
-//! timestamp covers it, often a follower), the others at exactly that read timestamp
-//! (`ReadConsistency::AsOf`). A stale read is a snapshot at one timestamp too, so the checker
+//! time, as stale reads in one `Client::stale_snapshot`: the first account at [`STALENESS`]
+//! behind the serving replica's clock (`ReadConsistency::ExactStaleness`, served by a replica in
+//! the client's region whose closed timestamp covers it, often a follower), the others at
+//! exactly that read timestamp (`ReadConsistency::AsOf`). A stale read is a snapshot at one timestamp too, so the checker
 //! holds it to the same rules (a missing account included); its op names the nodes that served
 //! it. Stale reads start [`STALE_READS_AFTER`] into the run, when their timestamps are surely
 //! past the accounts' opening.
@@ -23,7 +23,7 @@
 
 use crate::workload::{retry_final, Recorder, CALL_TIMEOUT};
 use bytes::Bytes;
-use meridian_client::{Client, Error as ClientError, ReadConsistency, ShardMap, TxnOptions};
+use meridian_client::{Client, Error as ClientError, ShardMap, TxnOptions};
 use meridian_jepsen::checker::bank::BankModel;
 use meridian_jepsen::history::{OpFn, OpKind};
 use rand::rngs::StdRng;
@@ -151,12 +151,9 @@ async fn read_all_stale(
 ) -> Result<(Value, String), ClientError> {
     let mut balances = Map::new();
     let mut served_by = std::collections::BTreeSet::new();
-    let mut consistency = ReadConsistency::ExactStaleness {
-        staleness: STALENESS,
-    };
-    for account in accounts {
-        let read = client.get_with(account.clone(), consistency).await?;
-        consistency = ReadConsistency::AsOf(read.read_ts);
+    let mut snapshot = client.stale_snapshot(STALENESS);
+    let reads = snapshot.batch_get(accounts.iter().cloned()).await?;
+    for (account, read) in accounts.iter().zip(reads) {
         served_by.insert(format!("n{}", read.served_by));
         // A missing account is left out for the checker to flag: stale reads start only once
         // their timestamps are past the opening (`STALE_READS_AFTER`).
