@@ -9,16 +9,9 @@ use common::*;
 use meridian_cli::demo::keys_across_shards;
 use meridian_client::proto::{kv_client::KvClient, GetRequest, PutRequest, WriteId};
 use meridian_client::{fetch_status, Timestamp};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
 use tonic::transport::Channel;
-
-fn wall_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .expect("clock after 1970")
-        .as_millis() as u64
-}
 
 async fn channel(address: &str) -> Channel {
     Channel::from_shared(format!("http://{address}"))
@@ -142,7 +135,7 @@ async fn causality_token_never_moves_node_clocks(
     };
     let mut tasks = tokio::task::JoinSet::new();
     for _ in 0..50 {
-        let token = Timestamp::from_physical_ms(wall_ms() + 480).0.to_string();
+        let token = Timestamp::from_physical_ms(now_ms() + 480).0.to_string();
         let call = get_with_token(token);
         tasks.spawn(call);
         tokio::time::sleep(Duration::from_millis(10)).await;
@@ -154,7 +147,7 @@ async fn causality_token_never_moves_node_clocks(
     }
     for node in cluster.node_ids() {
         let address = cluster.client_addr(node).unwrap();
-        let before = wall_ms();
+        let before = now_ms();
         let status = fetch_status(&address, Duration::from_secs(2))
             .await
             .expect("status");
@@ -165,7 +158,7 @@ async fn causality_token_never_moves_node_clocks(
             "node {node}'s clock was pushed {ahead_ms} ms ahead of wall time by client tokens"
         );
     }
-    let far = Timestamp::from_physical_ms(wall_ms() + 5_000).0.to_string();
+    let far = Timestamp::from_physical_ms(now_ms() + 5_000).0.to_string();
     let refused = get_with_token(far)
         .await
         .expect_err("a token 5 s ahead is refused");

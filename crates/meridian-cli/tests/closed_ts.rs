@@ -51,13 +51,6 @@ fn replicas(statuses: &[StatusResponse]) -> BTreeMap<(u64, u64), (bool, u64)> {
         .collect()
 }
 
-fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .expect("clock after 1970")
-        .as_millis() as u64
-}
-
 async fn wait_all_quiesced(cluster: &meridian_cli::LocalCluster) {
     let started = Instant::now();
     loop {

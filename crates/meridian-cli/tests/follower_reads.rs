@@ -20,7 +20,7 @@ use meridian_client::proto::{
 use meridian_types::error::ERROR_CODE_HEADER;
 use meridian_types::Timestamp;
 use nix::sys::signal::Signal;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 use tonic::transport::Channel;
 
@@ -36,13 +36,6 @@ const QUIESCE_TIMEOUT: Duration = Duration::from_secs(60);
 #[test]
 fn follower_reads_are_consistent_and_never_staler_than_their_bound() {
     run_scenario(scenario());
-}
-
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .expect("clock after 1970")
-        .as_millis() as u64
 }
 
 async fn raw(address: &str) -> KvClient<Channel> {

@@ -15,7 +15,7 @@ use meridian_client::{Client, ClientConfig, TxnOptions};
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 const BASE_PORT: u16 = 29_800;
 const SHARDS: u32 = 3;
@@ -27,13 +27,6 @@ const MAX_OFFSET_MS: u64 = 500;
 #[test]
 fn stale_snapshots_see_one_generation_across_shards() {
     run_scenario(scenario());
-}
-
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .expect("clock after 1970")
-        .as_millis() as u64
 }
 
 async fn region_client(endpoints: Vec<String>, region: &str) -> Client {

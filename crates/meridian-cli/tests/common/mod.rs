@@ -43,6 +43,14 @@ pub fn run_scenario(scenario: impl std::future::Future<Output = ()>) {
     });
 }
 
+/// The wall clock in milliseconds since the Unix epoch (as HLC timestamps' physical part).
+pub fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock after 1970")
+        .as_millis() as u64
+}
+
 pub fn binary() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_meridian"))
 }
