@@ -35,9 +35,6 @@ use bytes::Bytes;
 use meridian_types::Timestamp;
 use std::time::{Duration, Instant};
 
-/// Most keys one [`StaleSnapshot::batch_get`] reads (each is one routed get).
-pub const MAX_SNAPSHOT_BATCH: usize = 1_000;
-
 /// One stale (or linearizable) read's answer with where and when it was served.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct StaleRead {
@@ -141,29 +138,30 @@ impl StaleSnapshot<'_> {
     }
 
     /// Reads `keys` at the snapshot's timestamp, in input order: the first alone (if the
-    /// timestamp is not fixed yet), the rest concurrently. At most [`MAX_SNAPSHOT_BATCH`] keys.
+    /// timestamp is not fixed yet), the rest at most `max_parallel_shard_requests` at a time.
+    /// At most `MAX_BATCH_KEYS` keys, as any batch.
     pub async fn batch_get<K: Into<Bytes>>(
         &mut self,
         keys: impl IntoIterator<Item = K>,
     ) -> Result<Vec<StaleRead>> {
-        let mut keys: Vec<Bytes> = keys.into_iter().map(Into::into).collect();
-        if keys.len() > MAX_SNAPSHOT_BATCH {
-            return Err(crate::Error::InvalidArgument {
-                message: format!(
-                    "a stale snapshot batch of {} keys exceeds {MAX_SNAPSHOT_BATCH}",
-                    keys.len()
-                ),
-            });
-        }
+        use futures::{StreamExt, TryStreamExt};
+        let keys: Vec<Bytes> = keys.into_iter().map(Into::into).collect();
+        crate::validate::batch_len(keys.len())?;
         let mut out = Vec::with_capacity(keys.len());
-        if self.read_ts.is_none() && !keys.is_empty() {
-            out.push(self.get(keys.remove(0)).await?);
+        let mut rest = keys.into_iter();
+        if self.read_ts.is_none() {
+            match rest.next() {
+                Some(first) => out.push(self.get(first).await?),
+                None => return Ok(out),
+            }
         }
         let consistency = self.consistency();
-        let rest = keys
-            .into_iter()
-            .map(|key| self.client.get_with(key, consistency));
-        out.extend(futures::future::try_join_all(rest).await?);
+        let reads: Vec<StaleRead> = futures::stream::iter(rest)
+            .map(|key| self.client.get_with(key, consistency))
+            .buffered(self.client.config().max_parallel_shard_requests)
+            .try_collect()
+            .await?;
+        out.extend(reads);
         Ok(out)
     }
 }

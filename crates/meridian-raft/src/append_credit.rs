@@ -26,8 +26,9 @@
 //! new stream (with a new, empty queue) from what was acknowledged before, and no lease is
 //! extended by more than `slack` past a follower's real acknowledgement. `slack` is a
 //! twentieth of the election timeout (half the margin the lease reads leave unused, see
-//! `meridian_server::kv_read`), so ordinary pipelining, where the credit is early by a
-//! fraction of a round trip, never ends a stream on loopback or a LAN.
+//! `meridian_server::kv_read`). Ordinary pipelining credits early by a fraction of a round
+//! trip, so streams end only where replies arrive late (after a stall, a partition or a kill:
+//! 1–7 restarts per 45 s Jepsen run with faults, none in the `register × pause` reruns).
 //!
 //! # Invariants
 //! - A reply is checked and the credit openraft will give it is fixed while no new request

@@ -9,9 +9,9 @@
 //! time, as stale reads in one `Client::stale_snapshot`: the first account at [`STALENESS`]
 //! behind the serving replica's clock (`ReadConsistency::ExactStaleness`, served by a replica in
 //! the client's region whose closed timestamp covers it, often a follower), the others at
-//! exactly that read timestamp (`ReadConsistency::AsOf`). A stale read is a snapshot at one timestamp too, so the checker
-//! holds it to the same rules (a missing account included); its op names the nodes that served
-//! it. Stale reads start [`STALE_READS_AFTER`] into the run, when their timestamps are surely
+//! exactly that read timestamp (`ReadConsistency::AsOf`). A stale read is a snapshot at one
+//! timestamp too, so the checker holds it to the same rules (a missing account included); its
+//! op names the nodes that served it. Stale reads start [`STALE_READS_AFTER`] into the run, when their timestamps are surely
 //! past the accounts' opening.
 //!
 //! # Outcomes
@@ -54,7 +54,7 @@ pub const STALENESS: Duration = Duration::from_millis(1_500);
 /// How long after the accounts are opened stale reads start: their staleness plus the ±2 s
 /// clock jumps of the `clock` and `all` nemeses plus `max_offset`, so every stale read's
 /// timestamp is past the opening and must see every account.
-const STALE_READS_AFTER: Duration = Duration::from_millis(STALENESS.as_millis() as u64 + 3_000);
+const STALE_READS_AFTER: Duration = STALENESS.saturating_add(Duration::from_secs(3));
 /// Most think time between a client's operations.
 const MAX_THINK_MS: u64 = 10;
 /// Attempts at opening the accounts.
