@@ -412,9 +412,16 @@ async fn scenario() {
     assert!(status.contains("CLOSED LAG"), "{status}");
     eprintln!("region-labelled clients and `kv get --max-staleness-ms` read from their region");
 
-    // ---- a prepared, undecided 2PC intent blocks follower reads at or above it -----------
+    // ---- a prepared, undecided intent blocks follower reads at or above it -----------
     let locked_key = Bytes::from_static(b"follower-read-key/locked");
     assert_eq!(client.route(&locked_key).expect("routable").shard_id, shard);
+    // The staged record names a participant on another shard that never prepares (so the
+    // transaction is not implicitly committed, and the recovery below aborts it).
+    let elsewhere = ["user1", "user5", "user9", "a", "zzz"]
+        .into_iter()
+        .map(|k| Bytes::from_static(k.as_bytes()))
+        .find(|k| client.route(k).expect("routable").shard_id != shard)
+        .expect("a key of another shard");
     let prepare = proto::CommitRequest {
         writes: vec![proto::TxnWrite {
             key: locked_key.clone(),
@@ -426,6 +433,7 @@ async fn scenario() {
                 seq: 1,
             }),
             anchor: locked_key.clone(),
+            participants: vec![elsewhere],
         }),
         ..Default::default()
     };

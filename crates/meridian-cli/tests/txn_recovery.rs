@@ -1,16 +1,19 @@
-//! Cluster test: multi-shard transactions whose coordinator vanished, resolved by the readers
-//! that meet their locks (see `meridian-client`'s `locks`). The coordinator is played by hand
-//! with raw `Kv.Commit` (prepare) and `Kv.Resolve` requests on a real 3-node cluster with 4
-//! data shards, then never heard of again.
+//! Cluster test: multi-shard transactions whose coordinator vanished, settled by the readers
+//! that meet their locks (see `meridian-client`'s `locks` and `txn_recover`). The coordinator
+//! is played by hand with raw `Kv.Commit` (prepare) and `Kv.Resolve` requests on a real 3-node
+//! cluster with 4 data shards, then never heard of again.
 //!
-//! 1. Prepared on two shards, never decided: a raw read of a locked key answers `LOCKED`
-//!    (the control: the locks are there and readers do meet them); a client's plain reads of
-//!    both keys then answer the old values (the reader aborted the transaction at its anchor
-//!    and dropped the locks); the coordinator's late decision finds the record aborted; writes
-//!    to the keys go through.
-//! 2. Prepared and decided, never resolved: a client's read of the other shard's key answers
-//!    the new value at the decided timestamp (the reader found the record committed and
-//!    resolved the lock as a commit), and a transaction reads both new values.
+//! 1. Staged on the anchor, never prepared on the other shard (the coordinator died before
+//!    its ack): a raw read of the anchor key answers `LOCKED` (the control: the lock is there
+//!    and readers do meet it); a client's plain read then answers the old value (the reader
+//!    prevented the other shard and aborted the transaction); the coordinator's late prepare
+//!    there fails, its late decision finds the record aborted, and writes go through.
+//! 2. Prepared on both shards, never decided (the coordinator may have acknowledged it):
+//!    the transaction is implicitly committed, and a reader commits it at the largest prepare
+//!    timestamp, the one the coordinator would have acknowledged.
+//! 3. Decided, never resolved: a client's read of the other shard's key answers the new value
+//!    at the decided timestamp (the reader found the record committed and resolved the lock as
+//!    a commit), and a transaction reads both new values.
 
 mod common;
 
@@ -67,8 +70,14 @@ where
     panic!("no leader answered: {last:?}");
 }
 
-/// The raw prepare of `txn` writing `value` to `key`; returns the prepare timestamp.
-async fn prepare(endpoints: &[String], txn: proto::WriteId, key: &str, value: &str) -> u64 {
+/// The raw prepare of `txn` writing `value` to `key` (the anchor's prepare names the other
+/// participant); returns the answer.
+async fn try_prepare(
+    endpoints: &[String],
+    txn: proto::WriteId,
+    key: &str,
+    value: &str,
+) -> proto::CommitResponse {
     let message = proto::CommitRequest {
         writes: vec![proto::TxnWrite {
             key: b(key),
@@ -77,15 +86,24 @@ async fn prepare(endpoints: &[String], txn: proto::WriteId, key: &str, value: &s
         prepare: Some(proto::TxnPrepare {
             txn: Some(txn),
             anchor: b(ANCHOR),
+            participants: match key == ANCHOR {
+                true => vec![b(OTHER)],
+                false => vec![],
+            },
         }),
         ..Default::default()
     };
-    let reply = at_leader(endpoints, |mut kv| {
+    at_leader(endpoints, |mut kv| {
         let message = message.clone();
         async move { kv.commit(message).await.map(|r| r.into_inner()) }
     })
     .await
-    .expect("prepare");
+    .expect("prepare")
+}
+
+/// [`try_prepare`] that must succeed; returns the prepare timestamp.
+async fn prepare(endpoints: &[String], txn: proto::WriteId, key: &str, value: &str) -> u64 {
+    let reply = try_prepare(endpoints, txn, key, value).await;
     assert!(reply.committed, "prepared: {reply:?}");
     reply.commit_ts
 }
@@ -123,19 +141,16 @@ async fn value(client: &Client, key: &str) -> (String, u64) {
     )
 }
 
-async fn never_decided(endpoints: &[String], client: &Client) {
+async fn staged_never_prepared_elsewhere(endpoints: &[String], client: &Client) {
     let txn = proto::WriteId {
         client_id: 77,
         seq: 1,
     };
-    let prepared = [
-        prepare(endpoints, txn, ANCHOR, "new1").await,
-        prepare(endpoints, txn, OTHER, "new1").await,
-    ];
+    let staged = prepare(endpoints, txn, ANCHOR, "new1").await;
     // The control: a read of a locked key meets the lock.
     let raw = at_leader(endpoints, |mut kv| async move {
         kv.get(proto::GetRequest {
-            key: b(OTHER),
+            key: b(ANCHOR),
             ..Default::default()
         })
         .await
@@ -151,17 +166,43 @@ async fn never_decided(endpoints: &[String], client: &Client) {
         }
         other => panic!("a read of a prepared key must meet its lock: {other:?}"),
     }
-    // The reader waits, then aborts the transaction at its anchor and drops the locks.
-    assert_eq!(value(client, OTHER).await.0, "old");
+    // The reader waits, then prevents OTHER and aborts the transaction.
     assert_eq!(value(client, ANCHOR).await.0, "old");
-    let late = decide(endpoints, txn, prepared[0].max(prepared[1])).await;
+    let late = try_prepare(endpoints, txn, OTHER, "new1").await;
+    assert!(
+        late.aborted && !late.committed,
+        "the coordinator's late prepare was prevented: {late:?}"
+    );
+    let late = decide(endpoints, txn, staged).await;
     assert_eq!(
         TxnState::try_from(late.state),
         Ok(TxnState::Aborted),
         "the coordinator's late decision loses: {late:?}"
     );
-    client.put(OTHER, "after").await.expect("the lock is gone");
-    assert_eq!(value(client, OTHER).await.0, "after");
+    assert_eq!(value(client, OTHER).await.0, "old");
+    client.put(ANCHOR, "after").await.expect("the lock is gone");
+    assert_eq!(value(client, ANCHOR).await.0, "after");
+}
+
+async fn prepared_never_decided(endpoints: &[String], client: &Client) {
+    let txn = proto::WriteId {
+        client_id: 77,
+        seq: 3,
+    };
+    let prepared = [
+        prepare(endpoints, txn, OTHER, "new3").await,
+        prepare(endpoints, txn, ANCHOR, "new3").await,
+    ];
+    let commit_ts = prepared[0].max(prepared[1]);
+    // Implicitly committed: the reader of OTHER commits it, at the acknowledged timestamp.
+    assert_eq!(value(client, OTHER).await, ("new3".to_string(), commit_ts));
+    assert_eq!(value(client, ANCHOR).await, ("new3".to_string(), commit_ts));
+    let late = decide(endpoints, txn, commit_ts).await;
+    assert_eq!(
+        (TxnState::try_from(late.state), late.commit_ts),
+        (Ok(TxnState::Committed), commit_ts),
+        "the coordinator's late decision agrees: {late:?}"
+    );
 }
 
 async fn decided_never_resolved(endpoints: &[String], client: &Client) {
@@ -207,6 +248,10 @@ async fn scenario() {
     for key in [ANCHOR, OTHER] {
         client.put(key, "old").await.expect("put");
     }
-    never_decided(&endpoints, &client).await;
+    staged_never_prepared_elsewhere(&endpoints, &client).await;
+    for key in [ANCHOR, OTHER] {
+        client.put(key, "old").await.expect("put");
+    }
+    prepared_never_decided(&endpoints, &client).await;
     decided_never_resolved(&endpoints, &client).await;
 }

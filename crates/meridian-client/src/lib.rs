@@ -44,7 +44,7 @@
 //! - `multi`: scans paging across shards, batches split by shard.
 //! - [`cas`]: [`Client::compare_and_swap`], a conditional write evaluated by the shard.
 //! - [`txn`]: [`Client::txn`], optimistic serializable transactions (one Raft entry on one shard,
-//!   two-phase commit across shards).
+//!   a parallel commit across shards: `txn_2pc`, settled by `txn_recover` when in doubt).
 //! - [`routing`]: the shard map and leader cache (pure, unit-tested).
 //! - [`stale`]: [`Client::get_with`], [`Client::stale_snapshot`] and the nearest-replica routing of stale (follower)
 //!   reads.
@@ -61,8 +61,8 @@
 //!   timestamp; restarted past a version within the clock uncertainty), and one that writes
 //!   commits only if everything it read still holds at its commit point. Under clock skew two
 //!   later writes to different shards may be seen out of real-time order (see `txn`). Read-write
-//!   transactions may span shards (two-phase commit, see `txn_2pc`); read-only ones commit
-//!   nothing.
+//!   transactions may span shards (a parallel commit acknowledged after one consensus round,
+//!   see `txn_2pc`); read-only ones commit nothing.
 //! - Writes carry a write id on every attempt, so a retry never applies a write twice; a call
 //!   that ends without knowing the outcome returns [`Error::Ambiguous`].
 //! - `batch_put` is atomic per shard only; `batch_get` reads each shard at its own timestamp;
@@ -75,8 +75,7 @@
 //! - Inputs over `meridian_types::limits` fail fast with [`Error::InvalidArgument`].
 //!
 //! # Not done yet
-//! - Parallel commit (a multi-shard commit takes two consensus rounds), linearizable
-//!   snapshot scans outside transactions, scans in a [`StaleSnapshot`].
+//! - Linearizable snapshot scans outside transactions, scans in a [`StaleSnapshot`].
 
 mod admin;
 mod backoff;
@@ -92,6 +91,7 @@ pub mod stale;
 pub mod txn;
 mod txn_2pc;
 mod txn_commit;
+mod txn_recover;
 mod validate;
 mod write_retry;
 

@@ -7,13 +7,12 @@
 //! - polls: backs off briefly ([`LOCK_POLL_INITIAL`] doubling to [`LOCK_POLL_MAX`], not the
 //!   call's own backoff) and sends the request again — a live coordinator resolves its locks
 //!   within a few consensus rounds;
-//! - after [`LOCK_RECOVER_AFTER`] of meeting the same transaction's locks, *recovers* it: asks
-//!   the transaction's anchor shard to abort it unless it is already committed (the anchor's
-//!   Raft log orders this against the coordinator's own decision: exactly one wins), then
-//!   resolves the lock it met as the anchor answered (commit at the decided timestamp, or
-//!   abort). A recovery can abort a slow but live coordinator's transaction; its commit then
-//!   fails as a conflict and it runs again. Never the other way round: nothing committed is
-//!   undone.
+//! - after [`LOCK_RECOVER_AFTER`] of meeting the same transaction's locks, *recovers* it (see
+//!   `txn_recover`: the transaction ends committed if every participant had prepared, aborted
+//!   otherwise, and the anchor's Raft log orders that against the coordinator's own decision),
+//!   then resolves the lock it met as the recovery settled it. A recovery can abort a slow but
+//!   live coordinator's transaction before its last prepare lands; its commit then fails as a
+//!   conflict and it runs again. Never the other way round: nothing committed is undone.
 //!
 //! Lock waits do not count against `max_attempts`; the call's deadline bounds them.
 //!
@@ -25,9 +24,10 @@ use crate::backoff::Backoff;
 use crate::client::{kv_client, request, Deadline, Route};
 use crate::error::{Error, LockInfo, Result};
 use crate::routing::Routed;
+use crate::txn_recover::Settled;
 use crate::Client;
 use bytes::Bytes;
-use meridian_proto::kv::{self as proto, resolve_request, TxnState};
+use meridian_proto::kv::{self as proto, resolve_request};
 use std::future::Future;
 use std::pin::Pin;
 use std::time::{Duration, Instant};
@@ -74,12 +74,15 @@ impl LockWait {
     }
 }
 
-/// The decision sent by a [`Client::resolve_txn`].
+/// The decision sent by a [`Client::resolve_txn`] (see `meridian-raft`'s `locks`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Resolution {
     Commit(u64),
     Abort,
-    Forget,
+    /// Anchor only, after a successful `Prevent`: abort even a staging record.
+    AbortStaging,
+    /// Not the anchor: report this shard's prepare, or make sure it never happens.
+    Prevent,
 }
 
 impl Client {
@@ -106,22 +109,17 @@ impl Client {
         Ok(())
     }
 
-    /// Aborts `lock`'s transaction at its anchor unless it committed, then resolves `lock`'s
-    /// shard as the anchor decided. Boxed: it runs inside the retry loop it calls.
+    /// Recovers `lock`'s transaction (see `txn_recover`), then resolves `lock`'s shard as it
+    /// settled. Boxed: it runs inside the retry loop it calls.
     pub(crate) fn recover_lock<'a>(
         &'a self,
         lock: &'a LockInfo,
         deadline: &'a Deadline,
     ) -> Pin<Box<dyn Future<Output = Result<()>> + Send + 'a>> {
         Box::pin(async move {
-            let decided = self
-                .resolve_txn(&lock.anchor, lock.txn, true, Resolution::Abort, deadline)
-                .await?;
-            let resolution = match TxnState::try_from(decided.state) {
-                Ok(TxnState::Committed) if decided.commit_ts > 0 => {
-                    Resolution::Commit(decided.commit_ts)
-                }
-                _ => Resolution::Abort,
+            let resolution = match self.recover_txn(lock.txn, &lock.anchor, deadline).await? {
+                Settled::Committed(c) => Resolution::Commit(c),
+                Settled::Aborted => Resolution::Abort,
             };
             self.resolve_txn(&lock.key, lock.txn, false, resolution, deadline)
                 .await?;
@@ -145,7 +143,8 @@ impl Client {
             decision: Some(match resolution {
                 Resolution::Commit(c) => resolve_request::Decision::CommitTs(c),
                 Resolution::Abort => resolve_request::Decision::Abort(true),
-                Resolution::Forget => resolve_request::Decision::Forget(true),
+                Resolution::AbortStaging => resolve_request::Decision::AbortStaging(true),
+                Resolution::Prevent => resolve_request::Decision::Prevent(true),
             }),
             route: None,
         };

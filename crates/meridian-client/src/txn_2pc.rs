@@ -1,42 +1,50 @@
-//! The coordinator of a multi-shard transaction's commit: two-phase commit over Raft groups,
+//! The coordinator of a multi-shard transaction's commit: a *parallel commit* over Raft groups,
 //! run by the client (see `meridian-raft`'s `locks` for what each shard does).
 //!
 //! ```text
-//!  prepare every participant (in parallel) ──► all prepared: C = max(prepare timestamps)
-//!        │ any conflict, lock, abort or error            │
-//!        ▼                                               ▼
-//!  abort at the anchor, then the others       decide Committed(C) at the anchor ── ack ──►
-//!  (the transaction did not commit)           then, in the background: resolve the other
-//!                                             participants at C, and forget the record
+//!  prepare every participant in parallel (the anchor's prepare stages the record, listing
+//!  the others)
+//!        │ every prepare answered "prepared"          │ any conflict, lock, abort or error
+//!        ▼                                            ▼
+//!  implicitly committed at C = max(prepare ts)   recover (txn_recover): it may be committed
+//!  ── ack ──► then, in the background:           after all (a lost answer), else abort it
+//!  commit the record at the anchor (explicit),
+//!  then resolve the other participants at C
 //! ```
 //!
 //! - The transaction's id is a write id of this client (never reused); its *anchor* is its
 //!   first written key, whose shard holds its record.
+//! - **One consensus round**: the commit is acknowledged when every participant answered its
+//!   prepare, because from then on every recovery finds every participant prepared and commits
+//!   at the same `C` (see `locks`). Making the commit explicit and resolving the intents take
+//!   two more rounds, after the acknowledgement; readers that meet a lock meanwhile wait.
 //! - A prepare that meets another transaction's lock fails at once (no waiting while holding
-//!   locks: no deadlock); the transaction aborts and [`Client::txn`](crate::Client::txn) runs it
-//!   again after a backoff, like any conflict.
-//! - The decision at the anchor is the commit point. If it cannot be learnt (the call ran out
-//!   of time), the commit is [`Error::Ambiguous`]: a reader may yet find the transaction
-//!   committed. A failure before the decision is never ambiguous: the coordinator aborts at the
-//!   anchor, and even if that abort is lost, nobody else will ever commit the transaction
-//!   (readers that meet its locks abort it, see `locks`).
-//! - The acknowledgement comes after two consensus rounds (prepare, decide); resolving the
-//!   other participants takes a third, after it. Readers that meet a lock meanwhile wait.
+//!   locks: no deadlock); the transaction is settled and [`Client::txn`](crate::Client::txn)
+//!   runs it again after a backoff, like any conflict.
+//! - A failed commit is settled by a recovery before it is reported: a prepare answered as
+//!   failed may still land from an earlier attempt, so the coordinator cannot just abort. If
+//!   the recovery finds the transaction committed, the commit succeeded; if it aborts it, the
+//!   first failure is reported; if the recovery itself fails, the commit is
+//!   [`Error::Ambiguous`].
+//! - The explicit commit happens before any other participant is resolved, and a participant
+//!   is not resolved if it fails: resolving removes locks, and a recovery that found a
+//!   participant unlocked while the record is still staging would abort the transaction.
 //!
 //! # Not done yet
-//! - Parallel commit (acknowledging after one round, the record written as STAGING with the
-//!   prepares): see `../shared/TXN-GEO-DESIGN.md`.
-//! - If this process exits between the decision and the background resolution, the locks stay
-//!   until readers resolve them (after `LOCK_RECOVER_AFTER`) and the record is never forgotten.
+//! - If this process exits after the acknowledgement and before the background resolution,
+//!   the locks stay until readers meet them and recover the transaction (after
+//!   `LOCK_RECOVER_AFTER`).
 
 use crate::client::Route;
 use crate::error::{Error, Result};
 use crate::locks::{LockPolicy, Resolution};
 use crate::routing::Routed;
 use crate::txn_commit::send_commit;
+use crate::txn_recover::Settled;
 use crate::Client;
 use bytes::Bytes;
 use meridian_proto::kv::{self as proto, TxnState};
+use meridian_types::limits::MAX_TXN_PARTICIPANTS;
 use meridian_types::Timestamp;
 use std::collections::BTreeMap;
 
@@ -58,7 +66,7 @@ fn routing_key(message: &proto::CommitRequest) -> Bytes {
         .unwrap_or_default()
 }
 
-/// Commits a transaction whose reads and writes span `groups` (by shard) with two-phase
+/// Commits a transaction whose reads and writes span `groups` (by shard) with a parallel
 /// commit; `txn` is its id and `anchor` its first written key.
 pub(crate) async fn commit(
     client: &Client,
@@ -66,7 +74,23 @@ pub(crate) async fn commit(
     anchor: Bytes,
     groups: BTreeMap<u64, proto::CommitRequest>,
 ) -> Result<Timestamp> {
+    if groups.len() > MAX_TXN_PARTICIPANTS + 1 {
+        return Err(Error::InvalidArgument {
+            message: format!(
+                "the transaction touches {} shards, more than MAX_TXN_PARTICIPANTS + 1 ({})",
+                groups.len(),
+                MAX_TXN_PARTICIPANTS + 1
+            ),
+        });
+    }
     let deadline = client.deadline();
+    // The group that writes the anchor key: its shard stages the record (the server checks
+    // it owns the anchor), and the record must list every other group.
+    let anchor_shard = groups
+        .iter()
+        .find(|(_, m)| m.writes.iter().any(|w| w.key == anchor))
+        .map(|(shard, _)| *shard)
+        .ok_or_else(|| Error::internal("no participant writes the anchor key"))?;
     let participants: Vec<Participant> = groups
         .iter()
         .map(|(shard, message)| Participant {
@@ -74,11 +98,20 @@ pub(crate) async fn commit(
             key: routing_key(message),
         })
         .collect();
+    let others: Vec<Bytes> = participants
+        .iter()
+        .filter(|p| p.shard != anchor_shard)
+        .map(|p| p.key.clone())
+        .collect();
     let prepares = groups.into_iter().map(|(shard, mut message)| {
         message.write_id = None;
         message.prepare = Some(proto::TxnPrepare {
             txn: Some(txn),
             anchor: anchor.clone(),
+            participants: match shard == anchor_shard {
+                true => others.clone(),
+                false => Vec::new(),
+            },
         });
         let deadline = &deadline;
         async move {
@@ -108,90 +141,102 @@ pub(crate) async fn commit(
                 key: reply.conflict_key,
             },
             Err(Error::Locked { lock }) => Error::TxnConflict { key: lock.key },
-            // The prepare's own outcome is unknown, but the transaction will not commit: it
-            // is aborted below, and only this coordinator ever decides a commit.
             Err(Error::Ambiguous { message }) => Error::Unavailable {
-                message: format!(
-                    "a prepare's outcome is unknown; the transaction was aborted: {message}"
-                ),
+                message: format!("a prepare's outcome is unknown: {message}"),
             },
             Err(other) => other,
         };
         failure.get_or_insert(failed);
     }
-    if let Some(failure) = failure {
-        abort(client, txn, &anchor, &participants).await;
-        return Err(failure);
-    }
-    let decided = client
-        .resolve_txn(&anchor, txn, true, Resolution::Commit(commit_ts), &deadline)
-        .await
-        .map_err(|error| Error::Ambiguous {
+    let Some(failure) = failure else {
+        // Implicitly committed: acknowledge now, make it explicit after.
+        finish(
+            client,
+            txn,
+            (&anchor, anchor_shard),
+            &participants,
+            Settled::Committed(commit_ts),
+            true,
+        );
+        return Ok(Timestamp(commit_ts));
+    };
+    match client.recover_txn(txn, &anchor, &deadline).await {
+        Ok(Settled::Committed(c)) => {
+            finish(
+                client,
+                txn,
+                (&anchor, anchor_shard),
+                &participants,
+                Settled::Committed(c),
+                false,
+            );
+            Ok(Timestamp(c))
+        }
+        Ok(Settled::Aborted) => {
+            finish(
+                client,
+                txn,
+                (&anchor, anchor_shard),
+                &participants,
+                Settled::Aborted,
+                false,
+            );
+            Err(failure)
+        }
+        Err(error) => Err(Error::Ambiguous {
             message: format!(
-                "the decision of a multi-shard transaction at its anchor is unknown: {error}"
+                "a multi-shard commit failed ({failure}) and settling it failed too ({error}); \
+                 it may have committed"
             ),
-        })?;
-    if TxnState::try_from(decided.state) != Ok(TxnState::Committed) {
-        // A reader recovered (aborted) it first.
-        finish(client, txn, &anchor, &participants, Resolution::Abort);
-        return Err(Error::TxnConflict { key: anchor });
+        }),
     }
-    finish(
-        client,
-        txn,
-        &anchor,
-        &participants,
-        Resolution::Commit(decided.commit_ts),
-    );
-    Ok(Timestamp(decided.commit_ts))
 }
 
-/// Aborts `txn` at its anchor (awaited: from here on it cannot commit), the rest after.
-async fn abort(client: &Client, txn: proto::WriteId, anchor: &Bytes, participants: &[Participant]) {
-    let deadline = client.deadline();
-    if let Err(error) = client
-        .resolve_txn(anchor, txn, true, Resolution::Abort, &deadline)
-        .await
-    {
-        tracing::debug!(%error, "aborting a transaction at its anchor failed; readers will");
-    }
-    finish(client, txn, anchor, participants, Resolution::Abort);
-}
-
-/// In the background: resolves every participant but the anchor's as `resolution` says, then
-/// forgets the record.
+/// In the background: if `explicit`, commits the record at the anchor first (and stops if
+/// that does not answer `Committed`); then resolves every participant but the anchor's as
+/// `settled` says.
 fn finish(
     client: &Client,
     txn: proto::WriteId,
-    anchor: &Bytes,
+    (anchor, anchor_shard): (&Bytes, u64),
     participants: &[Participant],
-    resolution: Resolution,
+    settled: Settled,
+    explicit: bool,
 ) {
-    let anchor_shard = client.route(anchor).map(|r| r.shard_id);
     let others: Vec<Participant> = participants
         .iter()
-        .filter(|p| Some(p.shard) != anchor_shard)
+        .filter(|p| p.shard != anchor_shard)
         .cloned()
         .collect();
     let (client, anchor) = (client.clone(), anchor.clone());
     tokio::spawn(async move {
         let deadline = client.deadline();
+        let resolution = match settled {
+            Settled::Committed(c) => Resolution::Commit(c),
+            Settled::Aborted => Resolution::Abort,
+        };
+        if explicit {
+            let decided = client
+                .resolve_txn(&anchor, txn, true, resolution, &deadline)
+                .await;
+            match decided {
+                Ok(d) if TxnState::try_from(d.state) == Ok(TxnState::Committed) => {}
+                Ok(d) => {
+                    tracing::error!(?txn, answer = ?d, "the anchor did not commit an implicitly committed transaction");
+                    return;
+                }
+                Err(error) => {
+                    tracing::debug!(%error, "the explicit commit failed; readers will recover the transaction");
+                    return;
+                }
+            }
+        }
         let resolves = others
             .iter()
             .map(|p| client.resolve_txn(&p.key, txn, false, resolution, &deadline));
-        let mut all = true;
         for (p, outcome) in others.iter().zip(futures::future::join_all(resolves).await) {
             if let Err(error) = outcome {
-                all = false;
                 tracing::debug!(shard = p.shard, %error, "resolving a participant failed; readers will");
-            }
-        }
-        if all {
-            if let Err(error) = client
-                .resolve_txn(&anchor, txn, true, Resolution::Forget, &deadline)
-                .await
-            {
-                tracing::debug!(%error, "forgetting a transaction record failed");
             }
         }
     });

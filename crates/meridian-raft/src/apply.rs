@@ -60,8 +60,8 @@ pub(crate) struct ApplyBatch<'a> {
     /// until the batch is in RocksDB, so readers never see the two disagree).
     pub locks: &'a mut LockTable,
     pub(crate) pending: HashMap<Bytes, KeyState>,
-    /// Transaction records written in this batch (`None`: deleted), over RocksDB's.
-    pub(crate) records: HashMap<TxnId, Option<TxnStatus>>,
+    /// Transaction records written in this batch, over RocksDB's.
+    pub(crate) records: HashMap<TxnId, TxnStatus>,
     /// The highest closed timestamp a [`Command::Closed`] of this batch carried (0: none);
     /// the caller folds it into the lock table with the batch's last index once the batch is
     /// in RocksDB, so a reader never sees it without the data it covers.
@@ -218,7 +218,15 @@ impl<'a> ApplyBatch<'a> {
                 reads,
                 ranges,
                 writes,
-            } => self.prepare(ts, txn, (anchor, is_anchor), reads, ranges, writes),
+                participants,
+            } => self.prepare(
+                ts,
+                txn,
+                (anchor, is_anchor, participants),
+                reads,
+                ranges,
+                writes,
+            ),
             Command::Resolve {
                 txn,
                 anchor,

@@ -1,5 +1,5 @@
-//! Apply's part of multi-shard transactions: prepare, decide and resolve (see `locks` for the
-//! protocol), and the lock checks every other write goes through.
+//! Apply's part of multi-shard transactions: prepare, decide, prevent and resolve (see `locks`
+//! for the protocol), and the lock checks every other write goes through.
 //!
 //! # Timestamps
 //! A prepare takes the next version timestamp of the shard (`max(proposed, floor + 1)`, as a
@@ -84,7 +84,7 @@ impl ApplyBatch<'_> {
         &mut self,
         ts: u64,
         txn: TxnId,
-        (anchor, is_anchor): (Bytes, bool),
+        (anchor, is_anchor, participants): (Bytes, bool, Vec<Bytes>),
         reads: Vec<ReadCheck>,
         ranges: Vec<RangeCheck>,
         writes: Vec<(Bytes, Option<Bytes>)>,
@@ -96,12 +96,10 @@ impl ApplyBatch<'_> {
                 ..Default::default()
             });
         }
-        if is_anchor {
-            if let Some(decided) = self.record(&txn)? {
-                // Aborted by a recovery before this prepare arrived (or decided already):
-                // lock nothing.
-                return Ok(status(Some(decided)));
-            }
+        if let Some(decided) = self.record(&txn)? {
+            // On the anchor: aborted by a recovery before this prepare arrived, or decided
+            // already. Elsewhere: prevented by a recovery. Lock nothing.
+            return Ok(status(Some(decided)));
         }
         if let Some(blocked) = self.txn_blocked(Some(&txn), &reads, &ranges, &writes) {
             return Ok(blocked);
@@ -141,6 +139,7 @@ impl ApplyBatch<'_> {
                 .collect(),
             ranges: ranges.into_iter().map(|r| (r.start, r.end)).collect(),
             writes,
+            participants: if is_anchor { participants } else { Vec::new() },
         };
         self.batch.put(
             Cf::Data,
@@ -149,7 +148,7 @@ impl ApplyBatch<'_> {
         );
         self.locks.insert(txn, locks);
         if is_anchor {
-            self.put_record(txn, Some(TxnStatus::Pending))?;
+            self.put_record(txn, TxnStatus::Staging)?;
         }
         Ok(CommandResult {
             commit_ts: prepare_ts,
@@ -167,6 +166,7 @@ impl ApplyBatch<'_> {
             return Ok(match decision {
                 Decision::Commit(c) => {
                     self.resolve_locks(&txn, Some(c))?;
+                    self.mark(txn, TxnStatus::Committed(c))?;
                     CommandResult {
                         commit_ts: c,
                         ..Default::default()
@@ -174,39 +174,74 @@ impl ApplyBatch<'_> {
                 }
                 Decision::Abort => {
                     self.resolve_locks(&txn, None)?;
+                    self.mark(txn, TxnStatus::Aborted)?;
                     CommandResult::default()
                 }
-                Decision::Forget => rejected("only an anchor forgets a record".into()),
+                Decision::Prevent => self.prevent(txn)?,
+                Decision::AbortStaging => rejected("only an anchor aborts a record".into()),
             });
         }
         let record = self.record(&txn)?;
         let after = match (decision, record) {
-            (Decision::Forget, _) => {
-                self.put_record(txn, None)?;
-                None
+            (Decision::Prevent, _) => {
+                return Ok(rejected("the anchor is never prevented".into()));
             }
             // Decided already: the decision stands, whatever is asked now.
             (_, Some(done @ (TxnStatus::Committed(_) | TxnStatus::Aborted))) => Some(done),
-            (Decision::Commit(c), Some(TxnStatus::Pending)) => {
+            (Decision::Commit(c), Some(TxnStatus::Staging)) => {
                 let prepared = self.locks.get(&txn).map_or(0, |l| l.prepare_ts);
                 if c < prepared {
                     return Ok(rejected(format!(
                         "commit timestamp {c} is below the anchor's prepare timestamp {prepared}"
                     )));
                 }
-                self.put_record(txn, Some(TxnStatus::Committed(c)))?;
+                self.put_record(txn, TxnStatus::Committed(c))?;
                 self.resolve_locks(&txn, Some(c))?;
                 Some(TxnStatus::Committed(c))
             }
-            // Never prepared here (or forgotten): nothing to commit.
+            // Never prepared here: nothing to commit.
             (Decision::Commit(_), None) => None,
-            (Decision::Abort, Some(TxnStatus::Pending) | None) => {
-                self.put_record(txn, Some(TxnStatus::Aborted))?;
+            (Decision::Abort, Some(TxnStatus::Staging)) => {
+                // Maybe implicitly committed: the recovery must check the participants.
+                let locks = self.locks.get(&txn);
+                return Ok(CommandResult {
+                    status: Some(TxnStatus::Staging),
+                    commit_ts: locks.map_or(0, |l| l.prepare_ts),
+                    participants: locks.map(|l| l.participants.clone()).unwrap_or_default(),
+                    ..Default::default()
+                });
+            }
+            (Decision::Abort | Decision::AbortStaging, Some(TxnStatus::Staging) | None) => {
+                self.put_record(txn, TxnStatus::Aborted)?;
                 self.resolve_locks(&txn, None)?;
                 Some(TxnStatus::Aborted)
             }
         };
         Ok(status(after))
+    }
+
+    /// [`Decision::Prevent`] on a participant other than the anchor: reports the prepare if
+    /// the transaction holds locks here, else makes sure it never will.
+    fn prevent(&mut self, txn: TxnId) -> io::Result<CommandResult> {
+        if let Some(locks) = self.locks.get(&txn) {
+            return Ok(CommandResult {
+                status: Some(TxnStatus::Staging),
+                commit_ts: locks.prepare_ts,
+                ..Default::default()
+            });
+        }
+        Ok(status(Some(self.mark(txn, TxnStatus::Aborted)?)))
+    }
+
+    /// Leaves `outcome` as `txn`'s marker on this participant unless it has a record already
+    /// (on the anchor's shard, the record itself), so that a prepare delivered late answers it
+    /// and locks nothing (see `locks`); returns the record that stands.
+    fn mark(&mut self, txn: TxnId, outcome: TxnStatus) -> io::Result<TxnStatus> {
+        if let Some(existing) = self.record(&txn)? {
+            return Ok(existing);
+        }
+        self.put_record(txn, outcome)?;
+        Ok(outcome)
     }
 
     /// Drops `txn`'s locks; on a commit at `c`, its intents become versions at exactly `c`.
@@ -235,8 +270,8 @@ impl ApplyBatch<'_> {
 
     /// `txn`'s record on this shard, as of this command.
     pub(crate) fn record(&self, txn: &TxnId) -> io::Result<Option<TxnStatus>> {
-        if let Some(pending) = self.records.get(txn) {
-            return Ok(*pending);
+        if let Some(written) = self.records.get(txn) {
+            return Ok(Some(*written));
         }
         let key = keys::txn_key(self.shard, TxnKeyKind::Record, txn.client_id, txn.seq);
         match self
@@ -249,12 +284,9 @@ impl ApplyBatch<'_> {
         }
     }
 
-    fn put_record(&mut self, txn: TxnId, record: Option<TxnStatus>) -> io::Result<()> {
+    fn put_record(&mut self, txn: TxnId, record: TxnStatus) -> io::Result<()> {
         let key = keys::txn_key(self.shard, TxnKeyKind::Record, txn.client_id, txn.seq);
-        match &record {
-            Some(status) => self.batch.put(Cf::Data, key, codec::encode(status)?),
-            None => self.batch.delete(Cf::Data, key),
-        }
+        self.batch.put(Cf::Data, key, codec::encode(&record)?);
         self.records.insert(txn, record);
         Ok(())
     }

@@ -101,6 +101,10 @@ fn prepare(
             .collect(),
         ranges: vec![],
         writes: writes.iter().map(|(k, v)| (b(k), Some(b(v)))).collect(),
+        participants: match is_anchor {
+            true => vec![b("other")],
+            false => vec![],
+        },
     }
 }
 
@@ -182,12 +186,19 @@ fn a_prepare_checks_its_reads_and_other_locks_and_a_retry_answers_the_first_prep
 }
 
 #[test]
-fn the_anchor_record_is_decided_once() {
+fn the_anchor_record_is_staged_then_decided_once_and_kept() {
     let mut s = Shard::new();
     let p = s.one(prepare(10, 1, true, &[], &[("k", "v")]));
     assert_eq!(p.commit_ts, 10);
-    // A recovery and the coordinator race: the first entry wins.
+    // A plain abort leaves a staging record alone and answers what a recovery must check.
     let abort = s.one(resolve(1, true, Decision::Abort));
+    assert_eq!(
+        (abort.status, abort.commit_ts, abort.participants.clone()),
+        (Some(TxnStatus::Staging), 10, vec![b("other")])
+    );
+    assert!(s.locks.get(&id(1)).is_some(), "still prepared");
+    // A recovery that prevented a participant and the coordinator race: the first wins.
+    let abort = s.one(resolve(1, true, Decision::AbortStaging));
     assert_eq!(abort.status, Some(TxnStatus::Aborted));
     let commit = s.one(resolve(1, true, Decision::Commit(12)));
     assert_eq!(
@@ -200,18 +211,31 @@ fn the_anchor_record_is_decided_once() {
     let commit = s.one(resolve(2, true, Decision::Commit(25)));
     assert_eq!(commit.status, Some(TxnStatus::Committed(25)));
     assert_eq!(s.latest("k"), Some((25, b"w".to_vec())));
-    let abort = s.one(resolve(2, true, Decision::Abort));
-    assert_eq!(
-        (abort.status, abort.commit_ts),
-        (Some(TxnStatus::Committed(25)), 25)
-    );
+    for late in [Decision::Abort, Decision::AbortStaging] {
+        let abort = s.one(resolve(2, true, late));
+        assert_eq!(
+            (abort.status, abort.commit_ts),
+            (Some(TxnStatus::Committed(25)), 25)
+        );
+    }
     assert_eq!(s.latest("k"), Some((25, b"w".to_vec())));
-    // Forgotten: no record.
-    assert_eq!(s.one(resolve(2, true, Decision::Forget)).status, None);
+    // The record is kept: a prepare delivered late locks nothing and stages nothing.
+    let late = s.one(prepare(30, 2, true, &[], &[("k", "w")]));
+    assert_eq!(late.status, Some(TxnStatus::Committed(25)));
+    assert!(s.locks.is_empty());
     // A commit below the anchor's own prepare timestamp is refused.
     s.one(prepare(30, 3, true, &[], &[("m", "v")]));
     assert!(s
         .one(resolve(3, true, Decision::Commit(29)))
+        .rejected
+        .is_some());
+    // Prevent is for the other participants, AbortStaging for the anchor.
+    assert!(s
+        .one(resolve(3, true, Decision::Prevent))
+        .rejected
+        .is_some());
+    assert!(s
+        .one(resolve(3, false, Decision::AbortStaging))
         .rejected
         .is_some());
 }
@@ -234,6 +258,38 @@ fn a_recovery_that_finds_no_record_leaves_a_tombstone_a_late_prepare_respects() 
 }
 
 #[test]
+fn prevent_reports_a_prepare_or_makes_sure_it_never_happens() {
+    let mut s = Shard::new();
+    let p = s.one(prepare(10, 1, false, &[], &[("k", "v")]));
+    let prepared = s.one(resolve(1, false, Decision::Prevent));
+    assert_eq!(
+        (prepared.status, prepared.commit_ts),
+        (Some(TxnStatus::Staging), p.commit_ts)
+    );
+    assert!(
+        s.locks.get(&id(1)).is_some(),
+        "a prepared shard keeps its locks"
+    );
+    let prevented = s.one(resolve(2, false, Decision::Prevent));
+    assert_eq!(prevented.status, Some(TxnStatus::Aborted));
+    let late = s.one(prepare(20, 2, false, &[], &[("m", "v")]));
+    assert_eq!(late.status, Some(TxnStatus::Aborted), "the prepare fails");
+    assert!(s.locks.get(&id(2)).is_none());
+    assert_eq!(
+        s.one(resolve(2, false, Decision::Prevent)).status,
+        Some(TxnStatus::Aborted),
+        "again"
+    );
+    // In one batch: the marker written earlier in the batch is seen.
+    let r = s.apply(vec![
+        resolve(3, false, Decision::Prevent),
+        prepare(21, 3, false, &[], &[("n", "v")]),
+    ]);
+    assert_eq!(r[1].status, Some(TxnStatus::Aborted));
+    assert!(s.locks.get(&id(3)).is_none());
+}
+
+#[test]
 fn locks_prepared_after_their_transaction_was_decided_are_dropped_not_committed() {
     let mut s = Shard::new();
     s.one(put(50, "x", "newer"));
@@ -247,6 +303,13 @@ fn locks_prepared_after_their_transaction_was_decided_are_dropped_not_committed(
         None,
         "never written below the shard's newer versions"
     );
+    // The resolution left its marker: yet another copy answers the decision, locking nothing.
+    let again = s.one(prepare(60, 1, false, &[], &[("k", "late")]));
+    assert_eq!(
+        (again.status, again.commit_ts),
+        (Some(TxnStatus::Committed(40)), 40)
+    );
+    assert!(s.locks.is_empty());
 }
 
 #[test]
@@ -288,52 +351,119 @@ fn one_shard_commits_and_cas_meet_locks_too() {
 
 // ---------------------------------------------------------------------------------------------
 // A model of the whole protocol: one transaction writing `a` (shard A, its anchor) and `b`
-// (shard B), its coordinator, a reader that meets a lock and recovers the transaction, and
-// prepares delivered a second time, late. Every interleaving of their steps is run against the
-// real apply code; after each, the readers that would meet any lock left resolve it, and then
-// the transaction must be atomic (both keys written at one timestamp, or neither), an
-// acknowledged commit must be visible, no lock may remain, and the anchor's record must only
-// move forward until it is forgotten.
+// (shard B); its coordinator, which may die at any point; a reader that meets a lock and
+// recovers the transaction; the coordinator's own recovery when a prepare fails; and copies of
+// either prepare delivered at any time (a retried attempt). Every interleaving of their steps
+// is run against the real apply code; after each, readers recover whatever locks are left, and
+// then: no lock may remain; the transaction must be atomic (both keys written at one
+// timestamp, or neither); a commit the coordinator acknowledged (or learnt from its recovery)
+// must be visible at its timestamp, and one it reported aborted must not be; the anchor's
+// record must only move forward.
 
-/// One step of one actor: a Raft entry applied on one shard.
+/// One step of one actor: a Raft entry applied on one shard (or the coordinator's own moves).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Step {
     /// The coordinator's prepares (in either order).
     PrepareA,
     PrepareB,
-    /// The coordinator's decision at the anchor: commit at the larger prepare timestamp if both
-    /// prepared, else abort.
-    Decide,
-    /// The coordinator resolves B as the anchor answered, then forgets the record.
+    /// Both prepares answered "prepared": the coordinator acknowledges the commit (no entry).
+    Ack,
+    /// After the acknowledgement: the explicit commit at the anchor, then B's resolution.
+    CommitA,
     ResolveB,
-    Forget,
-    /// A reader that met a lock aborts the transaction at the anchor, then resolves B as the
-    /// anchor answered.
-    RecoverAbort,
-    RecoverResolveB,
-    /// A prepare delivered again after its first delivery (a retried attempt).
+    /// The coordinator stops for good.
+    Die,
+    /// A recovery's step: by the reader (`false`) or by the coordinator whose prepare failed.
+    Recover(bool, RecoverStep),
+    /// Another copy of a prepare, delivered now.
     LatePrepareA,
     LatePrepareB,
 }
 
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum RecoverStep {
+    /// Abort at the anchor (which leaves a staging record alone).
+    Query,
+    /// The record is staging: prevent B.
+    PreventB,
+    /// Commit at the largest prepare timestamp, or abort the staging record.
+    Decide,
+    /// Resolve B as settled (the reader resolves the lock it met).
+    ResolveB,
+}
+
 const MODEL_TXN: u64 = 1;
+
+/// How the model's recoveries misbehave, for the negative controls.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Flaw {
+    None,
+    /// The reader drops the lock it met as aborted without asking the anchor.
+    BlindReader,
+    /// Recoveries abort a staging record without preventing a participant first.
+    HastyRecovery,
+}
+
+/// One recovery's progress: the anchor's first answer, B's answer, the decision.
+#[derive(Clone, Default)]
+struct Recovery {
+    query: Option<CommandResult>,
+    prevent: Option<CommandResult>,
+    decided: Option<CommandResult>,
+    resolved: bool,
+}
+
+impl Recovery {
+    /// The decision it learnt, once it has one.
+    fn settled(&self) -> Option<Decision> {
+        let staged = |r: &CommandResult| r.status == Some(TxnStatus::Staging);
+        match (&self.query, &self.decided) {
+            (Some(q), _) if !staged(q) => Some(as_decided(q)),
+            (_, Some(d)) => Some(as_decided(d)),
+            _ => None,
+        }
+    }
+
+    fn enabled(&self, started: bool, flaw: Flaw) -> Vec<RecoverStep> {
+        let staged = self
+            .query
+            .as_ref()
+            .is_some_and(|q| q.status == Some(TxnStatus::Staging));
+        let mut steps = Vec::new();
+        if self.query.is_none() && started {
+            steps.push(RecoverStep::Query);
+        }
+        if staged && self.prevent.is_none() && flaw != Flaw::HastyRecovery {
+            steps.push(RecoverStep::PreventB);
+        }
+        if staged
+            && self.decided.is_none()
+            && (self.prevent.is_some() || flaw == Flaw::HastyRecovery)
+        {
+            steps.push(RecoverStep::Decide);
+        }
+        if self.settled().is_some() && !self.resolved {
+            steps.push(RecoverStep::ResolveB);
+        }
+        steps
+    }
+}
 
 /// A run of the model: both shards and what each actor has been answered.
 struct Model {
     a: Shard,
     b: Shard,
     prepared: [Option<CommandResult>; 2],
-    decided: Option<CommandResult>,
+    acked: Option<u64>,
+    committed_a: Option<CommandResult>,
     resolved_b: bool,
-    forgotten: bool,
-    recovery: Option<CommandResult>,
-    recovered_b: bool,
+    dead: bool,
+    /// The reader's recovery and the coordinator's.
+    recoveries: [Recovery; 2],
     late: [bool; 2],
-    /// The anchor's record after every step, until it is forgotten.
+    /// The anchor's record after every step.
     records: Vec<Option<TxnStatus>>,
-    /// A broken reader that drops the lock it met as aborted without asking the anchor (the
-    /// negative control: the model must catch it).
-    blind_reader: bool,
+    flaw: Flaw,
 }
 
 fn model_prepare(is_anchor: bool, ts: u64, key: &str) -> Command {
@@ -345,6 +475,10 @@ fn model_prepare(is_anchor: bool, ts: u64, key: &str) -> Command {
         reads: vec![],
         ranges: vec![],
         writes: vec![(b(key), Some(b("new")))],
+        participants: match is_anchor {
+            true => vec![b("b")],
+            false => vec![],
+        },
     }
 }
 
@@ -356,12 +490,17 @@ fn as_decided(anchor: &CommandResult) -> Decision {
     }
 }
 
+/// Whether the coordinator reads a prepare's answer as "prepared" (as the server's answer
+/// does: a decision already made on the shard counts, at its timestamp).
 fn prepared_ok(r: &CommandResult) -> bool {
-    r.commit_ts > 0 && r.locked.is_none() && r.conflict.is_none() && r.status.is_none()
+    r.commit_ts > 0
+        && r.locked.is_none()
+        && r.conflict.is_none()
+        && r.status != Some(TxnStatus::Aborted)
 }
 
 impl Model {
-    fn new(blind_reader: bool) -> Model {
+    fn new(flaw: Flaw) -> Model {
         let (mut a, mut b) = (Shard::new(), Shard::new());
         a.one(put(5, "a", "old"));
         // B's clock is ahead: the commit timestamp comes from B's prepare.
@@ -370,14 +509,14 @@ impl Model {
             a,
             b,
             prepared: [None, None],
-            decided: None,
+            acked: None,
+            committed_a: None,
             resolved_b: false,
-            forgotten: false,
-            recovery: None,
-            recovered_b: false,
+            dead: false,
+            recoveries: [Recovery::default(), Recovery::default()],
             late: [false, false],
             records: vec![],
-            blind_reader,
+            flaw,
         }
     }
 
@@ -385,37 +524,51 @@ impl Model {
         shard.locks.get(&id(MODEL_TXN)).is_some()
     }
 
+    fn both_answered(&self) -> bool {
+        self.prepared.iter().all(Option::is_some)
+    }
+
+    fn all_prepared(&self) -> bool {
+        self.both_answered() && self.prepared.iter().flatten().all(prepared_ok)
+    }
+
     fn enabled(&self) -> Vec<Step> {
         let mut steps = Vec::new();
+        let live = !self.dead;
         let mut when = |cond: bool, step| {
             if cond {
                 steps.push(step)
             }
         };
-        when(self.prepared[0].is_none(), Step::PrepareA);
-        when(self.prepared[1].is_none(), Step::PrepareB);
+        when(live && self.prepared[0].is_none(), Step::PrepareA);
+        when(live && self.prepared[1].is_none(), Step::PrepareB);
         when(
-            self.prepared.iter().all(Option::is_some) && self.decided.is_none(),
-            Step::Decide,
-        );
-        when(self.decided.is_some() && !self.resolved_b, Step::ResolveB);
-        when(self.resolved_b && !self.forgotten, Step::Forget);
-        when(
-            self.recovery.is_none() && (Self::has_lock(&self.a) || Self::has_lock(&self.b)),
-            Step::RecoverAbort,
+            live && self.all_prepared() && self.acked.is_none(),
+            Step::Ack,
         );
         when(
-            self.recovery.is_some() && !self.recovered_b,
-            Step::RecoverResolveB,
+            live && self.acked.is_some() && self.committed_a.is_none(),
+            Step::CommitA,
         );
-        when(
-            self.prepared[0].is_some() && !self.late[0],
-            Step::LatePrepareA,
-        );
-        when(
-            self.prepared[1].is_some() && !self.late[1],
-            Step::LatePrepareB,
-        );
+        let explicit = self
+            .committed_a
+            .as_ref()
+            .is_some_and(|r| matches!(r.status, Some(TxnStatus::Committed(_))));
+        when(live && explicit && !self.resolved_b, Step::ResolveB);
+        let coordinator_done = self.resolved_b || self.recoveries[1].resolved;
+        when(live && !coordinator_done, Step::Die);
+        when(!self.late[0], Step::LatePrepareA);
+        when(!self.late[1], Step::LatePrepareB);
+        let locked = Self::has_lock(&self.a) || Self::has_lock(&self.b);
+        for s in self.recoveries[0].enabled(locked, self.flaw) {
+            steps.push(Step::Recover(false, s));
+        }
+        if live {
+            let failed = self.both_answered() && !self.all_prepared();
+            for s in self.recoveries[1].enabled(failed, self.flaw) {
+                steps.push(Step::Recover(true, s));
+            }
+        }
         steps
     }
 
@@ -423,50 +576,64 @@ impl Model {
         self.a.one(resolve(MODEL_TXN, true, decision))
     }
 
-    fn resolve_b(&mut self, decision: Decision) {
-        self.b.one(resolve(MODEL_TXN, false, decision));
+    fn resolve_b(&mut self, decision: Decision) -> CommandResult {
+        self.b.one(resolve(MODEL_TXN, false, decision))
+    }
+
+    fn recover(&mut self, coordinator: bool, step: RecoverStep) {
+        let i = usize::from(coordinator);
+        match step {
+            RecoverStep::Query => {
+                let answer = match (self.flaw, coordinator) {
+                    (Flaw::BlindReader, false) => CommandResult {
+                        status: Some(TxnStatus::Aborted),
+                        ..Default::default()
+                    },
+                    _ => self.anchor(Decision::Abort),
+                };
+                self.recoveries[i].query = Some(answer);
+            }
+            RecoverStep::PreventB => {
+                self.recoveries[i].prevent = Some(self.resolve_b(Decision::Prevent));
+            }
+            RecoverStep::Decide => {
+                let r = &self.recoveries[i];
+                let query = r.query.as_ref().expect("queried");
+                let decision = match &r.prevent {
+                    Some(p) if p.status == Some(TxnStatus::Staging) => {
+                        Decision::Commit(query.commit_ts.max(p.commit_ts))
+                    }
+                    _ => Decision::AbortStaging,
+                };
+                self.recoveries[i].decided = Some(self.anchor(decision));
+            }
+            RecoverStep::ResolveB => {
+                let decision = self.recoveries[i].settled().expect("settled");
+                self.resolve_b(decision);
+                self.recoveries[i].resolved = true;
+            }
+        }
     }
 
     fn step(&mut self, step: Step) {
         match step {
             Step::PrepareA => self.prepared[0] = Some(self.a.one(model_prepare(true, 10, "a"))),
             Step::PrepareB => self.prepared[1] = Some(self.b.one(model_prepare(false, 20, "b"))),
-            Step::Decide => {
-                let both = self.prepared.iter().flatten().all(prepared_ok);
-                let decision = match both {
-                    true => Decision::Commit(
-                        self.prepared
-                            .iter()
-                            .flatten()
-                            .map(|r| r.commit_ts)
-                            .max()
-                            .expect("two"),
-                    ),
-                    false => Decision::Abort,
-                };
-                self.decided = Some(self.anchor(decision));
+            Step::Ack => {
+                let c = self.prepared.iter().flatten().map(|r| r.commit_ts).max();
+                self.acked = c;
+            }
+            Step::CommitA => {
+                let c = self.acked.expect("acknowledged");
+                self.committed_a = Some(self.anchor(Decision::Commit(c)));
             }
             Step::ResolveB => {
-                let decision = as_decided(self.decided.as_ref().expect("decided"));
-                self.resolve_b(decision);
+                let c = self.acked.expect("acknowledged");
+                self.resolve_b(Decision::Commit(c));
                 self.resolved_b = true;
             }
-            Step::Forget => {
-                self.anchor(Decision::Forget);
-                self.forgotten = true;
-            }
-            Step::RecoverAbort => {
-                let answer = match self.blind_reader {
-                    true => CommandResult::default(),
-                    false => self.anchor(Decision::Abort),
-                };
-                self.recovery = Some(answer);
-            }
-            Step::RecoverResolveB => {
-                let decision = as_decided(self.recovery.as_ref().expect("recovering"));
-                self.resolve_b(decision);
-                self.recovered_b = true;
-            }
+            Step::Die => self.dead = true,
+            Step::Recover(coordinator, s) => self.recover(coordinator, s),
             Step::LatePrepareA => {
                 self.a.one(model_prepare(true, 40, "a"));
                 self.late[0] = true;
@@ -476,19 +643,36 @@ impl Model {
                 self.late[1] = true;
             }
         }
-        if !self.forgotten {
-            self.records.push(record_of(&self.a));
-        }
+        self.records.push(record_of(&self.a));
     }
 
-    /// The readers that meet the locks still there resolve them as the anchor decides.
+    /// Correct readers recover whatever locks are left and resolve them as settled.
     fn settle(&mut self) {
         for _ in 0..4 {
             if !Self::has_lock(&self.a) && !Self::has_lock(&self.b) {
                 return;
             }
-            let answer = self.anchor(Decision::Abort);
-            let decision = as_decided(&answer);
+            let mut r = Recovery::default();
+            let flaw = match self.flaw {
+                Flaw::BlindReader => Flaw::None,
+                other => other,
+            };
+            r.query = Some(self.anchor(Decision::Abort));
+            while r.settled().is_none() {
+                if flaw != Flaw::HastyRecovery && r.prevent.is_none() {
+                    r.prevent = Some(self.resolve_b(Decision::Prevent));
+                    continue;
+                }
+                let query = r.query.as_ref().expect("queried");
+                let decision = match &r.prevent {
+                    Some(p) if p.status == Some(TxnStatus::Staging) => {
+                        Decision::Commit(query.commit_ts.max(p.commit_ts))
+                    }
+                    _ => Decision::AbortStaging,
+                };
+                r.decided = Some(self.anchor(decision));
+            }
+            let decision = r.settled().expect("settled");
             self.a.one(resolve(MODEL_TXN, false, decision));
             self.resolve_b(decision);
         }
@@ -506,14 +690,23 @@ impl Model {
             (false, false) => {}
             _ => return Err(format!("not atomic: a = {va:?}, b = {vb:?}")),
         }
-        if let Some(TxnStatus::Committed(c)) = self.decided.as_ref().and_then(|d| d.status) {
-            if va.map(|v| v.0) != Some(c) {
-                return Err(format!("acknowledged at {c} but not visible there"));
+        let reported = match (self.acked, self.recoveries[1].settled()) {
+            (Some(c), _) | (None, Some(Decision::Commit(c))) => Some(Some(c)),
+            (None, Some(_)) => Some(None),
+            (None, None) => None,
+        };
+        match reported {
+            Some(Some(c)) if va.as_ref().map(|v| v.0) != Some(c) || !new(&va) => {
+                return Err(format!("acknowledged at {c} but not visible there: {va:?}"));
             }
+            Some(None) if new(&va) => {
+                return Err(format!("reported aborted but visible: {va:?}"));
+            }
+            _ => {}
         }
         let rank = |s: &Option<TxnStatus>| match s {
             None => 0,
-            Some(TxnStatus::Pending) => 1,
+            Some(TxnStatus::Staging) => 1,
             Some(_) => 2,
         };
         for pair in self.records.windows(2) {
@@ -540,9 +733,9 @@ fn record_of(shard: &Shard) -> Option<TxnStatus> {
 }
 
 /// Runs every interleaving; returns how many there were and the first broken property.
-fn explore(blind_reader: bool) -> (usize, Option<(Vec<Step>, String)>) {
-    fn replay(steps: &[Step], blind_reader: bool) -> Model {
-        let mut m = Model::new(blind_reader);
+fn explore(flaw: Flaw) -> (usize, Option<(Vec<Step>, String)>) {
+    fn replay(steps: &[Step], flaw: Flaw) -> Model {
+        let mut m = Model::new(flaw);
         for s in steps {
             m.step(*s);
         }
@@ -550,7 +743,7 @@ fn explore(blind_reader: bool) -> (usize, Option<(Vec<Step>, String)>) {
     }
     let (mut runs, mut stack) = (0usize, vec![Vec::<Step>::new()]);
     while let Some(prefix) = stack.pop() {
-        let mut m = replay(&prefix, blind_reader);
+        let mut m = replay(&prefix, flaw);
         let next = m.enabled();
         if next.is_empty() {
             runs += 1;
@@ -571,15 +764,26 @@ fn explore(blind_reader: bool) -> (usize, Option<(Vec<Step>, String)>) {
 
 #[test]
 fn every_interleaving_of_coordinator_recovery_and_late_prepares_is_atomic() {
-    let (runs, broken) = explore(false);
+    let (runs, broken) = explore(Flaw::None);
     assert!(broken.is_none(), "{broken:?}");
     assert!(runs > 1_000, "only {runs} interleavings explored");
+    eprintln!("{runs} interleavings explored");
 }
 
 #[test]
 fn the_model_catches_a_reader_that_drops_locks_without_asking_the_anchor() {
-    let (_, broken) = explore(true);
+    let (_, broken) = explore(Flaw::BlindReader);
     let (steps, what) = broken.expect("the negative control must break atomicity");
+    assert!(
+        what.contains("not atomic") || what.contains("acknowledged"),
+        "{steps:?}: {what}"
+    );
+}
+
+#[test]
+fn the_model_catches_a_recovery_that_aborts_a_staging_record_without_preventing() {
+    let (_, broken) = explore(Flaw::HastyRecovery);
+    let (steps, what) = broken.expect("the negative control must break a promise");
     assert!(
         what.contains("not atomic") || what.contains("acknowledged"),
         "{steps:?}: {what}"

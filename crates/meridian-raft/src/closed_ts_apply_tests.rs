@@ -80,6 +80,7 @@ fn a_closed_timestamp_counts_only_in_its_term_whatever_its_command_did() {
             writes: vec![(b("a"), None)],
             reads: vec![],
             ranges: vec![],
+            participants: vec![],
         },
     );
     let (r, c) = apply(&mut locks, vec![closed(1, 65, put(70, "a"))]);

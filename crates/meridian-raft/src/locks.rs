@@ -2,8 +2,8 @@
 //!
 //! # What
 //! A transaction that writes more than one shard (or, when serializable, reads a shard it does
-//! not write) commits by two-phase commit over Raft (the client coordinates, see
-//! `meridian-client`'s `txn_2pc`):
+//! not write) commits by a *parallel commit* over Raft (the client coordinates, see
+//! `meridian-client`'s `txn_2pc`; CockroachDB's parallel commits, fitted to this store):
 //!
 //! 1. **Prepare**, on every participant shard in parallel ([`crate::Command::Prepare`]): apply
 //!    checks the transaction's reads of that shard still hold (as a one-shard commit does,
@@ -12,14 +12,46 @@
 //!    keys it read and on the ranges it scanned — at a *prepare timestamp* above every version
 //!    of the shard (it raises the shard's version floor). The participant that owns the
 //!    transaction's *anchor* key (its first written key) also writes the transaction's record,
-//!    [`TxnStatus::Pending`].
-//! 2. **Decide**, on the anchor only ([`crate::Command::Resolve`] with `anchor`): `Pending`
-//!    becomes `Committed(C)`, `C` being the largest prepare timestamp of all participants. This
-//!    one Raft entry is the commit point. Anyone may instead *abort* a transaction whose record
-//!    is `Pending` or absent (an absent record becomes an `Aborted` tombstone, so a prepare that
-//!    arrives later fails): whichever entry the anchor's log orders first wins.
-//! 3. **Resolve**, on every other participant: the intents become versions at exactly `C`
-//!    (commit) or vanish (abort), and the locks go. Then the coordinator *forgets* the record.
+//!    [`TxnStatus::Staging`], and keeps the list of the other participants (a key of each) in
+//!    its locks.
+//! 2. **Implicit commit.** A transaction whose record is `Staging` and whose every participant
+//!    holds its prepared locks *is committed*, at `C`, the largest prepare timestamp. The
+//!    coordinator acknowledges the commit as soon as every prepare answered: one consensus
+//!    round.
+//! 3. **Explicit commit**, after the acknowledgement, on the anchor ([`crate::Command::Resolve`]
+//!    with `anchor`): `Staging` becomes `Committed(C)`. Only then are the other participants
+//!    **resolved**: their intents become versions at exactly `C` and their locks go. The record
+//!    stays (see "Why records stay").
+//!
+//! # Recovery
+//! Anyone who meets a lock for too long (its coordinator may be gone) asks the anchor to abort
+//! ([`Decision::Abort`]): an absent record becomes an `Aborted` tombstone (so a prepare that
+//! arrives later fails), a decided record answers its decision, and a `Staging` record answers
+//! `Staging` with its participants and is left alone: it may be implicitly committed. The
+//! recoverer then sends [`Decision::Prevent`] to every other participant: one that holds the
+//! transaction's locks answers its prepare timestamp; one that does not writes an `Aborted`
+//! marker for the transaction, which every later prepare of it meets and fails on. If every
+//! participant was prepared, the recoverer commits at the largest prepare timestamp (the same
+//! `C` the coordinator computed); if one was prevented, the transaction can never be
+//! implicitly committed, and the recoverer aborts the record ([`Decision::AbortStaging`]).
+//! Either way the anchor's Raft log orders the decision against the coordinator's own: the
+//! first wins, and a decided record never changes.
+//!
+//! This is safe because a participant's locks outlive the `Staging` record: they go only by
+//! resolution, which only follows a decision at the anchor. So while the record is `Staging`,
+//! "no locks here" means "never prepared here", and the marker makes it "never will be".
+
+//! # Why records and markers stay
+//! A prepare can arrive twice: the client retries an attempt whose answer it lost, and the
+//! first may still be in flight. If the anchor forgot the record, a late prepare there would
+//! write a fresh `Staging` record, and late prepares on every participant would make the
+//! transaction *implicitly committed again*, at a new timestamp: its writes would reappear
+//! over newer ones. So a decided record is kept, and a prepare that finds it locks nothing.
+//! Likewise, resolving a participant leaves a marker of the outcome there: otherwise the
+//! coordinator's own second prepare, landing after a recovery committed and resolved the
+//! transaction, would lock again above the commit timestamp, and the coordinator would
+//! acknowledge the commit at a timestamp it did not commit at (the model test in
+//! `apply_2pc_tests` found this). With the marker, that prepare answers the decision.
 //!
 //! # Why locks, and who waits
 //! Between prepare and resolve, the participant must not let anything break what prepare
@@ -42,15 +74,17 @@
 //! - A prepare timestamp is above every version of its shard when it applies, and a commit
 //!   timestamp is at least every participant's prepare timestamp, so a committed intent is
 //!   newer than every version of its key.
-//! - A transaction is committed iff its anchor's record says so; a record once `Committed` or
-//!   `Aborted` never changes (until forgotten, which only the coordinator does, after it
-//!   resolved every participant).
+//! - A transaction is committed iff its anchor's record says `Committed`, or says `Staging`
+//!   while every participant holds its locks; a record moves only from `Staging` to a
+//!   decision, and a decision never changes.
+//! - No participant is resolved while the record is `Staging`.
 //!
 //! # Not done yet
-//! - Parallel commit (one consensus round): commit costs a prepare round, a decide round and
-//!   a resolve round that runs after the acknowledgement.
-//! - Records aborted by a recovery are kept forever (tombstones), as are the records of
-//!   coordinators that died after deciding (their locks are resolved by readers one at a time).
+//! - Decided records and the markers on the other participants are kept forever (one small
+//!   key per multi-shard transaction and shard it touched): collecting them needs a horizon
+//!   after which no prepare of the transaction can apply.
+//! - A coordinator that dies after its acknowledgement leaves its locks until readers meet
+//!   them (each waits `LOCK_RECOVER_AFTER`, then recovers the transaction).
 //! - Wound-wait or priorities: a conflicting prepare fails at once and the transaction
 //!   restarts with backoff.
 
@@ -78,12 +112,19 @@ pub struct TxnLocks {
     pub reads: Vec<Bytes>,
     /// Ranges scanned, `[start, end)` (`None` = to the shard's end): read locks.
     pub ranges: Vec<(Bytes, Option<Bytes>)>,
+    /// On the anchor's shard only: a key of every other participant shard (what a recovery
+    /// must check, see the module docs). Empty elsewhere.
+    pub participants: Vec<Bytes>,
 }
 
 /// A transaction record's state, on the anchor's shard.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum TxnStatus {
-    Pending,
+    /// Prepared on the anchor; committed iff every participant is prepared (see the module
+    /// docs). On a participant other than the anchor, a record is only ever a *marker* of
+    /// the outcome: `Aborted` written by [`Decision::Prevent`], or the decision a resolution
+    /// applied.
+    Staging,
     Committed(u64),
     Aborted,
 }
@@ -91,12 +132,18 @@ pub enum TxnStatus {
 /// What a [`crate::Command::Resolve`] asks for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Decision {
-    /// Commit at this timestamp (on the anchor: decide it, if still pending).
+    /// Commit at this timestamp (on the anchor: decide it, if still staging).
     Commit(u64),
-    /// Abort (on the anchor: unless already committed).
+    /// Abort. On the anchor: an absent record becomes `Aborted`; a `Staging` one is left as it
+    /// is (it may be implicitly committed: see the module docs) and answered with its
+    /// participants.
     Abort,
-    /// Anchor only: delete the record (the coordinator resolved every participant).
-    Forget,
+    /// Anchor only: abort even a `Staging` record. Sent only after a [`Decision::Prevent`] on
+    /// one of its participants answered that it was not prepared.
+    AbortStaging,
+    /// Not on the anchor: answer the transaction's prepare timestamp here if it holds locks;
+    /// otherwise write an `Aborted` marker so that it never will.
+    Prevent,
 }
 
 /// A lock someone met: whose it is and where its record lives.
@@ -283,6 +330,7 @@ mod tests {
             writes: writes.iter().map(|k| (b(k), Some(b("v")))).collect(),
             reads: reads.iter().map(|k| b(k)).collect(),
             ranges: ranges.iter().map(|(s, e)| (b(s), e.map(b))).collect(),
+            participants: vec![],
         }
     }
 
@@ -461,6 +509,7 @@ mod tests {
                             writes: writes.into_iter().map(|k| (k, Some(b("v")))).collect(),
                             reads,
                             ranges,
+                            participants: vec![],
                         };
                         table.insert(txn, locks.clone());
                         model.0.push((txn, locks));

@@ -10,8 +10,8 @@
 
 use bytes::Bytes;
 use meridian_types::limits::{
-    MAX_BATCH_BYTES, MAX_BATCH_KEYS, MAX_KEY_BYTES, MAX_TXN_RANGES, MAX_TXN_READ_KEYS,
-    MAX_VALUE_BYTES,
+    MAX_BATCH_BYTES, MAX_BATCH_KEYS, MAX_KEY_BYTES, MAX_TXN_PARTICIPANTS, MAX_TXN_RANGES,
+    MAX_TXN_READ_KEYS, MAX_VALUE_BYTES,
 };
 use serde::{Deserialize, Serialize};
 use std::io::Cursor;
@@ -80,8 +80,10 @@ pub enum Command {
     /// Phase one of a multi-shard transaction on one participant (see `locks`): if every read
     /// still holds and no other transaction's lock is in the way, lock the reads, ranges and
     /// writes at a prepare timestamp (`ts`, raised above the shard's floor) and, if
-    /// `is_anchor`, write the transaction's record as pending. Replayed for the same `txn`, it
-    /// answers the first prepare's timestamp.
+    /// `is_anchor`, write the transaction's record as staging with `participants` (a key of
+    /// every other participant shard; empty unless `is_anchor`). Replayed for the same `txn`,
+    /// it answers the first prepare's timestamp; a transaction aborted here first (a record or
+    /// a recovery's marker) answers `Aborted` and locks nothing.
     Prepare {
         ts: u64,
         txn: RequestId,
@@ -90,6 +92,7 @@ pub enum Command {
         reads: Vec<ReadCheck>,
         ranges: Vec<RangeCheck>,
         writes: Vec<(Bytes, Option<Bytes>)>,
+        participants: Vec<Bytes>,
     },
     /// Phase two on one participant: on the anchor (`anchor`), decide the record and resolve
     /// the anchor's own locks; elsewhere, resolve the locks as `decision` says. `ts` is only
@@ -287,15 +290,29 @@ impl Command {
             Command::Prepare {
                 ts,
                 anchor,
+                is_anchor,
                 reads,
                 ranges,
                 writes,
+                participants,
                 ..
             } => {
                 if *ts > MAX_COMMAND_TS {
                     return Err(format!("timestamp {ts} is above MAX_COMMAND_TS"));
                 }
                 check_key(anchor)?;
+                if participants.len() > MAX_TXN_PARTICIPANTS {
+                    return Err(format!(
+                        "{} participants, more than MAX_TXN_PARTICIPANTS ({MAX_TXN_PARTICIPANTS})",
+                        participants.len()
+                    ));
+                }
+                if !is_anchor && !participants.is_empty() {
+                    return Err("only the anchor's prepare lists the participants".into());
+                }
+                for key in participants {
+                    check_key(key)?;
+                }
                 if reads.is_empty() && ranges.is_empty() && writes.is_empty() {
                     return Err("a prepare has no reads and no writes".into());
                 }
@@ -518,9 +535,14 @@ pub struct CommandResult {
     /// writer should wait for the lock to be resolved (see `locks`).
     pub locked: Option<crate::locks::LockInfo>,
     /// A [`Command::Resolve`] on the anchor: the record's state after it (`None`: forgotten
-    /// or never written). A [`Command::Prepare`] on an anchor whose record is already
-    /// `Aborted` answers `Some(Aborted)` and locks nothing.
+    /// or never written). A [`Command::Prepare`] of a transaction already aborted on its shard
+    /// answers `Some(Aborted)` and locks nothing. A `Prevent` answers `Some(Staging)` with the
+    /// prepare timestamp in `commit_ts` if the shard is prepared, else `Some(Aborted)`.
     pub status: Option<crate::locks::TxnStatus>,
+    /// A [`Command::Resolve`] on the anchor that found the record `Staging`: a key of every
+    /// other participant (what the recovery must check); `commit_ts` is then the anchor's
+    /// prepare timestamp.
+    pub participants: Vec<Bytes>,
     /// A [`Command::Gc`]: what its page did.
     pub gc: Option<GcResult>,
 }

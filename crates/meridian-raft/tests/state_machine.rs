@@ -361,6 +361,7 @@ fn prepare_entry(index: u64, ts: u64, seq: u64, key: &str, value: &str) -> Entry
             reads: vec![],
             ranges: vec![],
             writes: vec![(bytes(key), Some(bytes(value)))],
+            participants: vec![bytes("elsewhere")],
         }),
     }
 }

@@ -10,8 +10,8 @@
 //! checked at a linearizable point (today's client never sends one). Every limit is checked
 //! before anything is read or proposed (`INVALID_ARGUMENT` naming the limit).
 //!
-//! A resolve ([`Command::Resolve`]) decides a transaction on its anchor or resolves its locks
-//! on another participant (see `meridian_raft::locks`). A commit timestamp came from a node's
+//! A resolve ([`Command::Resolve`]) decides a transaction on its anchor, or resolves its locks
+//! on another participant or prevents it there (see `meridian_raft::locks`). A commit timestamp came from a node's
 //! clock through the client: the leader waits until its own clock has passed it (at most
 //! `max_offset`, `CLOCK_OFFSET` beyond) before proposing, so the timestamp is never ahead of
 //! the clock of the node that applies it as leader.
@@ -29,7 +29,7 @@ use meridian_proto::kv::{
 use meridian_raft::locks::{Decision, TxnStatus};
 use meridian_raft::types::check_txn_reads;
 use meridian_raft::{Command, RangeCheck, ReadCheck, RequestId};
-use meridian_types::limits::{MAX_BATCH_BYTES, MAX_BATCH_KEYS};
+use meridian_types::limits::{MAX_BATCH_BYTES, MAX_BATCH_KEYS, MAX_TXN_PARTICIPANTS};
 use meridian_types::ShardId;
 use meridian_types::Timestamp;
 use std::collections::BTreeSet;
@@ -45,6 +45,8 @@ pub struct TxnCommit {
     /// Phase one of a multi-shard transaction: its id, anchor key, and whether this shard
     /// owns the anchor.
     pub prepare: Option<(RequestId, Bytes, bool)>,
+    /// The anchor's prepare only: a key of every other participant shard.
+    pub participants: Vec<Bytes>,
 }
 
 impl TxnCommit {
@@ -58,7 +60,25 @@ impl TxnCommit {
                     .ok_or_else(|| invalid("prepare.txn needs a non-zero client_id"))?;
                 check_key(&p.anchor, "prepare.anchor")?;
                 let on_anchor = map.lookup(&p.anchor).id;
-                Some((txn, p.anchor, on_anchor))
+                if p.participants.len() > MAX_TXN_PARTICIPANTS {
+                    return Err(invalid(format!(
+                        "prepare.participants has {} keys, more than MAX_TXN_PARTICIPANTS \
+                         ({MAX_TXN_PARTICIPANTS})",
+                        p.participants.len()
+                    )));
+                }
+                let mut shards = BTreeSet::new();
+                for key in &p.participants {
+                    check_key(key, "prepare.participants")?;
+                    let shard = map.lookup(key).id;
+                    if shard == on_anchor || !shards.insert(shard) {
+                        return Err(invalid(
+                            "prepare.participants must name each other participant shard once, \
+                             never the anchor's",
+                        ));
+                    }
+                }
+                Some((txn, p.anchor, on_anchor, p.participants))
             }
         };
         let reads: Vec<ReadCheck> = req.reads.into_iter().map(read_check).collect();
@@ -123,13 +143,29 @@ impl TxnCommit {
                 )));
             }
         }
+        let (prepare, participants) = match prepare {
+            None => (None, Vec::new()),
+            Some((txn, anchor, owner, participants)) => {
+                let is_anchor = owner == shard;
+                if is_anchor == participants.is_empty() {
+                    // A staged record without its participants would be committed by a
+                    // recovery as soon as the anchor alone is prepared.
+                    return Err(invalid(
+                        "prepare.participants must list the other participants in the prepare \
+                         on the anchor's shard, and only there",
+                    ));
+                }
+                (Some((txn, anchor, is_anchor)), participants)
+            }
+        };
         Ok(TxnCommit {
             shard,
             reads,
             ranges,
             writes,
             request: request_id(req.write_id),
-            prepare: prepare.map(|(txn, anchor, owner)| (txn, anchor, owner == shard)),
+            prepare,
+            participants,
         })
     }
 
@@ -144,6 +180,7 @@ impl TxnCommit {
                 reads: self.reads,
                 ranges: self.ranges,
                 writes: self.writes,
+                participants: self.participants,
             },
             None => Command::Txn {
                 ts,
@@ -217,10 +254,14 @@ impl KvService {
         let decision = match req.decision {
             Some(resolve_request::Decision::CommitTs(c)) if c > 0 => Decision::Commit(c),
             Some(resolve_request::Decision::Abort(true)) => Decision::Abort,
-            Some(resolve_request::Decision::Forget(true)) if req.anchor => Decision::Forget,
+            Some(resolve_request::Decision::AbortStaging(true)) if req.anchor => {
+                Decision::AbortStaging
+            }
+            Some(resolve_request::Decision::Prevent(true)) if !req.anchor => Decision::Prevent,
             _ => {
                 return Err(invalid(
-                    "decision must be a non-zero commit_ts, abort, or (on the anchor) forget",
+                    "decision must be a non-zero commit_ts, abort, abort_staging (on the \
+                     anchor) or prevent (elsewhere)",
                 ))
             }
         };
@@ -256,7 +297,7 @@ impl KvService {
             .await?;
         let state = match result.status {
             None => TxnState::Unknown,
-            Some(TxnStatus::Pending) => TxnState::Pending,
+            Some(TxnStatus::Staging) => TxnState::Staging,
             Some(TxnStatus::Committed(_)) => TxnState::Committed,
             Some(TxnStatus::Aborted) => TxnState::Aborted,
         };
@@ -264,6 +305,7 @@ impl KvService {
             state: state as i32,
             commit_ts: result.commit_ts,
             shard_id: desc.id.0,
+            participants: result.participants,
         })
     }
 }

@@ -49,6 +49,8 @@ pub const MAX_SCAN_ENTRIES_PER_PAGE: usize = 100_000;
 pub const MAX_TXN_READ_KEYS: usize = 10_000;
 /// Most scanned ranges (per shard) one transaction's commit may carry.
 pub const MAX_TXN_RANGES: usize = 64;
+/// Most shards one multi-shard transaction may touch (its anchor's record lists the others).
+pub const MAX_TXN_PARTICIPANTS: usize = 1_024;
 /// Most attempts `Client::txn` makes by default before returning the last conflict.
 pub const DEFAULT_TXN_MAX_ATTEMPTS: u32 = 10;
 /// Most per-node clock readings (observed timestamps) one snapshot read may carry: one per

@@ -1,0 +1,99 @@
+//! Settling a multi-shard transaction whose coordinator may be gone: the recovery half of
+//! parallel commit (see `meridian-raft`'s `locks` for what each shard does).
+//!
+//! ```text
+//!  anchor: Abort ──► no record: tombstone ──────────────────────────────► Aborted
+//!     │             decided: its decision ───────────────────────────────► Committed(C) / Aborted
+//!     ▼ STAGING (+ participants, the anchor's prepare timestamp)
+//!  every other participant: Prevent (in parallel)
+//!     │ all prepared: C = the largest prepare timestamp ──► anchor: Commit(C) ──► Committed(C)
+//!     │ one prevented: it can never prepare now ──────────► anchor: AbortStaging ──► Aborted
+//! ```
+//!
+//! The anchor's answer is final in every branch: it is the record's state after this
+//! recovery's entry, whichever of the coordinator and the recoverers got there first. A
+//! recovery that cannot finish (a participant unavailable and none prevented) decides nothing
+//! and fails; the transaction's fate is then unknown to this caller.
+//!
+//! Both the readers that wait out a lock (`locks`) and a coordinator whose prepares did not all
+//! succeed (`txn_2pc`) use it: the coordinator cannot simply abort, because a prepare it saw
+//! fail may have an earlier attempt still in flight, and the transaction may be implicitly
+//! committed after all.
+
+use crate::client::Deadline;
+use crate::error::{Error, Result};
+use crate::locks::Resolution;
+use crate::Client;
+use bytes::Bytes;
+use futures::StreamExt;
+use meridian_proto::kv::{self as proto, TxnState};
+
+/// How a recovery settled a transaction.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Settled {
+    Committed(u64),
+    Aborted,
+}
+
+/// The decision an anchor's answer states, if it states one.
+fn decided(answer: &proto::ResolveResponse) -> Option<Settled> {
+    match TxnState::try_from(answer.state) {
+        Ok(TxnState::Committed) if answer.commit_ts > 0 => {
+            Some(Settled::Committed(answer.commit_ts))
+        }
+        Ok(TxnState::Aborted) => Some(Settled::Aborted),
+        _ => None,
+    }
+}
+
+impl Client {
+    /// Settles `txn`, whose record lives with `anchor`: commits it if it is implicitly
+    /// committed, aborts it otherwise (see the module docs).
+    pub(crate) async fn recover_txn(
+        &self,
+        txn: proto::WriteId,
+        anchor: &Bytes,
+        deadline: &Deadline,
+    ) -> Result<Settled> {
+        let first = self
+            .resolve_txn(anchor, txn, true, Resolution::Abort, deadline)
+            .await?;
+        if TxnState::try_from(first.state) != Ok(TxnState::Staging) {
+            // A tombstone (Aborted) or a decision; nothing else is answered to an abort.
+            return decided(&first).ok_or_else(|| Error::Internal {
+                message: format!("an anchor answered an abort with {first:?}"),
+            });
+        }
+        let parallel = self.config().max_parallel_shard_requests.max(1);
+        let prevents: Vec<_> = first
+            .participants
+            .iter()
+            .map(|key| self.resolve_txn(key, txn, false, Resolution::Prevent, deadline))
+            .collect();
+        let answers: Vec<Result<proto::ResolveResponse>> = futures::stream::iter(prevents)
+            .buffered(parallel)
+            .collect()
+            .await;
+        let (mut commit_ts, mut prevented, mut failed) = (first.commit_ts, false, None);
+        for answer in answers {
+            match answer {
+                Ok(a) if TxnState::try_from(a.state) == Ok(TxnState::Staging) => {
+                    commit_ts = commit_ts.max(a.commit_ts);
+                }
+                Ok(_) => prevented = true,
+                Err(error) => failed = Some(error),
+            }
+        }
+        let decision = match (prevented, failed) {
+            (true, _) => Resolution::AbortStaging,
+            (false, Some(error)) => return Err(error),
+            (false, None) => Resolution::Commit(commit_ts),
+        };
+        let last = self
+            .resolve_txn(anchor, txn, true, decision, deadline)
+            .await?;
+        decided(&last).ok_or_else(|| Error::Internal {
+            message: format!("an anchor answered {decision:?} with {last:?}"),
+        })
+    }
+}
