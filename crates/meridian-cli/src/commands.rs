@@ -167,7 +167,7 @@ pub enum KvOp {
     /// Run a transaction of steps `get KEY`, `put KEY VALUE`, `del KEY` (one per
     /// argument, or per line of --file), re-run on conflicts. After the commit prints each get
     /// as `KEY<TAB>VALUE` (or `KEY<TAB>(absent)`), then the commit timestamp and the attempts.
-    /// Reads and writes may span shards (a two-phase commit); a read-only one commits nothing.
+    /// Reads and writes may span shards (a parallel commit); a read-only one commits nothing.
     Txn {
         /// The steps, e.g. 'get a' 'put b 1' 'del c'.
         steps: Vec<String>,

@@ -4,7 +4,7 @@
 //!  open ACCOUNTS_PER_SHARD accounts in every shard (INITIAL_BALANCE each)
 //!    ─► --bank-secs of --concurrency tasks: 90% transfers (read both accounts, move up to
 //!       MAX_TRANSFER, never below zero), half of them between two accounts of one shard (a
-//!       one-shard commit, one Raft entry), half between accounts of two shards (a two-phase
+//!       one-shard commit, one Raft entry), half between accounts of two shards (a parallel
 //!       commit); 10% read-only sums of every account (a transaction across all shards: one
 //!       snapshot BatchGet per shard, all at one timestamp)
 //!    ─► throughput and p50/p99 per kind, conflicts retried ─► a final sum must equal the total

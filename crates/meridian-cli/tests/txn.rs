@@ -5,7 +5,7 @@
 //!    `--isolation snapshot` commits and an unknown isolation is a usage error.
 //! 2. Bank: 16 accounts, 4 on each of the 4 shards, a fixed total. Workers through different
 //!    nodes run transfers between two accounts (read both, move an amount, never below zero),
-//!    half of them between two shards (two-phase commit), and read-only transactions that sum
+//!    half of them between two shards (a parallel commit), and read-only transactions that sum
 //!    all 16 accounts across the 4 shards.
 //!    The leader of one shard is SIGKILLed in the middle. Every committed sum must equal the
 //!    total, no balance may go negative, and the final sum must equal the total.

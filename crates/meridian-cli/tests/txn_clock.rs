@@ -11,7 +11,7 @@
 //! 2. End to end: on every shard, a put, then a read-only transaction that reads a key of
 //!    another shard first (that shard's leader picks the snapshot) and then the written key:
 //!    it must see the write, whichever nodes' clocks were involved. Restarts are reported.
-//! 3. The same for two-shard transactions (two-phase commits, whose commit timestamp is the
+//! 3. The same for two-shard transactions (parallel commits, whose commit timestamp is the
 //!    largest prepare timestamp, so often node 3's clock): after each commit, a read-only
 //!    transaction through the client reads both keys and must see both new values.
 //!

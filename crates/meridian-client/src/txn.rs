@@ -18,9 +18,9 @@
 //!   checked inside its state machine at the commit's place in the Raft log. So a committed
 //!   transaction behaves as if it ran entirely at that point: **serializable**.
 //! - **With writes, several shards** (writes on more than one shard, or reads on a shard it
-//!   does not write): two-phase commit (`txn_2pc`). Every participant checks its part of the
+//!   does not write): a parallel commit (`txn_2pc`). Every participant checks its part of the
 //!   read set at its prepare and *locks* it (write intents, read locks on keys and scanned
-//!   ranges) until the decision, so what it checked still holds when the transaction commits,
+//!   ranges) until it is resolved, so what it checked still holds when the transaction commits,
 //!   at one timestamp on every shard: serializable too. Readers and writers that meet a lock
 //!   wait for it (see `locks`). Under
 //!   [`Isolation::Snapshot`] only the reads of the keys it writes are sent (keys written
@@ -53,9 +53,9 @@
 //! returns from an attempt that ended uncertain is dropped and the attempt runs again.
 //!
 //! # Limits and errors
-//! - A one-shard commit is one Raft entry; a multi-shard one is acknowledged after two rounds
-//!   (prepare on every participant in parallel, then the decision on the anchor's shard), and
-//!   the participants are resolved after the acknowledgement.
+//! - A one-shard commit is one Raft entry; a multi-shard one is acknowledged after one round
+//!   (a prepare on every participant, in parallel), and the record's explicit commit and the
+//!   participants' resolution follow the acknowledgement.
 //! - A read that meets another transaction's lock waits for it to be resolved and reads again
 //!   (see `locks`); the shard then counts the resolved version as uncertain if its commit
 //!   timestamp is within the window (see `meridian-server`'s `kv_snapshot`).
@@ -515,7 +515,7 @@ impl Txn {
     }
 
     /// With writes: one `Kv.Commit` with a write id if one shard holds everything, else
-    /// two-phase commit (`txn_2pc`).
+    /// parallel commit (`txn_2pc`).
     async fn commit_writes(&self) -> Result<Timestamp> {
         let parts = CommitParts {
             reads: &self.reads,

@@ -1,5 +1,5 @@
 //! The commit of a transaction that writes: its read set and writes grouped by shard into one
-//! `Kv.Commit` (one shard) or the prepares of a two-phase commit (several, see `txn_2pc`), and
+//! `Kv.Commit` (one shard) or the prepares of a parallel commit (several, see `txn_2pc`), and
 //! the reply's reading.
 
 use crate::client::kv_client;
@@ -36,7 +36,7 @@ pub(crate) struct CommitParts<'a> {
 pub(crate) enum Plan {
     /// Everything in one shard: one `Kv.Commit` (one Raft entry).
     One(u64, proto::CommitRequest),
-    /// Two-phase commit (see `txn_2pc`): each participant's reads, ranges and writes, and the
+    /// Parallel commit (see `txn_2pc`): each participant's reads, ranges and writes, and the
     /// anchor key (the first key written).
     Many {
         groups: BTreeMap<u64, proto::CommitRequest>,

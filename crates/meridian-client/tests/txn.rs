@@ -197,7 +197,7 @@ async fn a_transaction_that_writes_two_shards_prepares_each_under_one_id_and_anc
     txn.put("b", "1").unwrap();
     txn.put("a", "1").unwrap();
     txn.put("z", "1").unwrap();
-    // The fake refuses prepares (two-phase commit runs against real nodes in meridian-cli's
+    // The fake refuses prepares (a multi-shard commit runs against real nodes in meridian-cli's
     // tests/txn.rs): the refusal comes back, and the transaction is aborted at its anchor.
     let e = txn.commit().await.unwrap_err();
     assert!(e.to_string().contains("the fake does not prepare"), "{e}");
