@@ -2,7 +2,9 @@
 //! near the client. A writer commits generations of a key set spread over the shards, each
 //! generation one transaction; every stale snapshot taken meanwhile, from a client in each
 //! region, must see one generation on every key (a snapshot, not a mix), at a timestamp about
-//! the staleness behind the serving replica's clock; and replicas of more than one node serve
+//! the staleness behind the serving replica's clock, and a scan of the whole keyspace in the
+//! same snapshot must see the same generation on every key (half of the snapshots scan first,
+//! fixing the timestamp, half after their reads); and replicas of more than one node serve
 //! them (the client's region picks the replica, not the leader).
 
 mod common;
@@ -91,19 +93,35 @@ async fn scenario() {
     let mut generations = BTreeSet::new();
     for region in REGIONS {
         let client = region_client(cluster.endpoints(), region).await;
-        for _ in 0..SNAPSHOTS_PER_REGION {
+        for i in 0..SNAPSHOTS_PER_REGION {
             let before = now_ms();
             let mut snapshot = client.stale_snapshot(STALENESS);
+            // Half of the snapshots scan first (the scan fixes the timestamp), half after.
+            let scan_first = i % 2 == 0;
+            let mut scanned = Vec::new();
+            if scan_first {
+                scanned = snapshot.scan("", None, 100).await.expect("a stale scan");
+            }
             let reads = snapshot
                 .batch_get(keys.iter().cloned())
                 .await
                 .expect("a stale snapshot");
+            if !scan_first {
+                scanned = snapshot.scan("", None, 100).await.expect("a stale scan");
+            }
             let read_ts = snapshot.read_ts().expect("fixed by the first read");
-            let seen: BTreeSet<Option<Bytes>> = reads.iter().map(|r| r.value.clone()).collect();
+            let mut seen: BTreeSet<Option<Bytes>> = reads.iter().map(|r| r.value.clone()).collect();
+            seen.extend(scanned.iter().map(|row| Some(row.value.clone())));
             assert_eq!(
                 seen.len(),
                 1,
                 "a snapshot from {region} at {read_ts} mixes generations: {seen:?}"
+            );
+            let scanned_keys: BTreeSet<Bytes> = scanned.iter().map(|r| r.key.clone()).collect();
+            assert_eq!(
+                scanned_keys,
+                keys.iter().cloned().collect::<BTreeSet<_>>(),
+                "the scan crosses every shard"
             );
             assert!(reads.iter().all(|r| r.read_ts == read_ts));
             let value = seen

@@ -70,12 +70,12 @@
 //! - A stale read ([`ReadConsistency::BoundedStaleness`], `ExactStaleness`, `AsOf`; see
 //!   [`stale`]) is the key's (or range's) final state at its returned `read_ts`, served by
 //!   the nearest replica that can; a multi-page stale scan is one snapshot; a
-//!   [`StaleSnapshot`] reads keys on any shards at one timestamp (a read-only transaction
-//!   over stale reads).
+//!   [`StaleSnapshot`] reads and scans keys on any shards at one timestamp (a read-only
+//!   transaction over stale reads).
 //! - Inputs over `meridian_types::limits` fail fast with [`Error::InvalidArgument`].
 //!
 //! # Not done yet
-//! - Linearizable snapshot scans outside transactions, scans in a [`StaleSnapshot`].
+//! - Linearizable snapshot scans outside transactions; reverse scans in a [`StaleSnapshot`].
 
 mod admin;
 mod backoff;

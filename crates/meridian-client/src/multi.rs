@@ -39,7 +39,7 @@ impl Client {
         reverse: bool,
     ) -> Result<Vec<KeyValue>> {
         match self
-            .scan_pages(start.into(), end, limit, reverse, None)
+            .scan_pages(start.into(), end, limit, reverse, None, None)
             .await?
         {
             SnapRead::Done(rows) => Ok(rows),
@@ -48,7 +48,9 @@ impl Client {
     }
 
     /// [`Client::scan`], every page at `snapshot`'s timestamp when one is given (forward
-    /// only; a transaction's scan).
+    /// only; a transaction's scan), or at `stale`'s consistency when that is given (a stale
+    /// snapshot's scan): a stale first page turns it into `AsOf` that page's `read_ts`, at
+    /// which every later page reads.
     pub(crate) async fn scan_pages(
         &self,
         start: Bytes,
@@ -56,6 +58,7 @@ impl Client {
         limit: u32,
         reverse: bool,
         mut snapshot: Option<&mut SnapshotState>,
+        stale: Option<&mut ReadConsistency>,
     ) -> Result<SnapRead<Vec<KeyValue>>> {
         let end: Bytes = end.unwrap_or_default();
         validate::scan(&start, Some(&end), limit)?;
@@ -66,9 +69,13 @@ impl Client {
         let deadline = self.deadline();
         // A transaction's scan reads at its snapshot (never stale); a stale scan reads its
         // later pages at the first page's timestamp, so the whole scan is one snapshot.
-        let mut consistency = match snapshot {
+        let mut own = match snapshot {
             Some(_) => ReadConsistency::Linearizable,
             None => self.config().read_consistency,
+        };
+        let consistency: &mut ReadConsistency = match stale {
+            Some(given) => given,
+            None => &mut own,
         };
         // Forward scans advance `cursor_start`; reverse scans lower `cursor_end`.
         let mut cursor_start = start.clone();
@@ -91,7 +98,7 @@ impl Client {
                 Route::Key(&cursor_start)
             };
             let page = self
-                .read_call(route, &deadline, consistency, |channel, timeout, route| {
+                .read_call(route, &deadline, *consistency, |channel, timeout, route| {
                     let message = message.routed(route);
                     async move {
                         kv_client(channel)
@@ -102,7 +109,7 @@ impl Client {
                 })
                 .await?;
             if consistency.is_stale() {
-                consistency = ReadConsistency::AsOf(Timestamp(page.read_ts));
+                *consistency = ReadConsistency::AsOf(Timestamp(page.read_ts));
             }
             if let Some(snap) = snapshot.as_mut() {
                 if let Some(uncertain) = snap.absorb(page.read_ts, page.snapshot)? {

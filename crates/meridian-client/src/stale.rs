@@ -23,14 +23,18 @@
 //! every write committed at or below that timestamp and none above (a replica serves an
 //! `AsOf` read only once its closed timestamp covers it, and waits out or refuses intents).
 //!
+//! A stale snapshot's [`StaleSnapshot::scan`] pages across shards like any stale scan, at the
+//! snapshot's timestamp (its first page fixes it if nothing did before).
+//!
 //! # Not done yet
 //! - The nearest replica is the one in the client's region; no latency measurements.
-//! - Stale snapshots read key by key (keys after the first concurrently); no per-shard
-//!   `BatchGet` or scan at the snapshot's timestamp yet.
+//! - Stale snapshots read keys one by one (keys after the first concurrently), not one
+//!   `BatchGet` per shard; their scans are forward only.
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::routing::{RoutingState, Target};
-use crate::{Client, ReadConsistency};
+use crate::snapshot::SnapRead;
+use crate::{Client, KeyValue, ReadConsistency};
 use bytes::Bytes;
 use meridian_types::Timestamp;
 use std::time::{Duration, Instant};
@@ -163,6 +167,39 @@ impl StaleSnapshot<'_> {
             .await?;
         out.extend(reads);
         Ok(out)
+    }
+
+    /// Up to `limit` rows of `[start, end)` (`end` `None` = to the end of the keyspace),
+    /// ascending, at the snapshot's timestamp (the scan's first page fixes it if no read did).
+    /// Pages across shards; every page is served near the client when a replica there can.
+    pub async fn scan(
+        &mut self,
+        start: impl Into<Bytes>,
+        end: Option<Bytes>,
+        limit: u32,
+    ) -> Result<Vec<KeyValue>> {
+        let mut consistency = self.consistency();
+        let rows = match self
+            .client
+            .scan_pages(
+                start.into(),
+                end,
+                limit,
+                false,
+                None,
+                Some(&mut consistency),
+            )
+            .await?
+        {
+            SnapRead::Done(rows) => rows,
+            SnapRead::Uncertain(_) => {
+                return Err(Error::internal("uncertain reply to a stale scan"));
+            }
+        };
+        if let ReadConsistency::AsOf(ts) = consistency {
+            self.read_ts.get_or_insert(ts);
+        }
+        Ok(rows)
     }
 }
 

@@ -388,6 +388,7 @@ impl Txn {
                 fetch,
                 false,
                 Some(&mut self.snapshot),
+                None,
             )
             .await?
         {
