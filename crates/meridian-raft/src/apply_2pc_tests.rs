@@ -424,6 +424,18 @@ impl Recovery {
         }
     }
 
+    /// What it decides at the anchor after its query (and prevent): commit at the largest
+    /// prepare timestamp if B was prepared, else abort the staging record.
+    fn decision(&self) -> Decision {
+        let query = self.query.as_ref().expect("queried");
+        match &self.prevent {
+            Some(p) if p.status == Some(TxnStatus::Staging) => {
+                Decision::Commit(query.commit_ts.max(p.commit_ts))
+            }
+            _ => Decision::AbortStaging,
+        }
+    }
+
     fn enabled(&self, started: bool, flaw: Flaw) -> Vec<RecoverStep> {
         let staged = self
             .query
@@ -597,14 +609,7 @@ impl Model {
                 self.recoveries[i].prevent = Some(self.resolve_b(Decision::Prevent));
             }
             RecoverStep::Decide => {
-                let r = &self.recoveries[i];
-                let query = r.query.as_ref().expect("queried");
-                let decision = match &r.prevent {
-                    Some(p) if p.status == Some(TxnStatus::Staging) => {
-                        Decision::Commit(query.commit_ts.max(p.commit_ts))
-                    }
-                    _ => Decision::AbortStaging,
-                };
+                let decision = self.recoveries[i].decision();
                 self.recoveries[i].decided = Some(self.anchor(decision));
             }
             RecoverStep::ResolveB => {
@@ -663,14 +668,7 @@ impl Model {
                     r.prevent = Some(self.resolve_b(Decision::Prevent));
                     continue;
                 }
-                let query = r.query.as_ref().expect("queried");
-                let decision = match &r.prevent {
-                    Some(p) if p.status == Some(TxnStatus::Staging) => {
-                        Decision::Commit(query.commit_ts.max(p.commit_ts))
-                    }
-                    _ => Decision::AbortStaging,
-                };
-                r.decided = Some(self.anchor(decision));
+                r.decided = Some(self.anchor(r.decision()));
             }
             let decision = r.settled().expect("settled");
             self.a.one(resolve(MODEL_TXN, false, decision));
