@@ -78,9 +78,10 @@ fn server_children() -> Vec<String> {
     found
 }
 
-/// All three stores through all six workloads on a small data set: results.md has a row per
-/// store and workload plus the ratios, results.json has 18 finished runs and 6 loads, chart.svg
-/// is an SVG, and every server is gone with its ports free.
+/// All three stores through all six workloads and the closed economy on a small data set:
+/// results.md has a row per store and workload plus the ratios and the economy's table,
+/// results.json has 18 finished runs, 6 loads and 3 validated economy runs, chart.svg is an
+/// SVG, and every server is gone with its ports free.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn short_comparison_of_all_stores() {
     if !etcd_available() {
@@ -153,6 +154,20 @@ async fn short_comparison_of_all_stores() {
         "{markdown}"
     );
     assert!(markdown.contains("## Durability"), "{markdown}");
+    let economy = &markdown[markdown
+        .find("## Closed economy (transactions)")
+        .unwrap_or_else(|| panic!("no closed-economy section in:\n{markdown}"))..];
+    for store in STORES {
+        let line = economy
+            .lines()
+            .find(|line| line.starts_with(&format!("| {store} | ")))
+            .unwrap_or_else(|| panic!("no {store} economy row:\n{economy}"));
+        assert!(line.ends_with("| PASSED |"), "{line}");
+    }
+    assert!(
+        economy.contains("Meridian/etcd committed transactions/s"),
+        "{economy}"
+    );
 
     let json: serde_json::Value = serde_json::from_str(
         &std::fs::read_to_string(out.join("results.json")).expect("results.json written"),
@@ -180,6 +195,22 @@ async fn short_comparison_of_all_stores() {
             .sum();
         // F's read-modify-writes count one READ and one UPDATE each, so F has more.
         assert!(operations >= 1000, "{file}: {operations} operations");
+    }
+    let runs = json["economy"].as_array().expect("economy array");
+    assert_eq!(runs.len(), 3, "one closed-economy run per store");
+    for run in runs {
+        assert_eq!(
+            (&run["status"], &run["validation"]),
+            (&serde_json::json!("ok"), &serde_json::json!("PASSED")),
+            "{run}"
+        );
+        assert!(
+            run["committed_per_sec"].as_f64().unwrap_or(0.0) > 0.0,
+            "{run}"
+        );
+        let file = run["text_report_file"].as_str().expect("text report named");
+        let text = std::fs::read_to_string(out.join(file)).expect("economy report written");
+        assert!(text.contains("[VALIDATION], Status, PASSED"), "{text}");
     }
     let loads = json["loads"].as_array().expect("loads array");
     assert_eq!(loads.len(), 6, "3 stores × 2 data sets");

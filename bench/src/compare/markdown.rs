@@ -4,6 +4,7 @@
 //!   # title, one-paragraph summary of what ran
 //!   ## Workload A … E      store | throughput | p50 / p99 per operation kind | errors
 //!   ## Load                 the same for the load phases
+//!   ## Closed economy       transactions: txn/s, p50 / p99, retries, validation (`economy`)
 //!   ## Ratios               Meridian/etcd throughput and p99, Meridian/RocksDB throughput
 //!   ## Configuration        counts, machine, load average, commit, store setup
 //!   ## Durability           what an acknowledged write means per store
@@ -68,6 +69,9 @@ pub fn render(comparison: &Comparison) -> String {
         phase_table(&mut out, &loads);
     }
 
+    if let Some(setup) = &comparison.economy_setup {
+        super::economy::render(&mut out, setup, &comparison.economy);
+    }
     ratios(&mut out, comparison);
     configuration(&mut out, comparison);
     out
@@ -363,7 +367,7 @@ pub fn thousands_f(value: f64) -> String {
 }
 
 /// Error text fit for a table cell: one line, no pipes, bounded length.
-fn cell_text(text: &str) -> String {
+pub(super) fn cell_text(text: &str) -> String {
     let one_line: String = text
         .chars()
         .map(|c| match c {

@@ -5,7 +5,8 @@
 //!  for each store, one after the other (2 cores: never two stores at once)
 //!    data set 1: start fresh ─► load --records ─► A ─► B ─► C ─► F ─► D ─► stop
 //!    data set 2: start fresh ─► load --records ─► E ─────────────────────► stop
-//!  ─► <out>/results.json, results.md, chart.svg, <store>-<workload>.txt
+//!  then for each store: start fresh ─► closed economy (transactions) ─► validate ─► stop
+//!  ─► <out>/results.json, results.md, chart.svg, <store>-<workload>.txt, <store>-economy.txt
 //! ```
 //!
 //! E runs on a fresh reload because D inserts records and E's scans would see them (YCSB's
@@ -42,6 +43,7 @@
 
 pub mod chart;
 pub mod context;
+pub mod economy;
 pub mod etcd_cluster;
 pub mod markdown;
 pub mod stores;
@@ -97,6 +99,10 @@ pub struct CompareArgs {
     /// Workloads to run; they always run in YCSB's order A, B, C, F, D, then E on a reload.
     #[arg(long, value_enum, value_delimiter = ',', default_value = "a,b,c,f,d,e")]
     pub workloads: Vec<WorkloadId>,
+    /// Transactions of the closed-economy phase per store (YCSB+T, see `economy`; default:
+    /// --operations; 0 skips it).
+    #[arg(long)]
+    pub economy_operations: Option<u64>,
     /// Output directory (default: bench/results/<UTC date> in the repository).
     #[arg(long)]
     pub out: Option<PathBuf>,
@@ -384,6 +390,9 @@ pub struct Comparison {
     pub loads: Vec<PhaseRecord>,
     /// Workload runs: one per store and workload.
     pub phases: Vec<PhaseRecord>,
+    /// The closed-economy phase's settings (`None`: skipped) and its runs, one per store.
+    pub economy_setup: Option<String>,
+    pub economy: Vec<economy::EconomyRecord>,
     #[serde(skip)]
     pub out_dir: PathBuf,
 }
@@ -526,6 +535,8 @@ pub async fn run(args: CompareArgs) -> anyhow::Result<Comparison> {
         context,
         loads: Vec::new(),
         phases: Vec::new(),
+        economy_setup: None,
+        economy: Vec::new(),
         out_dir: out_dir.clone(),
     };
     for store in &stores {
@@ -624,6 +635,19 @@ pub async fn run(args: CompareArgs) -> anyhow::Result<Comparison> {
                 p.error.as_deref().unwrap_or("failed")
             )
         })
+        .chain(
+            comparison
+                .economy
+                .iter()
+                .filter(|e| e.status != "ok")
+                .map(|e| {
+                    format!(
+                        "{}-economy: {}",
+                        e.store,
+                        e.error.as_deref().unwrap_or("failed")
+                    )
+                }),
+        )
         .collect();
     if !failures.is_empty() {
         bail!(
@@ -644,6 +668,9 @@ fn validate(args: &CompareArgs) -> anyhow::Result<(Vec<DriverKind>, Vec<DataSet>
     }
     if args.operations == 0 || args.operations > MAX_COUNT {
         bail!("--operations must be in 1..={MAX_COUNT}");
+    }
+    if args.economy_operations.is_some_and(|n| n > MAX_COUNT) {
+        bail!("--economy-operations must be in 0..={MAX_COUNT}");
     }
     if args.threads == 0 || args.threads > MAX_THREADS {
         bail!("--threads must be in 1..={MAX_THREADS}");
@@ -749,6 +776,11 @@ async fn run_all(plan: &Plan, comparison: &mut Comparison) {
             }
             phases_before += set.workloads.len() + 1;
         }
+    }
+    let operations = plan.args.economy_operations.unwrap_or(plan.args.operations);
+    if operations > 0 {
+        let setup = economy::run(plan, operations, &mut comparison.economy).await;
+        comparison.economy_setup = Some(setup);
     }
 }
 

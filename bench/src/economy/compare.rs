@@ -50,7 +50,12 @@ pub struct EconomyCompareArgs {
     pub out: Option<PathBuf>,
 }
 
-fn row(kind: DriverKind, r: &EconomyResult) -> String {
+/// The header of the table [`row`] fills.
+pub const TABLE_HEADER: &str = "| store | txn/s | transfers/s | transfer p50 / p99 ms | read-only/s | read-only p50 / p99 ms | retries / failed | validation |\n\
+     |---|---:|---:|---:|---:|---:|---:|---|\n";
+
+/// One store's row of the table.
+pub fn row(kind: DriverKind, r: &EconomyResult) -> String {
     let ms = |us: u64| format!("{:.1}", us as f64 / 1000.0);
     let per_s = |n: u64| format!("{:.0}", n as f64 / r.seconds);
     format!(
@@ -69,6 +74,43 @@ fn row(kind: DriverKind, r: &EconomyResult) -> String {
     )
 }
 
+/// One line naming the run's settings.
+pub fn describe(config: &EconomyConfig, seed: u64) -> String {
+    format!(
+        "Closed economy: {} accounts, {} operations, {:.0}% read-only, {} distribution, accounts {}, {} threads, seed {seed}",
+        config.accounts,
+        config.operations,
+        config.read_proportion * 100.0,
+        if config.zipfian { "zipfian" } else { "uniform" },
+        if config.spread { "spread over the shards" } else { "in one shard" },
+        config.threads,
+    )
+}
+
+/// Starts `kind` fresh as `store` says, runs the closed economy on it, stops it.
+pub async fn run_on_store(
+    kind: DriverKind,
+    store: &StoreConfig,
+    timeout: Duration,
+    config: &EconomyConfig,
+    seed: u64,
+) -> anyhow::Result<EconomyResult> {
+    eprintln!("economy: starting {}", driver_name(kind));
+    let running = RunningStore::start(kind, store).await?;
+    let options = DriverOptions {
+        endpoints: running.endpoints(),
+        data_dir: Some(store.data_dir.clone()),
+        timeout,
+        sync_writes: true,
+    };
+    let result = match drivers::open(kind, &options).await {
+        Ok(economy) => run_economy(config, economy, seed).await,
+        Err(error) => Err(anyhow::Error::new(error).context("opening the driver")),
+    };
+    running.stop()?;
+    result.with_context(|| format!("{} economy run", driver_name(kind)))
+}
+
 /// Runs the closed economy on every store; fails if any validation failed.
 pub async fn run(args: EconomyCompareArgs) -> anyhow::Result<String> {
     let mut properties = Properties::new();
@@ -84,17 +126,7 @@ pub async fn run(args: EconomyCompareArgs) -> anyhow::Result<String> {
         .prefix("meridian-economy-")
         .tempdir()
         .context("creating a temporary data directory")?;
-    let mut table = format!(
-        "Closed economy: {} accounts, {} operations, {:.0}% read-only, {} distribution, accounts {}, {} threads, seed {seed}\n\n\
-         | store | txn/s | transfers/s | transfer p50 / p99 ms | read-only/s | read-only p50 / p99 ms | retries / failed | validation |\n\
-         |---|---:|---:|---:|---:|---:|---:|---|\n",
-        config.accounts,
-        config.operations,
-        config.read_proportion * 100.0,
-        if config.zipfian { "zipfian" } else { "uniform" },
-        if config.spread { "spread over the shards" } else { "in one shard" },
-        config.threads,
-    );
+    let mut table = format!("{}\n\n{TABLE_HEADER}", describe(&config, seed));
     let mut failed = Vec::new();
     for kind in &args.stores {
         let store_config = StoreConfig {
@@ -111,18 +143,8 @@ pub async fn run(args: EconomyCompareArgs) -> anyhow::Result<String> {
             data_dir: work.path().join(driver_name(*kind)),
             ready_timeout: Duration::from_secs(120),
         };
-        eprintln!("economy-compare: starting {}", driver_name(*kind));
-        let running = RunningStore::start(*kind, &store_config).await?;
-        let options = DriverOptions {
-            endpoints: running.endpoints(),
-            data_dir: Some(store_config.data_dir.clone()),
-            timeout: Duration::from_millis(args.timeout_ms),
-            sync_writes: true,
-        };
-        let economy = drivers::open(*kind, &options).await?;
-        let result = run_economy(&config, economy, seed).await;
-        running.stop()?;
-        let result = result.with_context(|| format!("{} economy run", driver_name(*kind)))?;
+        let timeout = Duration::from_millis(args.timeout_ms);
+        let result = run_on_store(*kind, &store_config, timeout, &config, seed).await?;
         eprint!("{}", result.text);
         if !result.passed() {
             failed.push(driver_name(*kind));
