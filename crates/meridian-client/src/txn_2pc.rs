@@ -160,7 +160,8 @@ pub(crate) async fn commit(
         );
         return Ok(Timestamp(commit_ts));
     };
-    match client.recover_txn(txn, &anchor, &deadline).await {
+    // A deadline of its own: the prepares may have used up the call's.
+    match client.recover_txn(txn, &anchor, &client.deadline()).await {
         Ok(Settled::Committed(c)) => {
             finish(
                 client,

@@ -163,6 +163,13 @@ impl ApplyBatch<'_> {
         decision: Decision,
     ) -> io::Result<CommandResult> {
         if !anchor {
+            if self.record(&txn)? == Some(TxnStatus::Staging) {
+                // The anchor's own shard, undecided: resolving its locks here would leave a
+                // staging record whose participants nobody can find (see `locks`).
+                return Ok(rejected(
+                    "the transaction is staging here: decide it at the anchor first".into(),
+                ));
+            }
             return Ok(match decision {
                 Decision::Commit(c) => {
                     self.resolve_locks(&txn, Some(c))?;

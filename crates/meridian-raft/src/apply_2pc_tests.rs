@@ -229,6 +229,14 @@ fn the_anchor_record_is_staged_then_decided_once_and_kept() {
         .one(resolve(3, true, Decision::Commit(29)))
         .rejected
         .is_some());
+    // The anchor's own shard is never resolved as a participant while the record is staging.
+    for early in [Decision::Commit(31), Decision::Abort, Decision::Prevent] {
+        assert!(
+            s.one(resolve(3, false, early)).rejected.is_some(),
+            "{early:?}"
+        );
+    }
+    assert!(s.locks.get(&id(3)).is_some(), "still prepared");
     // Prevent is for the other participants, AbortStaging for the anchor.
     assert!(s
         .one(resolve(3, true, Decision::Prevent))
