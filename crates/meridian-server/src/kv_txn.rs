@@ -11,10 +11,10 @@
 //! before anything is read or proposed (`INVALID_ARGUMENT` naming the limit).
 //!
 //! A resolve ([`Command::Resolve`]) decides a transaction on its anchor, or resolves its locks
-//! on another participant or prevents it there (see `meridian_raft::locks`). A commit timestamp came from a node's
-//! clock through the client: the leader waits until its own clock has passed it (at most
-//! `max_offset`, `CLOCK_OFFSET` beyond) before proposing, so the timestamp is never ahead of
-//! the clock of the node that applies it as leader.
+//! on another participant or prevents it there (see `meridian_raft::locks`). A commit
+//! timestamp came from a node's clock through the client: the leader waits until its own clock
+//! has passed it (at most `max_offset`, `CLOCK_OFFSET` beyond) before proposing, so the
+//! timestamp is never ahead of the clock of the node that applies it as leader.
 
 use crate::admission::Admitted;
 use crate::error::{invalid, Result, ServerError};
