@@ -434,6 +434,7 @@ async fn scenario() {
             }),
             anchor: locked_key.clone(),
             participants: vec![elsewhere],
+            txn_ts: meridian_types::Timestamp::from_physical_ms(now_ms()).0,
         }),
         ..Default::default()
     };

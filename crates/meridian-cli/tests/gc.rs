@@ -139,13 +139,3 @@ async fn scenario() {
         assert_eq!(stored_entries(data, b"gone"), 3, "control node {id}");
     }
 }
-
-/// The value of `name=N` in a log line.
-fn field(line: &str, name: &str) -> Option<u64> {
-    let at = line.find(&format!("{name}="))? + name.len() + 1;
-    let digits: String = line[at..]
-        .chars()
-        .take_while(char::is_ascii_digit)
-        .collect();
-    digits.parse().ok()
-}

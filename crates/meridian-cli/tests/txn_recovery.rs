@@ -85,6 +85,7 @@ async fn try_prepare(
         }],
         prepare: Some(proto::TxnPrepare {
             txn: Some(txn),
+            txn_ts: txn_ts(),
             anchor: b(ANCHOR),
             participants: match key == ANCHOR {
                 true => vec![b(OTHER)],
@@ -108,6 +109,12 @@ async fn prepare(endpoints: &[String], txn: proto::WriteId, key: &str, value: &s
     reply.commit_ts
 }
 
+/// Every hand-made transaction's start timestamp: this process's start.
+fn txn_ts() -> u64 {
+    static START: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    *START.get_or_init(|| meridian_types::Timestamp::from_physical_ms(now_ms()).0)
+}
+
 /// The coordinator's decision at the anchor.
 async fn decide(
     endpoints: &[String],
@@ -119,6 +126,7 @@ async fn decide(
         key: b(ANCHOR),
         anchor: true,
         decision: Some(resolve_request::Decision::CommitTs(commit_ts)),
+        txn_ts: txn_ts(),
         ..Default::default()
     };
     at_leader(endpoints, |mut kv| {

@@ -163,6 +163,8 @@ pub struct LockInfo {
     pub prepare_ts: u64,
     /// A write intent (else a read lock).
     pub write: bool,
+    /// The transaction's start timestamp (its resolves carry it).
+    pub txn_ts: u64,
 }
 
 impl LockInfo {
@@ -181,6 +183,7 @@ impl LockInfo {
             anchor: info.anchor,
             prepare_ts: info.prepare_ts,
             write: info.write,
+            txn_ts: info.txn_ts,
         })
     }
 }

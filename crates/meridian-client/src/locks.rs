@@ -83,6 +83,9 @@ pub(crate) enum Resolution {
     AbortStaging,
     /// Not the anchor: report this shard's prepare, or make sure it never happens.
     Prevent,
+    /// Anchor only, once every other participant is resolved as committed: the record may
+    /// be collected (see `meridian-raft`'s `locks`).
+    Finish,
 }
 
 impl Client {
@@ -117,21 +120,24 @@ impl Client {
         deadline: &'a Deadline,
     ) -> Pin<Box<dyn Future<Output = Result<()>> + Send + 'a>> {
         Box::pin(async move {
-            let resolution = match self.recover_txn(lock.txn, &lock.anchor, deadline).await? {
+            let txn = (lock.txn, lock.txn_ts);
+            let resolution = match self.recover_txn(txn, &lock.anchor, deadline).await? {
                 Settled::Committed(c) => Resolution::Commit(c),
-                Settled::Aborted => Resolution::Abort,
+                // A lock of a forgotten transaction is an aborted one's (see `txn_recover`).
+                Settled::Aborted | Settled::Forgotten => Resolution::Abort,
             };
-            self.resolve_txn(&lock.key, lock.txn, false, resolution, deadline)
+            self.resolve_txn(&lock.key, txn, false, resolution, deadline)
                 .await?;
             Ok(())
         })
     }
 
     /// One `Kv.Resolve` on the shard owning `key`, retried like a read (it is idempotent).
+    /// `txn` is the transaction's id and start timestamp.
     pub(crate) async fn resolve_txn(
         &self,
         key: &Bytes,
-        txn: proto::WriteId,
+        (txn, txn_ts): (proto::WriteId, u64),
         anchor: bool,
         resolution: Resolution,
         deadline: &Deadline,
@@ -145,8 +151,10 @@ impl Client {
                 Resolution::Abort => resolve_request::Decision::Abort(true),
                 Resolution::AbortStaging => resolve_request::Decision::AbortStaging(true),
                 Resolution::Prevent => resolve_request::Decision::Prevent(true),
+                Resolution::Finish => resolve_request::Decision::Finish(true),
             }),
             route: None,
+            txn_ts,
         };
         self.call_with(
             Route::Key(key),
@@ -177,6 +185,7 @@ mod tests {
             anchor: Bytes::from_static(b"a"),
             prepare_ts: 5,
             write: true,
+            txn_ts: 3,
         }
     }
 

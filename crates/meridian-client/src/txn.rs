@@ -515,6 +515,21 @@ impl Txn {
         }
     }
 
+    /// The attempt's start timestamp, which GC compares with its thresholds (see
+    /// `meridian-raft`'s `locks`): its read timestamp, or for an attempt that read nothing, this
+    /// machine's clock.
+    fn start_ts(&self) -> u64 {
+        match self.snapshot.read_ts {
+            Some(ts) => ts.0,
+            None => {
+                let now = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(1, |d| d.as_millis() as u64);
+                Timestamp::from_physical_ms(now).0
+            }
+        }
+    }
+
     /// With writes: one `Kv.Commit` with a write id if one shard holds everything, else
     /// parallel commit (`txn_2pc`).
     async fn commit_writes(&self) -> Result<Timestamp> {
@@ -542,7 +557,8 @@ impl Txn {
                 outcome(response)
             }
             Plan::Many { groups, anchor } => {
-                crate::txn_2pc::commit(&self.client, txn_id, anchor, groups).await
+                let txn = (txn_id, self.start_ts());
+                crate::txn_2pc::commit(&self.client, txn, anchor, groups).await
             }
         }
     }

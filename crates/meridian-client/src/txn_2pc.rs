@@ -9,11 +9,15 @@
 //!  implicitly committed at C = max(prepare ts)   recover (txn_recover): it may be committed
 //!  ── ack ──► then, in the background:           after all (a lost answer), else abort it
 //!  commit the record at the anchor (explicit),
-//!  then resolve the other participants at C
+//!  then resolve the other participants at C,
+//!  then finish the record (GC may collect it)
 //! ```
 //!
 //! - The transaction's id is a write id of this client (never reused); its *anchor* is its
-//!   first written key, whose shard holds its record.
+//!   first written key, whose shard holds its record. Every prepare and resolve carries its
+//!   start timestamp (the attempt's read timestamp, or this machine's clock if it read
+//!   nothing): GC collects its record and markers once that is below a shard's threshold,
+//!   and refuses its prepares from then on.
 //! - **One consensus round**: the commit is acknowledged when every participant answered its
 //!   prepare, because from then on every recovery finds every participant prepared and commits
 //!   at the same `C` (see `locks`). Making the commit explicit and resolving the intents take
@@ -67,10 +71,10 @@ fn routing_key(message: &proto::CommitRequest) -> Bytes {
 }
 
 /// Commits a transaction whose reads and writes span `groups` (by shard) with a parallel
-/// commit; `txn` is its id and `anchor` its first written key.
+/// commit; `txn` is its id and start timestamp, `anchor` its first written key.
 pub(crate) async fn commit(
     client: &Client,
-    txn: proto::WriteId,
+    txn: (proto::WriteId, u64),
     anchor: Bytes,
     groups: BTreeMap<u64, proto::CommitRequest>,
 ) -> Result<Timestamp> {
@@ -106,7 +110,8 @@ pub(crate) async fn commit(
     let prepares = groups.into_iter().map(|(shard, mut message)| {
         message.write_id = None;
         message.prepare = Some(proto::TxnPrepare {
-            txn: Some(txn),
+            txn: Some(txn.0),
+            txn_ts: txn.1,
             anchor: anchor.clone(),
             participants: match shard == anchor_shard {
                 true => others.clone(),
@@ -184,6 +189,12 @@ pub(crate) async fn commit(
             );
             Err(failure)
         }
+        Ok(Settled::Forgotten) => Err(Error::Ambiguous {
+            message: format!(
+                "a multi-shard commit failed ({failure}) and its record was already collected \
+                 (the transaction is older than the GC TTL); it may have committed"
+            ),
+        }),
         Err(error) => Err(Error::Ambiguous {
             message: format!(
                 "a multi-shard commit failed ({failure}) and settling it failed too ({error}); \
@@ -195,35 +206,45 @@ pub(crate) async fn commit(
 
 /// In the background: if `explicit`, commits the record at the anchor first (and stops if
 /// that does not answer `Committed`); then resolves every participant but the anchor's as
-/// `settled` says.
+/// `settled` says and, after a commit, finishes the record (see `txn_recover`).
 fn finish(
     client: &Client,
-    txn: proto::WriteId,
+    txn: (proto::WriteId, u64),
     (anchor, anchor_shard): (&Bytes, u64),
     participants: &[Participant],
     settled: Settled,
     explicit: bool,
 ) {
-    let others: Vec<Participant> = participants
+    let others: Vec<Bytes> = participants
         .iter()
         .filter(|p| p.shard != anchor_shard)
-        .cloned()
+        .map(|p| p.key.clone())
         .collect();
     let (client, anchor) = (client.clone(), anchor.clone());
     tokio::spawn(async move {
         let deadline = client.deadline();
-        let resolution = match settled {
-            Settled::Committed(c) => Resolution::Commit(c),
-            Settled::Aborted => Resolution::Abort,
+        let c = match settled {
+            Settled::Committed(c) => c,
+            Settled::Aborted | Settled::Forgotten => {
+                let resolves = others
+                    .iter()
+                    .map(|key| client.resolve_txn(key, txn, false, Resolution::Abort, &deadline));
+                for outcome in futures::future::join_all(resolves).await {
+                    if let Err(error) = outcome {
+                        tracing::debug!(%error, "resolving a participant failed; readers will");
+                    }
+                }
+                return;
+            }
         };
         if explicit {
             let decided = client
-                .resolve_txn(&anchor, txn, true, resolution, &deadline)
+                .resolve_txn(&anchor, txn, true, Resolution::Commit(c), &deadline)
                 .await;
             match decided {
                 Ok(d) if TxnState::try_from(d.state) == Ok(TxnState::Committed) => {}
                 Ok(d) => {
-                    tracing::error!(?txn, answer = ?d, "the anchor did not commit an implicitly committed transaction");
+                    tracing::error!(txn = ?txn.0, answer = ?d, "the anchor did not commit an implicitly committed transaction");
                     return;
                 }
                 Err(error) => {
@@ -232,13 +253,8 @@ fn finish(
                 }
             }
         }
-        let resolves = others
-            .iter()
-            .map(|p| client.resolve_txn(&p.key, txn, false, resolution, &deadline));
-        for (p, outcome) in others.iter().zip(futures::future::join_all(resolves).await) {
-            if let Err(error) = outcome {
-                tracing::debug!(shard = p.shard, %error, "resolving a participant failed; readers will");
-            }
-        }
+        client
+            .finish_committed(txn, &anchor, &others, c, &deadline)
+            .await;
     });
 }

@@ -3,6 +3,7 @@
 //!
 //! ```text
 //!  anchor: Abort ──► no record: tombstone ──────────────────────────────► Aborted
+//!     │             no record, started below the GC threshold ───────────► Forgotten
 //!     │             decided: its decision ───────────────────────────────► Committed(C) / Aborted
 //!     ▼ STAGING (+ participants, the anchor's prepare timestamp)
 //!  every other participant: Prevent (in parallel)
@@ -14,6 +15,13 @@
 //! recovery's entry, whichever of the coordinator and the recoverers got there first. A
 //! recovery that cannot finish (a participant unavailable and none prevented) decides nothing
 //! and fails; the transaction's fate is then unknown to this caller.
+//!
+//! A recovery that finds (or makes) the record committed but not *finished* resolves every
+//! other participant at `C` and then finishes the record, so GC can collect it (a committed
+//! record is kept until then: a participant still locked would otherwise be settled as
+//! aborted against a collected record). `Forgotten` means aborted, or committed and finished:
+//! a lock still met belongs to an aborted transaction, but a coordinator that gets it cannot
+//! tell which.
 //!
 //! Both the readers that wait out a lock (`locks`) and a coordinator whose prepares did not all
 //! succeed (`txn_2pc`) use it: the coordinator cannot simply abort, because a prepare it saw
@@ -33,6 +41,8 @@ use meridian_proto::kv::{self as proto, TxnState};
 pub(crate) enum Settled {
     Committed(u64),
     Aborted,
+    /// Collected: aborted, or committed with every participant resolved (see the module docs).
+    Forgotten,
 }
 
 /// The decision an anchor's answer states, if it states one.
@@ -42,16 +52,17 @@ fn decided(answer: &proto::ResolveResponse) -> Option<Settled> {
             Some(Settled::Committed(answer.commit_ts))
         }
         Ok(TxnState::Aborted) => Some(Settled::Aborted),
+        Ok(TxnState::Forgotten) => Some(Settled::Forgotten),
         _ => None,
     }
 }
 
 impl Client {
-    /// Settles `txn`, whose record lives with `anchor`: commits it if it is implicitly
-    /// committed, aborts it otherwise (see the module docs).
+    /// Settles `txn` (its id and start timestamp), whose record lives with `anchor`: commits
+    /// it if it is implicitly committed, aborts it otherwise (see the module docs).
     pub(crate) async fn recover_txn(
         &self,
-        txn: proto::WriteId,
+        txn: (proto::WriteId, u64),
         anchor: &Bytes,
         deadline: &Deadline,
     ) -> Result<Settled> {
@@ -59,10 +70,16 @@ impl Client {
             .resolve_txn(anchor, txn, true, Resolution::Abort, deadline)
             .await?;
         if TxnState::try_from(first.state) != Ok(TxnState::Staging) {
-            // A tombstone (Aborted) or a decision; nothing else is answered to an abort.
-            return decided(&first).ok_or_else(|| Error::Internal {
+            // A tombstone (Aborted), a decision, or Forgotten; nothing else is answered to an
+            // abort. A committed record still unfinished lists its participants.
+            let settled = decided(&first).ok_or_else(|| Error::Internal {
                 message: format!("an anchor answered an abort with {first:?}"),
-            });
+            })?;
+            if let Settled::Committed(c) = settled {
+                self.finish_committed(txn, anchor, &first.participants, c, deadline)
+                    .await;
+            }
+            return Ok(settled);
         }
         let parallel = self.config().max_parallel_shard_requests.max(1);
         let prevents: Vec<_> = first
@@ -92,8 +109,48 @@ impl Client {
         let last = self
             .resolve_txn(anchor, txn, true, decision, deadline)
             .await?;
-        decided(&last).ok_or_else(|| Error::Internal {
+        let settled = decided(&last).ok_or_else(|| Error::Internal {
             message: format!("an anchor answered {decision:?} with {last:?}"),
-        })
+        })?;
+        if let Settled::Committed(c) = settled {
+            self.finish_committed(txn, anchor, &first.participants, c, deadline)
+                .await;
+        }
+        Ok(settled)
+    }
+
+    /// For a transaction committed at `c`: resolves every participant in `others` at `c` and,
+    /// if all of them answered, finishes the record at `anchor` so GC can collect it. Best
+    /// effort: a failure leaves the record unfinished (and kept) for a later recovery.
+    pub(crate) async fn finish_committed(
+        &self,
+        txn: (proto::WriteId, u64),
+        anchor: &Bytes,
+        others: &[Bytes],
+        c: u64,
+        deadline: &Deadline,
+    ) {
+        if others.is_empty() {
+            return;
+        }
+        let parallel = self.config().max_parallel_shard_requests.max(1);
+        let resolves: Vec<_> = others
+            .iter()
+            .map(|key| self.resolve_txn(key, txn, false, Resolution::Commit(c), deadline))
+            .collect();
+        let answers: Vec<Result<proto::ResolveResponse>> = futures::stream::iter(resolves)
+            .buffered(parallel)
+            .collect()
+            .await;
+        if let Some(error) = answers.into_iter().find_map(Result::err) {
+            tracing::debug!(%error, "resolving a participant failed; the record stays unfinished");
+            return;
+        }
+        if let Err(error) = self
+            .resolve_txn(anchor, txn, true, Resolution::Finish, deadline)
+            .await
+        {
+            tracing::debug!(%error, "finishing a committed record failed; it stays unfinished");
+        }
     }
 }

@@ -32,7 +32,7 @@
 //!   not a property of the command, and a verdict from it could differ between replicas.
 
 use crate::dedup::{DedupChanges, DedupTable};
-use crate::locks::{LockTable, TxnId, TxnStatus};
+use crate::locks::{LockTable, TxnId, TxnRecord};
 use crate::txn_check::{first_conflict, EngineView, LatestView};
 use crate::types::{Command, CommandResult, Expect, GcResult, MAX_COMMAND_TS};
 use bytes::Bytes;
@@ -61,7 +61,7 @@ pub(crate) struct ApplyBatch<'a> {
     pub locks: &'a mut LockTable,
     pub(crate) pending: HashMap<Bytes, KeyState>,
     /// Transaction records written in this batch, over RocksDB's.
-    pub(crate) records: HashMap<TxnId, TxnStatus>,
+    pub(crate) records: HashMap<TxnId, TxnRecord>,
     /// The highest closed timestamp a [`Command::Closed`] of this batch carried (0: none);
     /// the caller folds it into the lock table with the batch's last index once the batch is
     /// in RocksDB, so a reader never sees it without the data it covers.
@@ -213,6 +213,7 @@ impl<'a> ApplyBatch<'a> {
             Command::Prepare {
                 ts,
                 txn,
+                txn_ts,
                 anchor,
                 is_anchor,
                 reads,
@@ -221,7 +222,7 @@ impl<'a> ApplyBatch<'a> {
                 participants,
             } => self.prepare(
                 ts,
-                txn,
+                (txn, txn_ts),
                 (anchor, is_anchor, participants),
                 reads,
                 ranges,
@@ -229,11 +230,13 @@ impl<'a> ApplyBatch<'a> {
             ),
             Command::Resolve {
                 txn,
+                txn_ts,
                 anchor,
                 decision,
                 ..
-            } => self.resolve(txn, anchor, decision),
+            } => self.resolve((txn, txn_ts), anchor, decision),
             Command::Gc { threshold, from } => self.gc(threshold, from),
+            Command::GcRecords { from } => self.gc_records(from),
         }
     }
 

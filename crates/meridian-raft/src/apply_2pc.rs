@@ -12,9 +12,11 @@
 //! come from a prepare that arrived after its transaction was decided, and are dropped.
 
 use crate::apply::{rejected, ApplyBatch};
-use crate::locks::{Decision, LockInfo, TxnId, TxnLocks, TxnStatus, MAX_PREPARED_TXNS_PER_SHARD};
+use crate::locks::{
+    Decision, LockInfo, TxnId, TxnLocks, TxnRecord, TxnStatus, MAX_PREPARED_TXNS_PER_SHARD,
+};
 use crate::txn_check::first_conflict;
-use crate::types::{codec, CommandResult, RangeCheck, ReadCheck};
+use crate::types::{codec, CommandResult, GcRecordsResult, RangeCheck, ReadCheck};
 use bytes::Bytes;
 use meridian_storage::keys::{self, TxnKeyKind};
 use meridian_storage::Cf;
@@ -83,7 +85,7 @@ impl ApplyBatch<'_> {
     pub(crate) fn prepare(
         &mut self,
         ts: u64,
-        txn: TxnId,
+        (txn, txn_ts): (TxnId, u64),
         (anchor, is_anchor, participants): (Bytes, bool, Vec<Bytes>),
         reads: Vec<ReadCheck>,
         ranges: Vec<RangeCheck>,
@@ -99,7 +101,15 @@ impl ApplyBatch<'_> {
         if let Some(decided) = self.record(&txn)? {
             // On the anchor: aborted by a recovery before this prepare arrived, or decided
             // already. Elsewhere: prevented by a recovery. Lock nothing.
-            return Ok(status(Some(decided)));
+            return Ok(status(Some(decided.status)));
+        }
+        if txn_ts < self.locks.gc_threshold {
+            // Its record or marker here may have been collected: it must never lock again.
+            return Ok(rejected(format!(
+                "the transaction started at {txn_ts}, below the shard's GC threshold {}: \
+                 too old to prepare",
+                self.locks.gc_threshold
+            )));
         }
         if let Some(blocked) = self.txn_blocked(Some(&txn), &reads, &ranges, &writes) {
             return Ok(blocked);
@@ -132,6 +142,7 @@ impl ApplyBatch<'_> {
         let locks = TxnLocks {
             anchor,
             prepare_ts,
+            txn_ts,
             reads: reads
                 .iter()
                 .map(|r| r.key.clone())
@@ -146,10 +157,18 @@ impl ApplyBatch<'_> {
             keys::txn_key(self.shard, TxnKeyKind::Locks, txn.client_id, txn.seq),
             codec::encode(&locks)?,
         );
-        self.locks.insert(txn, locks);
         if is_anchor {
-            self.put_record(txn, TxnStatus::Staging)?;
+            self.put_record(
+                txn,
+                TxnRecord {
+                    status: TxnStatus::Staging,
+                    txn_ts,
+                    finished: false,
+                    participants: locks.participants.clone(),
+                },
+            )?;
         }
+        self.locks.insert(txn, locks);
         Ok(CommandResult {
             commit_ts: prepare_ts,
             ..Default::default()
@@ -158,12 +177,16 @@ impl ApplyBatch<'_> {
 
     pub(crate) fn resolve(
         &mut self,
-        txn: TxnId,
+        (txn, txn_ts): (TxnId, u64),
         anchor: bool,
         decision: Decision,
     ) -> io::Result<CommandResult> {
+        let record = self.record(&txn)?;
         if !anchor {
-            if self.record(&txn)? == Some(TxnStatus::Staging) {
+            if record
+                .as_ref()
+                .is_some_and(|r| r.status == TxnStatus::Staging)
+            {
                 // The anchor's own shard, undecided: resolving its locks here would leave a
                 // staging record whose participants nobody can find (see `locks`).
                 return Ok(rejected(
@@ -173,7 +196,7 @@ impl ApplyBatch<'_> {
             return Ok(match decision {
                 Decision::Commit(c) => {
                     self.resolve_locks(&txn, Some(c))?;
-                    self.mark(txn, TxnStatus::Committed(c))?;
+                    self.mark((txn, txn_ts), TxnStatus::Committed(c))?;
                     CommandResult {
                         commit_ts: c,
                         ..Default::default()
@@ -181,55 +204,99 @@ impl ApplyBatch<'_> {
                 }
                 Decision::Abort => {
                     self.resolve_locks(&txn, None)?;
-                    self.mark(txn, TxnStatus::Aborted)?;
+                    self.mark((txn, txn_ts), TxnStatus::Aborted)?;
                     CommandResult::default()
                 }
-                Decision::Prevent => self.prevent(txn)?,
-                Decision::AbortStaging => rejected("only an anchor aborts a record".into()),
+                Decision::Prevent => self.prevent((txn, txn_ts))?,
+                Decision::AbortStaging | Decision::Finish => {
+                    rejected(format!("only an anchor is sent {decision:?}"))
+                }
             });
         }
-        let record = self.record(&txn)?;
-        let after = match (decision, record) {
+        let Some(record) = record else {
+            if txn_ts < self.locks.gc_threshold {
+                // No prepare of it can apply here any more (see `prepare`): there is nothing
+                // to decide, and a record written now would only wait to be collected.
+                return Ok(status(Some(TxnStatus::Forgotten)));
+            }
+            return Ok(match decision {
+                Decision::Abort | Decision::AbortStaging => {
+                    // A tombstone, so that a prepare delivered later fails.
+                    self.put_record(txn, decided(txn_ts, TxnStatus::Aborted, Vec::new()))?;
+                    status(Some(TxnStatus::Aborted))
+                }
+                // Never prepared here: nothing to commit or finish.
+                Decision::Commit(_) | Decision::Finish => status(None),
+                Decision::Prevent => rejected("the anchor is never prevented".into()),
+            });
+        };
+        let after = match (decision, record.status) {
             (Decision::Prevent, _) => {
                 return Ok(rejected("the anchor is never prevented".into()));
             }
+            (Decision::Finish, TxnStatus::Committed(_)) => {
+                if !record.finished {
+                    self.put_record(
+                        txn,
+                        TxnRecord {
+                            finished: true,
+                            ..record.clone()
+                        },
+                    )?;
+                }
+                record.status
+            }
+            (Decision::Finish, TxnStatus::Staging) => {
+                return Ok(rejected(
+                    "a staging transaction cannot be finished: commit it first".into(),
+                ));
+            }
             // Decided already: the decision stands, whatever is asked now.
-            (_, Some(done @ (TxnStatus::Committed(_) | TxnStatus::Aborted))) => Some(done),
-            (Decision::Commit(c), Some(TxnStatus::Staging)) => {
+            (_, done @ (TxnStatus::Committed(_) | TxnStatus::Aborted | TxnStatus::Forgotten)) => {
+                if matches!(done, TxnStatus::Committed(_)) && !record.finished {
+                    // Committed but not finished: whoever asks may have to resolve the
+                    // participants (see `txn_recover`).
+                    return Ok(CommandResult {
+                        participants: record.participants,
+                        ..status(Some(done))
+                    });
+                }
+                done
+            }
+            (Decision::Commit(c), TxnStatus::Staging) => {
                 let prepared = self.locks.get(&txn).map_or(0, |l| l.prepare_ts);
                 if c < prepared {
                     return Ok(rejected(format!(
                         "commit timestamp {c} is below the anchor's prepare timestamp {prepared}"
                     )));
                 }
-                self.put_record(txn, TxnStatus::Committed(c))?;
+                let committed = TxnStatus::Committed(c);
+                self.put_record(txn, decided(record.txn_ts, committed, record.participants))?;
                 self.resolve_locks(&txn, Some(c))?;
-                Some(TxnStatus::Committed(c))
+                committed
             }
-            // Never prepared here: nothing to commit.
-            (Decision::Commit(_), None) => None,
-            (Decision::Abort, Some(TxnStatus::Staging)) => {
+            (Decision::Abort, TxnStatus::Staging) => {
                 // Maybe implicitly committed: the recovery must check the participants.
                 let locks = self.locks.get(&txn);
                 return Ok(CommandResult {
                     status: Some(TxnStatus::Staging),
                     commit_ts: locks.map_or(0, |l| l.prepare_ts),
-                    participants: locks.map(|l| l.participants.clone()).unwrap_or_default(),
+                    participants: record.participants,
                     ..Default::default()
                 });
             }
-            (Decision::Abort | Decision::AbortStaging, Some(TxnStatus::Staging) | None) => {
-                self.put_record(txn, TxnStatus::Aborted)?;
+            (Decision::AbortStaging, TxnStatus::Staging) => {
+                self.put_record(txn, decided(record.txn_ts, TxnStatus::Aborted, Vec::new()))?;
                 self.resolve_locks(&txn, None)?;
-                Some(TxnStatus::Aborted)
+                TxnStatus::Aborted
             }
         };
-        Ok(status(after))
+        Ok(status(Some(after)))
     }
 
     /// [`Decision::Prevent`] on a participant other than the anchor: reports the prepare if
     /// the transaction holds locks here, else makes sure it never will.
-    fn prevent(&mut self, txn: TxnId) -> io::Result<CommandResult> {
+    fn prevent(&mut self, (txn, txn_ts): (TxnId, u64)) -> io::Result<CommandResult> {
         if let Some(locks) = self.locks.get(&txn) {
             return Ok(CommandResult {
                 status: Some(TxnStatus::Staging),
@@ -237,17 +304,20 @@ impl ApplyBatch<'_> {
                 ..Default::default()
             });
         }
-        Ok(status(Some(self.mark(txn, TxnStatus::Aborted)?)))
+        Ok(status(Some(self.mark((txn, txn_ts), TxnStatus::Aborted)?)))
     }
 
     /// Leaves `outcome` as `txn`'s marker on this participant unless it has a record already
     /// (on the anchor's shard, the record itself), so that a prepare delivered late answers it
-    /// and locks nothing (see `locks`); returns the record that stands.
-    fn mark(&mut self, txn: TxnId, outcome: TxnStatus) -> io::Result<TxnStatus> {
+    /// and locks nothing (see `locks`); returns the outcome that stands. Below the GC
+    /// threshold no prepare of `txn` can apply here, so no marker is needed.
+    fn mark(&mut self, (txn, txn_ts): (TxnId, u64), outcome: TxnStatus) -> io::Result<TxnStatus> {
         if let Some(existing) = self.record(&txn)? {
-            return Ok(existing);
+            return Ok(existing.status);
         }
-        self.put_record(txn, outcome)?;
+        if txn_ts >= self.locks.gc_threshold {
+            self.put_record(txn, decided(txn_ts, outcome, Vec::new()))?;
+        }
         Ok(outcome)
     }
 
@@ -275,10 +345,10 @@ impl ApplyBatch<'_> {
         Ok(())
     }
 
-    /// `txn`'s record on this shard, as of this command.
-    pub(crate) fn record(&self, txn: &TxnId) -> io::Result<Option<TxnStatus>> {
+    /// `txn`'s record (or marker) on this shard, as of this command.
+    pub(crate) fn record(&self, txn: &TxnId) -> io::Result<Option<TxnRecord>> {
         if let Some(written) = self.records.get(txn) {
-            return Ok(Some(*written));
+            return Ok(Some(written.clone()));
         }
         let key = keys::txn_key(self.shard, TxnKeyKind::Record, txn.client_id, txn.seq);
         match self
@@ -291,14 +361,73 @@ impl ApplyBatch<'_> {
         }
     }
 
-    fn put_record(&mut self, txn: TxnId, record: TxnStatus) -> io::Result<()> {
+    fn put_record(&mut self, txn: TxnId, record: TxnRecord) -> io::Result<()> {
         let key = keys::txn_key(self.shard, TxnKeyKind::Record, txn.client_id, txn.seq);
         self.batch.put(Cf::Data, key, codec::encode(&record)?);
         self.records.insert(txn, record);
         Ok(())
+    }
+
+    /// One page of [`crate::Command::GcRecords`]: deletes the finished records and markers of
+    /// transactions that started below the shard's GC threshold, from after `from`. Runs at
+    /// the start of a batch of its own (see `state_machine`), so the engine holds every
+    /// earlier entry's records.
+    pub(crate) fn gc_records(&mut self, from: Option<TxnId>) -> io::Result<CommandResult> {
+        let threshold = self.locks.gc_threshold;
+        let (start, end) = keys::txn_kind_range(self.shard, TxnKeyKind::Record);
+        let start = match from {
+            // The key right after `from`'s.
+            Some(id) => {
+                let mut k = keys::txn_key(self.shard, TxnKeyKind::Record, id.client_id, id.seq);
+                k.push(0);
+                k
+            }
+            None => start,
+        };
+        let mut page = GcRecordsResult::default();
+        let mut last = None;
+        for item in self.engine.scan(Cf::Data, &start, Some(&end), false) {
+            let (key, raw) = item
+                .map_err(|e| io::Error::other(format!("shard {}: txn records: {e}", self.shard)))?;
+            if page.examined >= RECORDS_PER_GC_PAGE {
+                page.resume = last;
+                break;
+            }
+            page.examined += 1;
+            let (_, client_id, seq) = keys::decode_txn_key(&key).map_err(io::Error::other)?;
+            last = Some(TxnId { client_id, seq });
+            let record: TxnRecord = codec::decode(&raw)?;
+            if record.finished && record.txn_ts < threshold {
+                self.batch.delete(Cf::Data, key.to_vec());
+                page.deleted += 1;
+            }
+        }
+        Ok(CommandResult {
+            gc_records: Some(page),
+            ..Default::default()
+        })
+    }
+}
+
+/// Most records and markers one [`crate::Command::GcRecords`] page examines.
+pub const RECORDS_PER_GC_PAGE: u64 = 4_096;
+
+/// A decided record or marker: finished unless it is a committed anchor record (`participants`
+/// non-empty), which [`Decision::Finish`] finishes once they are resolved.
+fn decided(txn_ts: u64, status: TxnStatus, participants: Vec<Bytes>) -> TxnRecord {
+    let finished = !matches!(status, TxnStatus::Committed(_)) || participants.is_empty();
+    TxnRecord {
+        status,
+        txn_ts,
+        finished,
+        participants,
     }
 }
 
 #[cfg(test)]
 #[path = "apply_2pc_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "apply_2pc_model_tests.rs"]
+mod model_tests;

@@ -1,5 +1,5 @@
-//! Tests of apply's multi-shard transaction commands: one shard at a time, and a model of the
-//! whole protocol over two shards whose every interleaving is explored.
+//! Tests of apply's multi-shard transaction commands, one shard at a time (the model of the
+//! whole protocol is in `apply_2pc_model_tests`).
 
 use super::*;
 use crate::dedup::DedupTable;
@@ -8,31 +8,31 @@ use crate::types::{Command, RequestId};
 use meridian_storage::{mvcc, Engine, MemoryEngine};
 use meridian_types::{ShardId, Timestamp};
 
-const SHARD: ShardId = ShardId(5);
+pub(super) const SHARD: ShardId = ShardId(5);
 static WHOLE: meridian_storage::keys::Span = meridian_storage::keys::Span {
     space: meridian_storage::keys::Keyspace::User,
     start: Vec::new(),
     end: Vec::new(),
 };
 
-fn b(s: &str) -> Bytes {
+pub(super) fn b(s: &str) -> Bytes {
     Bytes::copy_from_slice(s.as_bytes())
 }
 
-fn id(seq: u64) -> TxnId {
+pub(super) fn id(seq: u64) -> TxnId {
     RequestId { client_id: 9, seq }
 }
 
 /// A shard's replicated state across apply calls.
-struct Shard {
-    engine: MemoryEngine,
-    floor: u64,
+pub(super) struct Shard {
+    pub(super) engine: MemoryEngine,
+    pub(super) floor: u64,
     dedup: DedupTable,
-    locks: LockTable,
+    pub(super) locks: LockTable,
 }
 
 impl Shard {
-    fn new() -> Shard {
+    pub(super) fn new() -> Shard {
         Shard {
             engine: MemoryEngine::new(),
             floor: 0,
@@ -42,7 +42,7 @@ impl Shard {
     }
 
     /// Applies `cmds` as one batch.
-    fn apply(&mut self, cmds: Vec<Command>) -> Vec<CommandResult> {
+    pub(super) fn apply(&mut self, cmds: Vec<Command>) -> Vec<CommandResult> {
         let mut work = ApplyBatch::new(
             SHARD,
             &WHOLE,
@@ -60,18 +60,18 @@ impl Shard {
         results
     }
 
-    fn one(&mut self, cmd: Command) -> CommandResult {
+    pub(super) fn one(&mut self, cmd: Command) -> CommandResult {
         self.apply(vec![cmd]).remove(0)
     }
 
-    fn latest(&self, key: &str) -> Option<(u64, Vec<u8>)> {
+    pub(super) fn latest(&self, key: &str) -> Option<(u64, Vec<u8>)> {
         mvcc::get(&self.engine, SHARD, key.as_bytes(), Timestamp::MAX)
             .unwrap()
             .map(|(ts, v)| (ts.0, v))
     }
 }
 
-fn put(ts: u64, key: &str, value: &str) -> Command {
+pub(super) fn put(ts: u64, key: &str, value: &str) -> Command {
     Command::Write {
         ts,
         puts: vec![(b(key), b(value))],
@@ -80,7 +80,7 @@ fn put(ts: u64, key: &str, value: &str) -> Command {
     }
 }
 
-fn prepare(
+pub(super) fn prepare(
     ts: u64,
     txn: u64,
     is_anchor: bool,
@@ -90,6 +90,7 @@ fn prepare(
     Command::Prepare {
         ts,
         txn: id(txn),
+        txn_ts: TXN_TS,
         anchor: b("anchor"),
         is_anchor,
         reads: reads
@@ -108,13 +109,29 @@ fn prepare(
     }
 }
 
-fn resolve(txn: u64, anchor: bool, decision: Decision) -> Command {
+/// Every test transaction's start timestamp.
+pub(super) const TXN_TS: u64 = 3;
+
+pub(super) fn resolve(txn: u64, anchor: bool, decision: Decision) -> Command {
     Command::Resolve {
         ts: 0,
         txn: id(txn),
+        txn_ts: TXN_TS,
         anchor,
         decision,
     }
+}
+
+/// A GC page raising the threshold to `threshold` (deleting no versions the tests look at),
+/// then one page of record collection.
+pub(super) fn gc(s: &mut Shard, threshold: u64) -> crate::types::GcRecordsResult {
+    s.one(Command::Gc {
+        threshold,
+        from: None,
+    });
+    s.one(Command::GcRecords { from: None })
+        .gc_records
+        .expect("a record GC result")
 }
 
 #[test]
@@ -321,6 +338,93 @@ fn locks_prepared_after_their_transaction_was_decided_are_dropped_not_committed(
 }
 
 #[test]
+fn finished_records_and_markers_below_the_threshold_are_collected_and_stay_gone() {
+    let record_count = |s: &Shard| {
+        let (start, end) = keys::txn_kind_range(SHARD, TxnKeyKind::Record);
+        s.engine.scan(Cf::Data, &start, Some(&end), false).count()
+    };
+    // The anchor: committed, so kept until finished.
+    let mut a = Shard::new();
+    for (txn, key) in [(1, "k"), (5, "j")] {
+        let p = a.one(prepare(10, txn, true, &[], &[(key, "v")]));
+        assert!(p.rejected.is_none() && p.commit_ts > 0, "{p:?}");
+    }
+    for txn in [1, 5] {
+        let committed = a.one(resolve(txn, true, Decision::Commit(20)));
+        assert_eq!(committed.status, Some(TxnStatus::Committed(20)));
+    }
+    let asked = a.one(resolve(1, true, Decision::Abort));
+    assert_eq!(
+        (asked.status, asked.participants.clone()),
+        (Some(TxnStatus::Committed(20)), vec![b("other")]),
+        "an unfinished record names the participants a recovery must resolve"
+    );
+    assert!(a
+        .one(resolve(1, true, Decision::Finish))
+        .participants
+        .is_empty());
+    // Finished but not below the threshold: kept.
+    assert_eq!(gc(&mut a, TXN_TS).deleted, 0);
+    // Below it: the finished one goes, the unfinished one (5) stays.
+    let page = gc(&mut a, TXN_TS + 1);
+    assert_eq!((page.examined, page.deleted), (2, 1));
+    assert_eq!(record_count(&a), 1);
+    assert_eq!(
+        a.one(resolve(5, true, Decision::Abort)).status,
+        Some(TxnStatus::Committed(20))
+    );
+    a.one(resolve(5, true, Decision::Finish));
+    assert_eq!(gc(&mut a, TXN_TS + 1).deleted, 1);
+    assert_eq!(record_count(&a), 0);
+    // Gone for good: a late prepare is refused, a recovery is told `Forgotten` and writes no
+    // tombstone; the data stays.
+    assert!(a
+        .one(prepare(20, 1, true, &[], &[("k", "late")]))
+        .rejected
+        .is_some());
+    assert!(a.locks.is_empty());
+    for decision in [Decision::Abort, Decision::AbortStaging, Decision::Finish] {
+        let r = a.one(resolve(1, true, decision));
+        assert_eq!(r.status, Some(TxnStatus::Forgotten), "{decision:?}");
+    }
+    assert_eq!(record_count(&a), 0);
+    assert_eq!(a.latest("k"), Some((20, b"v".to_vec())));
+    // An aborted record is finished at once; a staging one never is.
+    a.one(resolve(2, true, Decision::AbortStaging)); // below the threshold: nothing written
+    assert_eq!(record_count(&a), 0);
+    let young = Command::Prepare {
+        ts: 30,
+        txn: id(3),
+        txn_ts: TXN_TS + 10,
+        anchor: b("anchor"),
+        is_anchor: true,
+        reads: vec![],
+        ranges: vec![],
+        writes: vec![(b("m"), Some(b("v")))],
+        participants: vec![b("other")],
+    };
+    assert!(a.one(young).rejected.is_none());
+    assert_eq!(gc(&mut a, TXN_TS + 20).deleted, 0, "staging");
+    assert!(a.locks.get(&id(3)).is_some());
+    // A participant: its markers are finished; below the threshold none is written.
+    let mut p = Shard::new();
+    p.one(prepare(10, 1, false, &[], &[("q", "v")]));
+    p.one(resolve(1, false, Decision::Commit(15)));
+    p.one(resolve(2, false, Decision::Prevent));
+    assert_eq!(record_count(&p), 2);
+    let page = gc(&mut p, TXN_TS + 1);
+    assert_eq!((page.examined, page.deleted), (2, 2));
+    let again = p.one(resolve(4, false, Decision::Prevent));
+    assert_eq!(again.status, Some(TxnStatus::Aborted));
+    assert_eq!(record_count(&p), 0, "no marker needed below the threshold");
+    assert!(p
+        .one(prepare(20, 2, false, &[], &[("q", "late")]))
+        .rejected
+        .is_some());
+    assert_eq!(p.latest("q"), Some((15, b"v".to_vec())));
+}
+
+#[test]
 fn one_shard_commits_and_cas_meet_locks_too() {
     let mut s = Shard::new();
     s.one(prepare(10, 1, false, &[("r", None)], &[("w", "v")]));
@@ -355,443 +459,4 @@ fn one_shard_commits_and_cas_meet_locks_too() {
         request: None,
     };
     assert!(s.one(scan).locked.is_some(), "scans over an intent");
-}
-
-// ---------------------------------------------------------------------------------------------
-// A model of the whole protocol: one transaction writing `a` (shard A, its anchor) and `b`
-// (shard B); its coordinator, which may die at any point; a reader that meets a lock and
-// recovers the transaction; the coordinator's own recovery when a prepare fails; and copies of
-// either prepare delivered at any time (a retried attempt). Every interleaving of their steps
-// is run against the real apply code; after each, readers recover whatever locks are left, and
-// then: no lock may remain; the transaction must be atomic (both keys written at one
-// timestamp, or neither); a commit the coordinator acknowledged (or learnt from its recovery)
-// must be visible at its timestamp, and one it reported aborted must not be; the anchor's
-// record must only move forward.
-
-/// One step of one actor: a Raft entry applied on one shard (or the coordinator's own moves).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Step {
-    /// The coordinator's prepares (in either order).
-    PrepareA,
-    PrepareB,
-    /// Both prepares answered "prepared": the coordinator acknowledges the commit (no entry).
-    Ack,
-    /// After the acknowledgement: the explicit commit at the anchor, then B's resolution.
-    CommitA,
-    ResolveB,
-    /// The coordinator stops for good.
-    Die,
-    /// A recovery's step: by the reader (`false`) or by the coordinator whose prepare failed.
-    Recover(bool, RecoverStep),
-    /// Another copy of a prepare, delivered now.
-    LatePrepareA,
-    LatePrepareB,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum RecoverStep {
-    /// Abort at the anchor (which leaves a staging record alone).
-    Query,
-    /// The record is staging: prevent B.
-    PreventB,
-    /// Commit at the largest prepare timestamp, or abort the staging record.
-    Decide,
-    /// Resolve B as settled (the reader resolves the lock it met).
-    ResolveB,
-}
-
-const MODEL_TXN: u64 = 1;
-
-/// How the model's recoveries misbehave, for the negative controls.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Flaw {
-    None,
-    /// The reader drops the lock it met as aborted without asking the anchor.
-    BlindReader,
-    /// Recoveries abort a staging record without preventing a participant first.
-    HastyRecovery,
-}
-
-/// One recovery's progress: the anchor's first answer, B's answer, the decision.
-#[derive(Clone, Default)]
-struct Recovery {
-    query: Option<CommandResult>,
-    prevent: Option<CommandResult>,
-    decided: Option<CommandResult>,
-    resolved: bool,
-}
-
-impl Recovery {
-    /// The decision it learnt, once it has one.
-    fn settled(&self) -> Option<Decision> {
-        let staged = |r: &CommandResult| r.status == Some(TxnStatus::Staging);
-        match (&self.query, &self.decided) {
-            (Some(q), _) if !staged(q) => Some(as_decided(q)),
-            (_, Some(d)) => Some(as_decided(d)),
-            _ => None,
-        }
-    }
-
-    /// What it decides at the anchor after its query (and prevent): commit at the largest
-    /// prepare timestamp if B was prepared, else abort the staging record.
-    fn decision(&self) -> Decision {
-        let query = self.query.as_ref().expect("queried");
-        match &self.prevent {
-            Some(p) if p.status == Some(TxnStatus::Staging) => {
-                Decision::Commit(query.commit_ts.max(p.commit_ts))
-            }
-            _ => Decision::AbortStaging,
-        }
-    }
-
-    fn enabled(&self, started: bool, flaw: Flaw) -> Vec<RecoverStep> {
-        let staged = self
-            .query
-            .as_ref()
-            .is_some_and(|q| q.status == Some(TxnStatus::Staging));
-        let mut steps = Vec::new();
-        if self.query.is_none() && started {
-            steps.push(RecoverStep::Query);
-        }
-        if staged && self.prevent.is_none() && flaw != Flaw::HastyRecovery {
-            steps.push(RecoverStep::PreventB);
-        }
-        if staged
-            && self.decided.is_none()
-            && (self.prevent.is_some() || flaw == Flaw::HastyRecovery)
-        {
-            steps.push(RecoverStep::Decide);
-        }
-        if self.settled().is_some() && !self.resolved {
-            steps.push(RecoverStep::ResolveB);
-        }
-        steps
-    }
-}
-
-/// A run of the model: both shards and what each actor has been answered.
-struct Model {
-    a: Shard,
-    b: Shard,
-    prepared: [Option<CommandResult>; 2],
-    acked: Option<u64>,
-    committed_a: Option<CommandResult>,
-    resolved_b: bool,
-    dead: bool,
-    /// The reader's recovery and the coordinator's.
-    recoveries: [Recovery; 2],
-    late: [bool; 2],
-    /// The anchor's record after every step.
-    records: Vec<Option<TxnStatus>>,
-    flaw: Flaw,
-}
-
-fn model_prepare(is_anchor: bool, ts: u64, key: &str) -> Command {
-    Command::Prepare {
-        ts,
-        txn: id(MODEL_TXN),
-        anchor: b("a"),
-        is_anchor,
-        reads: vec![],
-        ranges: vec![],
-        writes: vec![(b(key), Some(b("new")))],
-        participants: match is_anchor {
-            true => vec![b("b")],
-            false => vec![],
-        },
-    }
-}
-
-/// The resolution a participant gets from the anchor's answer.
-fn as_decided(anchor: &CommandResult) -> Decision {
-    match anchor.status {
-        Some(TxnStatus::Committed(c)) => Decision::Commit(c),
-        _ => Decision::Abort,
-    }
-}
-
-/// Whether the coordinator reads a prepare's answer as "prepared" (as the server's answer
-/// does: a decision already made on the shard counts, at its timestamp).
-fn prepared_ok(r: &CommandResult) -> bool {
-    r.commit_ts > 0
-        && r.locked.is_none()
-        && r.conflict.is_none()
-        && r.status != Some(TxnStatus::Aborted)
-}
-
-impl Model {
-    fn new(flaw: Flaw) -> Model {
-        let (mut a, mut b) = (Shard::new(), Shard::new());
-        a.one(put(5, "a", "old"));
-        // B's clock is ahead: the commit timestamp comes from B's prepare.
-        b.one(put(30, "b", "old"));
-        Model {
-            a,
-            b,
-            prepared: [None, None],
-            acked: None,
-            committed_a: None,
-            resolved_b: false,
-            dead: false,
-            recoveries: [Recovery::default(), Recovery::default()],
-            late: [false, false],
-            records: vec![],
-            flaw,
-        }
-    }
-
-    fn has_lock(shard: &Shard) -> bool {
-        shard.locks.get(&id(MODEL_TXN)).is_some()
-    }
-
-    fn both_answered(&self) -> bool {
-        self.prepared.iter().all(Option::is_some)
-    }
-
-    fn all_prepared(&self) -> bool {
-        self.both_answered() && self.prepared.iter().flatten().all(prepared_ok)
-    }
-
-    fn enabled(&self) -> Vec<Step> {
-        let mut steps = Vec::new();
-        let live = !self.dead;
-        let mut when = |cond: bool, step| {
-            if cond {
-                steps.push(step)
-            }
-        };
-        when(live && self.prepared[0].is_none(), Step::PrepareA);
-        when(live && self.prepared[1].is_none(), Step::PrepareB);
-        when(
-            live && self.all_prepared() && self.acked.is_none(),
-            Step::Ack,
-        );
-        when(
-            live && self.acked.is_some() && self.committed_a.is_none(),
-            Step::CommitA,
-        );
-        let explicit = self
-            .committed_a
-            .as_ref()
-            .is_some_and(|r| matches!(r.status, Some(TxnStatus::Committed(_))));
-        when(live && explicit && !self.resolved_b, Step::ResolveB);
-        let coordinator_done = self.resolved_b || self.recoveries[1].resolved;
-        when(live && !coordinator_done, Step::Die);
-        when(!self.late[0], Step::LatePrepareA);
-        when(!self.late[1], Step::LatePrepareB);
-        let locked = Self::has_lock(&self.a) || Self::has_lock(&self.b);
-        for s in self.recoveries[0].enabled(locked, self.flaw) {
-            steps.push(Step::Recover(false, s));
-        }
-        if live {
-            let failed = self.both_answered() && !self.all_prepared();
-            for s in self.recoveries[1].enabled(failed, self.flaw) {
-                steps.push(Step::Recover(true, s));
-            }
-        }
-        steps
-    }
-
-    fn anchor(&mut self, decision: Decision) -> CommandResult {
-        self.a.one(resolve(MODEL_TXN, true, decision))
-    }
-
-    fn resolve_b(&mut self, decision: Decision) -> CommandResult {
-        self.b.one(resolve(MODEL_TXN, false, decision))
-    }
-
-    fn recover(&mut self, coordinator: bool, step: RecoverStep) {
-        let i = usize::from(coordinator);
-        match step {
-            RecoverStep::Query => {
-                let answer = match (self.flaw, coordinator) {
-                    (Flaw::BlindReader, false) => CommandResult {
-                        status: Some(TxnStatus::Aborted),
-                        ..Default::default()
-                    },
-                    _ => self.anchor(Decision::Abort),
-                };
-                self.recoveries[i].query = Some(answer);
-            }
-            RecoverStep::PreventB => {
-                self.recoveries[i].prevent = Some(self.resolve_b(Decision::Prevent));
-            }
-            RecoverStep::Decide => {
-                let decision = self.recoveries[i].decision();
-                self.recoveries[i].decided = Some(self.anchor(decision));
-            }
-            RecoverStep::ResolveB => {
-                let decision = self.recoveries[i].settled().expect("settled");
-                self.resolve_b(decision);
-                self.recoveries[i].resolved = true;
-            }
-        }
-    }
-
-    fn step(&mut self, step: Step) {
-        match step {
-            Step::PrepareA => self.prepared[0] = Some(self.a.one(model_prepare(true, 10, "a"))),
-            Step::PrepareB => self.prepared[1] = Some(self.b.one(model_prepare(false, 20, "b"))),
-            Step::Ack => {
-                let c = self.prepared.iter().flatten().map(|r| r.commit_ts).max();
-                self.acked = c;
-            }
-            Step::CommitA => {
-                let c = self.acked.expect("acknowledged");
-                self.committed_a = Some(self.anchor(Decision::Commit(c)));
-            }
-            Step::ResolveB => {
-                let c = self.acked.expect("acknowledged");
-                self.resolve_b(Decision::Commit(c));
-                self.resolved_b = true;
-            }
-            Step::Die => self.dead = true,
-            Step::Recover(coordinator, s) => self.recover(coordinator, s),
-            Step::LatePrepareA => {
-                self.a.one(model_prepare(true, 40, "a"));
-                self.late[0] = true;
-            }
-            Step::LatePrepareB => {
-                self.b.one(model_prepare(false, 40, "b"));
-                self.late[1] = true;
-            }
-        }
-        self.records.push(record_of(&self.a));
-    }
-
-    /// Correct readers recover whatever locks are left and resolve them as settled.
-    fn settle(&mut self) {
-        for _ in 0..4 {
-            if !Self::has_lock(&self.a) && !Self::has_lock(&self.b) {
-                return;
-            }
-            let mut r = Recovery::default();
-            let flaw = match self.flaw {
-                Flaw::BlindReader => Flaw::None,
-                other => other,
-            };
-            r.query = Some(self.anchor(Decision::Abort));
-            while r.settled().is_none() {
-                if flaw != Flaw::HastyRecovery && r.prevent.is_none() {
-                    r.prevent = Some(self.resolve_b(Decision::Prevent));
-                    continue;
-                }
-                r.decided = Some(self.anchor(r.decision()));
-            }
-            let decision = r.settled().expect("settled");
-            self.a.one(resolve(MODEL_TXN, false, decision));
-            self.resolve_b(decision);
-        }
-    }
-
-    /// Every property the protocol promises, for this run; `Err` names the one broken.
-    fn check(&self) -> Result<(), String> {
-        if Self::has_lock(&self.a) || Self::has_lock(&self.b) {
-            return Err("a lock outlived its transaction".into());
-        }
-        let (va, vb) = (self.a.latest("a"), self.b.latest("b"));
-        let new = |v: &Option<(u64, Vec<u8>)>| v.as_ref().is_some_and(|(_, v)| v == b"new");
-        match (new(&va), new(&vb)) {
-            (true, true) if va.as_ref().map(|v| v.0) == vb.as_ref().map(|v| v.0) => {}
-            (false, false) => {}
-            _ => return Err(format!("not atomic: a = {va:?}, b = {vb:?}")),
-        }
-        let reported = match (self.acked, self.recoveries[1].settled()) {
-            (Some(c), _) | (None, Some(Decision::Commit(c))) => Some(Some(c)),
-            (None, Some(_)) => Some(None),
-            (None, None) => None,
-        };
-        match reported {
-            Some(Some(c)) if va.as_ref().map(|v| v.0) != Some(c) || !new(&va) => {
-                return Err(format!("acknowledged at {c} but not visible there: {va:?}"));
-            }
-            Some(None) if new(&va) => {
-                return Err(format!("reported aborted but visible: {va:?}"));
-            }
-            _ => {}
-        }
-        let rank = |s: &Option<TxnStatus>| match s {
-            None => 0,
-            Some(TxnStatus::Staging) => 1,
-            Some(_) => 2,
-        };
-        for pair in self.records.windows(2) {
-            let moved_back = rank(&pair[1]) < rank(&pair[0]);
-            let changed_final = rank(&pair[0]) == 2 && pair[0] != pair[1];
-            if moved_back || changed_final {
-                return Err(format!(
-                    "the record went from {:?} to {:?}",
-                    pair[0], pair[1]
-                ));
-            }
-        }
-        Ok(())
-    }
-}
-
-fn record_of(shard: &Shard) -> Option<TxnStatus> {
-    let key = keys::txn_key(SHARD, TxnKeyKind::Record, 9, MODEL_TXN);
-    shard
-        .engine
-        .get(Cf::Data, &key)
-        .expect("read")
-        .map(|raw| codec::decode(&raw).expect("a record"))
-}
-
-/// Runs every interleaving; returns how many there were and the first broken property.
-fn explore(flaw: Flaw) -> (usize, Option<(Vec<Step>, String)>) {
-    fn replay(steps: &[Step], flaw: Flaw) -> Model {
-        let mut m = Model::new(flaw);
-        for s in steps {
-            m.step(*s);
-        }
-        m
-    }
-    let (mut runs, mut stack) = (0usize, vec![Vec::<Step>::new()]);
-    while let Some(prefix) = stack.pop() {
-        let mut m = replay(&prefix, flaw);
-        let next = m.enabled();
-        if next.is_empty() {
-            runs += 1;
-            m.settle();
-            if let Err(broken) = m.check() {
-                return (runs, Some((prefix, broken)));
-            }
-            continue;
-        }
-        for s in next {
-            let mut longer = prefix.clone();
-            longer.push(s);
-            stack.push(longer);
-        }
-    }
-    (runs, None)
-}
-
-#[test]
-fn every_interleaving_of_coordinator_recovery_and_late_prepares_is_atomic() {
-    let (runs, broken) = explore(Flaw::None);
-    assert!(broken.is_none(), "{broken:?}");
-    assert!(runs > 1_000, "only {runs} interleavings explored");
-    eprintln!("{runs} interleavings explored");
-}
-
-#[test]
-fn the_model_catches_a_reader_that_drops_locks_without_asking_the_anchor() {
-    let (_, broken) = explore(Flaw::BlindReader);
-    let (steps, what) = broken.expect("the negative control must break atomicity");
-    assert!(
-        what.contains("not atomic") || what.contains("acknowledged"),
-        "{steps:?}: {what}"
-    );
-}
-
-#[test]
-fn the_model_catches_a_recovery_that_aborts_a_staging_record_without_preventing() {
-    let (_, broken) = explore(Flaw::HastyRecovery);
-    let (steps, what) = broken.expect("the negative control must break a promise");
-    assert!(
-        what.contains("not atomic") || what.contains("acknowledged"),
-        "{steps:?}: {what}"
-    );
 }

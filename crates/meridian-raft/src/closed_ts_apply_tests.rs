@@ -77,6 +77,7 @@ fn a_closed_timestamp_counts_only_in_its_term_whatever_its_command_did() {
         TxnLocks {
             anchor: b("a"),
             prepare_ts: 30,
+            txn_ts: 20,
             writes: vec![(b("a"), None)],
             reads: vec![],
             ranges: vec![],

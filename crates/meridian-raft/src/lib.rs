@@ -58,6 +58,6 @@ pub mod types;
 
 pub use host::{MultiRaft, ShardReplica, TransportService};
 pub use types::{
-    Command, CommandResult, Expect, GcResult, NodeId, Raft, RangeCheck, ReadCheck, RequestId,
-    TypeConfig,
+    Command, CommandResult, Expect, GcRecordsResult, GcResult, NodeId, Raft, RangeCheck, ReadCheck,
+    RequestId, TypeConfig,
 };

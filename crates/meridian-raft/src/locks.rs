@@ -20,8 +20,9 @@
 //!    round.
 //! 3. **Explicit commit**, after the acknowledgement, on the anchor ([`crate::Command::Resolve`]
 //!    with `anchor`): `Staging` becomes `Committed(C)`. Only then are the other participants
-//!    **resolved**: their intents become versions at exactly `C` and their locks go. The record
-//!    stays (see "Why records stay").
+//!    **resolved**: their intents become versions at exactly `C` and their locks go. Then the
+//!    record is **finished** ([`Decision::Finish`]); it stays until GC collects it (see "Why
+//!    records and markers stay" and "Collecting records").
 //!
 //! # Recovery
 //! Anyone who meets a lock for too long (its coordinator may be gone) asks the anchor to abort
@@ -46,12 +47,35 @@
 //! first may still be in flight. If the anchor forgot the record, a late prepare there would
 //! write a fresh `Staging` record, and late prepares on every participant would make the
 //! transaction *implicitly committed again*, at a new timestamp: its writes would reappear
-//! over newer ones. So a decided record is kept, and a prepare that finds it locks nothing.
+//! over newer ones. So a decided record is kept (until no prepare of it can apply: see the next
+//! section), and a prepare that finds it locks nothing.
 //! Likewise, resolving a participant leaves a marker of the outcome there: otherwise the
 //! coordinator's own second prepare, landing after a recovery committed and resolved the
 //! transaction, would lock again above the commit timestamp, and the coordinator would
 //! acknowledge the commit at a timestamp it did not commit at (the model test in
 //! `apply_2pc_tests` found this). With the marker, that prepare answers the decision.
+//!
+//! # Collecting records
+//! Records and markers exist only to turn away late prepares, so they can go once no prepare
+//! of their transaction can apply any more. Every prepare carries the transaction's *start
+//! timestamp* `txn_ts` (its attempt's read timestamp), the same on every participant, and
+//! apply refuses a prepare whose `txn_ts` is below the shard's GC threshold (reads below it
+//! are refused already; such an attempt could not have read anyway). A record or marker
+//! keeps `txn_ts`, and [`crate::Command::GcRecords`] deletes it once `txn_ts` is below the
+//! threshold *and* it is finished:
+//! - a marker, or an aborted record, is finished when written: once it is gone, a prepare is
+//!   refused, a `Prevent` answers "aborted" (right: the anchor either decided already, or can
+//!   now never be implicitly committed), and an `Abort` at the anchor answers
+//!   [`TxnStatus::Forgotten`], which a reader that met a lock treats as aborted;
+//! - a committed anchor record is finished only by [`Decision::Finish`], sent after every
+//!   other participant was resolved (by the coordinator, or by a recovery, which finds the
+//!   participants in the record). Collected earlier, a participant still locked would be
+//!   settled as aborted against a missing record, and the transaction would lose its writes
+//!   there. With the rule, a missing record below the threshold means aborted, or committed
+//!   with no lock left anywhere: a lock someone still meets is an aborted transaction's.
+//!
+//! A coordinator that is answered `Forgotten` (its own commit took longer than the GC TTL)
+//! cannot tell the two apart and reports the commit as ambiguous.
 //!
 //! # Why locks, and who waits
 //! Between prepare and resolve, the participant must not let anything break what prepare
@@ -80,9 +104,11 @@
 //! - No participant is resolved while the record is `Staging`.
 //!
 //! # Not done yet
-//! - Decided records and the markers on the other participants are kept forever (one small
-//!   key per multi-shard transaction and shard it touched): collecting them needs a horizon
-//!   after which no prepare of the transaction can apply.
+//! - A committed record whose coordinator died before finishing it stays until a recovery
+//!   finishes it, and recoveries happen only when a reader meets one of its locks: no
+//!   background sweeper finishes abandoned records yet.
+//! - Finishing costs one more Raft entry on the anchor per multi-shard transaction (not yet
+//!   batched with other transactions' entries).
 //! - A coordinator that dies after its acknowledgement leaves its locks until readers meet
 //!   them (each waits `LOCK_RECOVER_AFTER`, then recovers the transaction).
 //! - Wound-wait or priorities: a conflicting prepare fails at once and the transaction
@@ -106,6 +132,9 @@ pub struct TxnLocks {
     pub anchor: Bytes,
     /// The prepare timestamp on this shard: the commit timestamp is at least this.
     pub prepare_ts: u64,
+    /// The transaction's start timestamp (its attempt's read timestamp), the same in every
+    /// prepare of it: what GC compares with the shard's threshold (see "Collecting records").
+    pub txn_ts: u64,
     /// Write intents: the value each key gets on commit (`None` = delete).
     pub writes: Vec<(Bytes, Option<Bytes>)>,
     /// Keys read (and not written): read locks.
@@ -127,6 +156,27 @@ pub enum TxnStatus {
     Staging,
     Committed(u64),
     Aborted,
+    /// Only ever an answer, never stored: no record, and the transaction started below the
+    /// shard's GC threshold, so none can be written any more. The transaction was aborted, or
+    /// committed and finished (every participant resolved): a lock of it that someone still
+    /// meets belongs to an aborted one (see "Collecting records").
+    Forgotten,
+}
+
+/// What a shard stores under a transaction's record key: on the anchor, the record; on
+/// another participant, a marker of the outcome (see the module docs).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TxnRecord {
+    pub status: TxnStatus,
+    /// The transaction's start timestamp (see [`TxnLocks::txn_ts`]).
+    pub txn_ts: u64,
+    /// Nothing depends on this record but late prepares: GC may delete it once `txn_ts` is
+    /// below the shard's threshold. True for markers and aborted records; a committed anchor
+    /// record becomes finished by [`Decision::Finish`], once every participant is resolved.
+    pub finished: bool,
+    /// On the anchor: a key of every other participant shard (kept after the decision, so a
+    /// recovery that finds the record committed but unfinished can resolve and finish it).
+    pub participants: Vec<Bytes>,
 }
 
 /// What a [`crate::Command::Resolve`] asks for.
@@ -144,6 +194,9 @@ pub enum Decision {
     /// Not on the anchor: answer the transaction's prepare timestamp here if it holds locks;
     /// otherwise write an `Aborted` marker so that it never will.
     Prevent,
+    /// Anchor only: the record is committed and every other participant is resolved; GC may
+    /// collect it once it is old enough. Appended last (bincode variant indices).
+    Finish,
 }
 
 /// A lock someone met: whose it is and where its record lives.
@@ -155,6 +208,8 @@ pub struct LockInfo {
     pub prepare_ts: u64,
     /// A write intent (else a read lock).
     pub write: bool,
+    /// The transaction's start timestamp: a recovery sends it with every resolve.
+    pub txn_ts: u64,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -245,6 +300,7 @@ impl LockTable {
             anchor: locks.anchor.clone(),
             prepare_ts: locks.prepare_ts,
             write,
+            txn_ts: locks.txn_ts,
         }
     }
 
@@ -327,6 +383,7 @@ mod tests {
         TxnLocks {
             anchor: b("anchor"),
             prepare_ts: 10,
+            txn_ts: 5,
             writes: writes.iter().map(|k| (b(k), Some(b("v")))).collect(),
             reads: reads.iter().map(|k| b(k)).collect(),
             ranges: ranges.iter().map(|(s, e)| (b(s), e.map(b))).collect(),
@@ -506,6 +563,7 @@ mod tests {
                         let locks = TxnLocks {
                             anchor: b("anchor"),
                             prepare_ts,
+                            txn_ts: 1,
                             writes: writes.into_iter().map(|k| (k, Some(b("v")))).collect(),
                             reads,
                             ranges,

@@ -478,7 +478,9 @@ fn apply_entries(inner: &mut Inner, entries: Vec<Entry>) -> io::Result<Vec<Comma
 fn is_gc(entry: &Entry) -> bool {
     matches!(
         &entry.payload,
-        EntryPayload::Normal(crate::types::Command::Gc { .. })
+        EntryPayload::Normal(
+            crate::types::Command::Gc { .. } | crate::types::Command::GcRecords { .. }
+        )
     )
 }
 

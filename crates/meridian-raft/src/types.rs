@@ -87,6 +87,9 @@ pub enum Command {
     Prepare {
         ts: u64,
         txn: RequestId,
+        /// The transaction's start timestamp (see `locks::TxnLocks::txn_ts`); a prepare below
+        /// the shard's GC threshold is refused (its record may have been collected).
+        txn_ts: u64,
         anchor: Bytes,
         is_anchor: bool,
         reads: Vec<ReadCheck>,
@@ -100,6 +103,10 @@ pub enum Command {
     Resolve {
         ts: u64,
         txn: RequestId,
+        /// The transaction's start timestamp, as its locks or record say: what a record or
+        /// marker written now keeps, and below the GC threshold, what lets a missing record
+        /// answer `Forgotten` instead of writing one.
+        txn_ts: u64,
         anchor: bool,
         decision: crate::locks::Decision,
     },
@@ -126,6 +133,12 @@ pub enum Command {
         closed_ts: u64,
         cmd: Box<Command>,
     },
+    /// One page of transaction-record collection: from after `from` (a transaction id; `None`:
+    /// the first), examine at most a page of the shard's records and markers and delete the
+    /// finished ones whose transaction started below the shard's GC threshold (see `locks`,
+    /// "Collecting records"). Like [`Command::Gc`], it starts an apply batch of its own and is
+    /// never fenced. Appended last (bincode variant indices).
+    GcRecords { from: Option<RequestId> },
 }
 
 /// What one [`Command::Gc`] page did.
@@ -138,6 +151,16 @@ pub struct GcResult {
     pub versions_deleted: u64,
     pub keys_deleted: u64,
     pub examined: u64,
+}
+
+/// What one [`Command::GcRecords`] page did.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GcRecordsResult {
+    /// Where the pass goes on (`None`: it reached the shard's last record).
+    pub resume: Option<RequestId>,
+    /// Records and markers examined, and deleted.
+    pub examined: u64,
+    pub deleted: u64,
 }
 
 /// A transaction's point read: `key` had the live version `version` (`None`: absent or
@@ -193,7 +216,7 @@ impl Command {
                 let inner = std::mem::replace(&mut **cmd, Command::placeholder());
                 **cmd = inner.with_ts(new_ts);
             }
-            Command::Gc { .. } => {}
+            Command::Gc { .. } | Command::GcRecords { .. } => {}
         }
         self
     }
@@ -220,7 +243,9 @@ impl Command {
                 }
                 // A GC page must start its own apply batch (see `state_machine`), which only
                 // an unwrapped one does; and it issues no timestamp to fence.
-                Command::Gc { .. } => Err("a GC command is never fenced".into()),
+                Command::Gc { .. } | Command::GcRecords { .. } => {
+                    Err("a GC command is never fenced".into())
+                }
                 ref inner => inner.validate(),
             },
             Command::Write {
@@ -289,6 +314,7 @@ impl Command {
             }
             Command::Prepare {
                 ts,
+                txn_ts,
                 anchor,
                 is_anchor,
                 reads,
@@ -299,6 +325,11 @@ impl Command {
             } => {
                 if *ts > MAX_COMMAND_TS {
                     return Err(format!("timestamp {ts} is above MAX_COMMAND_TS"));
+                }
+                if *txn_ts == 0 || *txn_ts > MAX_COMMAND_TS {
+                    return Err(format!(
+                        "a prepare's transaction timestamp {txn_ts} is 0 or above MAX_COMMAND_TS"
+                    ));
                 }
                 check_key(anchor)?;
                 if participants.len() > MAX_TXN_PARTICIPANTS {
@@ -319,7 +350,17 @@ impl Command {
                 check_txn_reads(reads, ranges)?;
                 check_txn_writes(writes)
             }
-            Command::Resolve { ts, decision, .. } => {
+            Command::Resolve {
+                ts,
+                txn_ts,
+                decision,
+                ..
+            } => {
+                if *txn_ts == 0 || *txn_ts > MAX_COMMAND_TS {
+                    return Err(format!(
+                        "a resolve's transaction timestamp {txn_ts} is 0 or above MAX_COMMAND_TS"
+                    ));
+                }
                 let commit = match decision {
                     crate::locks::Decision::Commit(c) => *c,
                     _ => 0,
@@ -332,6 +373,7 @@ impl Command {
                 }
                 Ok(())
             }
+            Command::GcRecords { .. } => Ok(()),
             Command::Gc { threshold, from } => {
                 if *threshold > MAX_COMMAND_TS {
                     return Err(format!("GC threshold {threshold} is above MAX_COMMAND_TS"));
@@ -506,6 +548,7 @@ impl std::fmt::Display for Command {
                 "Gc(threshold={threshold}, from={:?})",
                 from.as_ref().map(|(k, ts)| (k.len(), ts))
             ),
+            Command::GcRecords { from } => write!(f, "GcRecords(from={from:?})"),
         }
     }
 }
@@ -545,6 +588,8 @@ pub struct CommandResult {
     pub participants: Vec<Bytes>,
     /// A [`Command::Gc`]: what its page did.
     pub gc: Option<GcResult>,
+    /// A [`Command::GcRecords`]: what its page did.
+    pub gc_records: Option<GcRecordsResult>,
 }
 
 openraft::declare_raft_types!(

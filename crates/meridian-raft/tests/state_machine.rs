@@ -356,6 +356,7 @@ fn prepare_entry(index: u64, ts: u64, seq: u64, key: &str, value: &str) -> Entry
         payload: EntryPayload::Normal(Command::Prepare {
             ts,
             txn: RequestId { client_id: 3, seq },
+            txn_ts: 1,
             anchor: bytes(key),
             is_anchor: true,
             reads: vec![],

@@ -97,6 +97,7 @@ impl From<ServerError> for Status {
                 anchor: lock.anchor.clone(),
                 prepare_ts: lock.prepare_ts,
                 write: lock.write,
+                txn_ts: lock.txn_ts,
             };
             let bytes = prost::Message::encode_to_vec(&info);
             status.metadata_mut().insert_bin(

@@ -1,6 +1,8 @@
 //! The node's MVCC garbage collector: every `cluster.gc_interval_ms`, for each shard this node
 //! leads, propose [`Command::Gc`] pages at the threshold `now - cluster.gc_ttl_ms` until a pass
-//! over the shard is done.
+//! over the shard is done, then [`Command::GcRecords`] pages over its transaction records
+//! (the finished ones whose transaction started below the threshold go; see `meridian-raft`'s
+//! `locks`).
 //!
 //! # Why the leader, and why through Raft
 //! Which versions are garbage depends on the threshold, and readers must refuse timestamps
@@ -25,10 +27,13 @@
 //!   a shard written once is scanned whole once per interval until the threshold passes its
 //!   newest write (TTL / interval passes, 15 by default).
 //! - Passes are not throttled beyond one page in flight per shard and shards one at a time.
-//! - Transaction records that recoveries left `Aborted` are not collected.
+//! - An idle shard's newest transaction records wait for its next write: a pass runs only
+//!   while the shard has a version above its threshold, so a record whose transaction started
+//!   above the shard's last write (a client or node clock ahead) is collected only after the
+//!   shard is written again.
 
 use crate::node::Node;
-use meridian_raft::{Command, GcResult, ShardReplica};
+use meridian_raft::{Command, GcRecordsResult, GcResult, ShardReplica};
 use meridian_types::{ShardId, Timestamp};
 use openraft::type_config::async_runtime::WatchReceiver;
 use std::sync::{Arc, Weak};
@@ -104,20 +109,51 @@ async fn pass(node: &Node, shard: ShardId, threshold: u64) -> anyhow::Result<()>
         total.examined += page.examined;
         from = page.resume;
         if from.is_none() {
-            if total.versions_deleted > 0 {
+            let records = collect_records(&replica, deadline).await?;
+            if total.versions_deleted > 0 || records.deleted > 0 {
                 tracing::info!(
                     %shard,
                     threshold = %Timestamp(total.threshold),
                     examined = total.examined,
                     versions_deleted = total.versions_deleted,
                     keys_deleted = total.keys_deleted,
+                    records_examined = records.examined,
+                    records_deleted = records.deleted,
                     "GC pass done"
                 );
             } else {
-                tracing::debug!(%shard, examined = total.examined, "GC pass found no garbage");
+                tracing::debug!(%shard, examined = total.examined, records_examined = records.examined, "GC pass found no garbage");
             }
             return Ok(());
         }
     }
     anyhow::bail!("a GC pass took more than {MAX_PAGES_PER_PASS} pages")
+}
+
+/// The second half of a pass: proposes [`Command::GcRecords`] pages over the shard's
+/// transaction records and markers (at the threshold the data pages left).
+async fn collect_records(
+    replica: &ShardReplica,
+    deadline: Duration,
+) -> anyhow::Result<GcRecordsResult> {
+    let mut from = None;
+    let mut total = GcRecordsResult::default();
+    for _ in 0..MAX_PAGES_PER_PASS {
+        let cmd = Command::GcRecords { from };
+        let written = tokio::time::timeout(deadline, replica.raft.client_write(cmd))
+            .await
+            .map_err(|_| anyhow::anyhow!("a record GC page was not applied within {deadline:?}"))?
+            .map_err(|e| anyhow::anyhow!("proposing a record GC page: {e}"))?;
+        let page = written
+            .data
+            .gc_records
+            .ok_or_else(|| anyhow::anyhow!("a record GC page applied without its result"))?;
+        total.examined += page.examined;
+        total.deleted += page.deleted;
+        from = page.resume;
+        if from.is_none() {
+            return Ok(total);
+        }
+    }
+    anyhow::bail!("a record GC pass took more than {MAX_PAGES_PER_PASS} pages")
 }

@@ -10,8 +10,10 @@
 //! checked at a linearizable point (today's client never sends one). Every limit is checked
 //! before anything is read or proposed (`INVALID_ARGUMENT` naming the limit).
 //!
-//! A resolve ([`Command::Resolve`]) decides a transaction on its anchor, or resolves its locks
-//! on another participant or prevents it there (see `meridian_raft::locks`). A commit
+//! A resolve ([`Command::Resolve`]) decides (or finishes) a transaction on its anchor, or
+//! resolves its locks on another participant or prevents it there (see
+//! `meridian_raft::locks`). Prepares and resolves carry the transaction's start timestamp,
+//! which GC compares with the shard's threshold (a missing record below it is `FORGOTTEN`). A commit
 //! timestamp came from a node's clock through the client: the leader waits until its own clock
 //! has passed it (at most `max_offset`, `CLOCK_OFFSET` beyond) before proposing, so the
 //! timestamp is never ahead of the clock of the node that applies it as leader.
@@ -42,9 +44,9 @@ pub struct TxnCommit {
     pub ranges: Vec<RangeCheck>,
     pub writes: Vec<(Bytes, Option<Bytes>)>,
     pub request: Option<RequestId>,
-    /// Phase one of a multi-shard transaction: its id, anchor key, and whether this shard
-    /// owns the anchor.
-    pub prepare: Option<(RequestId, Bytes, bool)>,
+    /// Phase one of a multi-shard transaction: its id and start timestamp, anchor key, and
+    /// whether this shard owns the anchor.
+    pub prepare: Option<((RequestId, u64), Bytes, bool)>,
     /// The anchor's prepare only: a key of every other participant shard.
     pub participants: Vec<Bytes>,
 }
@@ -78,7 +80,13 @@ impl TxnCommit {
                         ));
                     }
                 }
-                Some((txn, p.anchor, on_anchor, p.participants))
+                if p.txn_ts == 0 || p.txn_ts > meridian_raft::types::MAX_COMMAND_TS {
+                    return Err(invalid(
+                        "prepare.txn_ts (the transaction's start timestamp) must be set and \
+                         at most MAX_COMMAND_TS",
+                    ));
+                }
+                Some(((txn, p.txn_ts), p.anchor, on_anchor, p.participants))
             }
         };
         let reads: Vec<ReadCheck> = req.reads.into_iter().map(read_check).collect();
@@ -172,9 +180,10 @@ impl TxnCommit {
     /// The replicated command of a commit with writes (or of a prepare), proposed at `ts`.
     pub fn into_command(self, ts: u64) -> Command {
         match self.prepare {
-            Some((txn, anchor, is_anchor)) => Command::Prepare {
+            Some(((txn, txn_ts), anchor, is_anchor)) => Command::Prepare {
                 ts,
                 txn,
+                txn_ts,
                 anchor,
                 is_anchor,
                 reads: self.reads,
@@ -251,20 +260,26 @@ impl KvService {
     ) -> Result<ResolveResponse> {
         let txn = request_id(req.txn).ok_or_else(|| invalid("txn needs a non-zero client_id"))?;
         check_key(&req.key, "key")?;
-        let decision = match req.decision {
-            Some(resolve_request::Decision::CommitTs(c)) if c > 0 => Decision::Commit(c),
-            Some(resolve_request::Decision::Abort(true)) => Decision::Abort,
-            Some(resolve_request::Decision::AbortStaging(true)) if req.anchor => {
-                Decision::AbortStaging
-            }
-            Some(resolve_request::Decision::Prevent(true)) if !req.anchor => Decision::Prevent,
-            _ => {
-                return Err(invalid(
-                    "decision must be a non-zero commit_ts, abort, abort_staging (on the \
-                     anchor) or prevent (elsewhere)",
-                ))
-            }
-        };
+        let decision =
+            match req.decision {
+                Some(resolve_request::Decision::CommitTs(c)) if c > 0 => Decision::Commit(c),
+                Some(resolve_request::Decision::Abort(true)) => Decision::Abort,
+                Some(resolve_request::Decision::AbortStaging(true)) if req.anchor => {
+                    Decision::AbortStaging
+                }
+                Some(resolve_request::Decision::Prevent(true)) if !req.anchor => Decision::Prevent,
+                Some(resolve_request::Decision::Finish(true)) if req.anchor => Decision::Finish,
+                _ => return Err(invalid(
+                    "decision must be a non-zero commit_ts, abort, abort_staging or finish (on \
+                     the anchor) or prevent (elsewhere)",
+                )),
+            };
+        if req.txn_ts == 0 || req.txn_ts > meridian_raft::types::MAX_COMMAND_TS {
+            return Err(invalid(
+                "txn_ts (the transaction's start timestamp) must be set and at most \
+                 MAX_COMMAND_TS",
+            ));
+        }
         let (desc, replica) = self.node.route(&req.key)?;
         check_route(desc, req.route.as_ref())?;
         if req.anchor {
@@ -289,6 +304,7 @@ impl KvService {
         let cmd = Command::Resolve {
             ts: 0,
             txn,
+            txn_ts: req.txn_ts,
             anchor: req.anchor,
             decision,
         };
@@ -300,6 +316,7 @@ impl KvService {
             Some(TxnStatus::Staging) => TxnState::Staging,
             Some(TxnStatus::Committed(_)) => TxnState::Committed,
             Some(TxnStatus::Aborted) => TxnState::Aborted,
+            Some(TxnStatus::Forgotten) => TxnState::Forgotten,
         };
         Ok(ResolveResponse {
             state: state as i32,

@@ -59,8 +59,10 @@ use std::path::{Path, PathBuf};
 /// would misread as user keys. 6 = MVCC data is keyed by user key alone (`space ‖ key ‖ !ts`,
 /// no shard id), the shard's transaction region and GC threshold are shard-local keys
 /// (`01 ‖ shard ‖ …`); a version-5 directory's keys all begin with a shard id and would be
-/// misread.
-pub const STORAGE_FORMAT_VERSION: u32 = 6;
+/// misread. 7 = prepared locks keep the transaction's start timestamp, and records and
+/// markers are a `TxnRecord` (status, start timestamp, finished, participants), which a
+/// version-6 build would not decode.
+pub const STORAGE_FORMAT_VERSION: u32 = 7;
 
 /// Bloom filter bits per key on the point-lookup families.
 const BLOOM_BITS_PER_KEY: f64 = 10.0;

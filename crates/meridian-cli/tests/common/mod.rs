@@ -151,3 +151,13 @@ pub fn kill_leader_after(
         leader
     })
 }
+
+/// The value of `name=N` in a log line.
+pub fn field(line: &str, name: &str) -> Option<u64> {
+    let at = line.find(&format!("{name}="))? + name.len() + 1;
+    let digits: String = line[at..]
+        .chars()
+        .take_while(char::is_ascii_digit)
+        .collect();
+    digits.parse().ok()
+}
