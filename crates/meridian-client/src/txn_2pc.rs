@@ -161,23 +161,13 @@ pub(crate) async fn commit(
             (&anchor, anchor_shard),
             &participants,
             Settled::Committed(commit_ts),
-            true,
         );
         return Ok(Timestamp(commit_ts));
     };
     // A deadline of its own: the prepares may have used up the call's.
     match client.recover_txn(txn, &anchor, &client.deadline()).await {
-        Ok(Settled::Committed(c)) => {
-            finish(
-                client,
-                txn,
-                (&anchor, anchor_shard),
-                &participants,
-                Settled::Committed(c),
-                false,
-            );
-            Ok(Timestamp(c))
-        }
+        // The recovery resolved every participant and finished the record.
+        Ok(Settled::Committed(c)) => Ok(Timestamp(c)),
         Ok(Settled::Aborted) => {
             finish(
                 client,
@@ -185,7 +175,6 @@ pub(crate) async fn commit(
                 (&anchor, anchor_shard),
                 &participants,
                 Settled::Aborted,
-                false,
             );
             Err(failure)
         }
@@ -204,16 +193,15 @@ pub(crate) async fn commit(
     }
 }
 
-/// In the background: if `explicit`, commits the record at the anchor first (and stops if
-/// that does not answer `Committed`); then resolves every participant but the anchor's as
-/// `settled` says and, after a commit, finishes the record (see `txn_recover`).
+/// In the background: after a commit, commits the record at the anchor (explicitly; it stops
+/// if that does not answer `Committed`), resolves every other participant and finishes the
+/// record (see `txn_recover`); after an abort, resolves every other participant.
 fn finish(
     client: &Client,
     txn: (proto::WriteId, u64),
     (anchor, anchor_shard): (&Bytes, u64),
     participants: &[Participant],
     settled: Settled,
-    explicit: bool,
 ) {
     let others: Vec<Bytes> = participants
         .iter()
@@ -237,20 +225,18 @@ fn finish(
                 return;
             }
         };
-        if explicit {
-            let decided = client
-                .resolve_txn(&anchor, txn, true, Resolution::Commit(c), &deadline)
-                .await;
-            match decided {
-                Ok(d) if TxnState::try_from(d.state) == Ok(TxnState::Committed) => {}
-                Ok(d) => {
-                    tracing::error!(txn = ?txn.0, answer = ?d, "the anchor did not commit an implicitly committed transaction");
-                    return;
-                }
-                Err(error) => {
-                    tracing::debug!(%error, "the explicit commit failed; readers will recover the transaction");
-                    return;
-                }
+        let decided = client
+            .resolve_txn(&anchor, txn, true, Resolution::Commit(c), &deadline)
+            .await;
+        match decided {
+            Ok(d) if TxnState::try_from(d.state) == Ok(TxnState::Committed) => {}
+            Ok(d) => {
+                tracing::error!(txn = ?txn.0, answer = ?d, "the anchor did not commit an implicitly committed transaction");
+                return;
+            }
+            Err(error) => {
+                tracing::debug!(%error, "the explicit commit failed; readers will recover the transaction");
+                return;
             }
         }
         client
