@@ -16,7 +16,7 @@ use common::*;
 use meridian_client::Error;
 use meridian_storage::{keys, Cf, Engine, EngineOptions, RocksEngine};
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const BASE_PORT: u16 = 25_000;
 const CONTROL_PORT: u16 = 25_200;
@@ -78,32 +78,7 @@ async fn scenario() {
     let client = connect_client(cluster.endpoints()).await;
 
     // 2. The leader's pass: wait for a log line reporting the overwritten versions deleted.
-    let started = Instant::now();
-    let deleted = loop {
-        let total: u64 = cluster
-            .node_ids()
-            .iter()
-            .filter_map(|id| cluster.log_contents(*id).ok())
-            .flat_map(|log| {
-                log.lines()
-                    .filter(|l| l.contains("GC pass done"))
-                    .filter_map(|l| field(l, "versions_deleted"))
-                    .collect::<Vec<_>>()
-            })
-            .sum();
-        if total >= WRITES as u64 {
-            break total;
-        }
-        assert!(
-            started.elapsed() < GC_TIMEOUT,
-            "GC deleted only {total} versions in {GC_TIMEOUT:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    };
-    eprintln!(
-        "GC passes deleted {deleted} versions after {:?}",
-        started.elapsed()
-    );
+    wait_for_gc_total(&cluster, "versions_deleted", WRITES as u64, GC_TIMEOUT).await;
     assert_eq!(
         client.get("hot").await.expect("get").as_deref(),
         Some(format!("v{}", WRITES - 1).as_bytes())

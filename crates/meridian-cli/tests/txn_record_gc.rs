@@ -17,7 +17,7 @@ use common::*;
 use meridian_client::{Client, TxnOptions};
 use meridian_storage::{keys, Cf, Engine, EngineOptions, RocksEngine};
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const BASE_PORT: u16 = 28_000;
 const CONTROL_PORT: u16 = 28_200;
@@ -109,33 +109,8 @@ async fn scenario() {
     let (cluster, client) = transfer(BASE_PORT, dir.path(), &gc_args).await;
 
     // 2. The leaders' passes: a record and a marker per transfer.
-    let started = Instant::now();
     let want = 2 * TRANSFERS;
-    let deleted = loop {
-        let total: u64 = cluster
-            .node_ids()
-            .iter()
-            .filter_map(|id| cluster.log_contents(*id).ok())
-            .flat_map(|log| {
-                log.lines()
-                    .filter(|l| l.contains("GC pass done"))
-                    .filter_map(|l| field(l, "records_deleted"))
-                    .collect::<Vec<_>>()
-            })
-            .sum();
-        if total >= want {
-            break total;
-        }
-        assert!(
-            started.elapsed() < GC_TIMEOUT,
-            "GC deleted only {total} of {want} records and markers in {GC_TIMEOUT:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    };
-    eprintln!(
-        "GC passes deleted {deleted} records and markers after {:?}",
-        started.elapsed()
-    );
+    wait_for_gc_total(&cluster, "records_deleted", want, GC_TIMEOUT).await;
     let (from, to) = accounts(&client);
     let sum: i64 = [from, to]
         .into_iter()

@@ -152,6 +152,39 @@ pub fn kill_leader_after(
     })
 }
 
+/// Waits (at most `timeout`) until the `name=N` fields of the "GC pass done" lines in every
+/// node's log add up to `want`; returns the sum.
+pub async fn wait_for_gc_total(
+    cluster: &LocalCluster,
+    name: &str,
+    want: u64,
+    timeout: Duration,
+) -> u64 {
+    let started = Instant::now();
+    loop {
+        let total: u64 = cluster
+            .node_ids()
+            .iter()
+            .filter_map(|id| cluster.log_contents(*id).ok())
+            .flat_map(|log| {
+                log.lines()
+                    .filter(|l| l.contains("GC pass done"))
+                    .filter_map(|l| field(l, name))
+                    .collect::<Vec<_>>()
+            })
+            .sum();
+        if total >= want {
+            eprintln!("GC passes: {name} = {total} after {:?}", started.elapsed());
+            return total;
+        }
+        assert!(
+            started.elapsed() < timeout,
+            "GC passes: {name} only {total} of {want} in {timeout:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
 /// The value of `name=N` in a log line.
 pub fn field(line: &str, name: &str) -> Option<u64> {
     let at = line.find(&format!("{name}="))? + name.len() + 1;
