@@ -230,6 +230,8 @@ fn finish(
             .await;
         match decided {
             Ok(d) if TxnState::try_from(d.state) == Ok(TxnState::Committed) => {}
+            // A recovery finished the record and GC collected it: nothing is left to do.
+            Ok(d) if TxnState::try_from(d.state) == Ok(TxnState::Forgotten) => return,
             Ok(d) => {
                 tracing::error!(txn = ?txn.0, answer = ?d, "the anchor did not commit an implicitly committed transaction");
                 return;

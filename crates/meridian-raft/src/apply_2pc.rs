@@ -105,11 +105,9 @@ impl ApplyBatch<'_> {
         }
         if txn_ts < self.locks.gc_threshold {
             // Its record or marker here may have been collected: it must never lock again.
-            return Ok(rejected(format!(
-                "the transaction started at {txn_ts}, below the shard's GC threshold {}: \
-                 too old to prepare",
-                self.locks.gc_threshold
-            )));
+            // Answered like a prevented prepare (the coordinator settles the transaction).
+            tracing::debug!(shard = %self.shard, ?txn, txn_ts, threshold = self.locks.gc_threshold, "refused a prepare below the GC threshold");
+            return Ok(status(Some(TxnStatus::Aborted)));
         }
         if let Some(blocked) = self.txn_blocked(Some(&txn), &reads, &ranges, &writes) {
             return Ok(blocked);

@@ -1,7 +1,7 @@
 //! A model of the whole multi-shard transaction protocol over two shards, run against the real
 //! apply code, whose every interleaving is explored (see the comment below).
 
-use super::tests::{b, gc, id, put, resolve, Shard, SHARD, TXN_TS};
+use super::tests::{b, id, put, raise, resolve, Shard, SHARD, TXN_TS};
 use super::*;
 use crate::types::Command;
 use meridian_storage::Engine;
@@ -9,9 +9,9 @@ use meridian_storage::Engine;
 // A model of the whole protocol: one transaction writing `a` (shard A, its anchor) and `b`
 // (shard B); its coordinator, which may die at any point; a reader that meets a lock and
 // recovers the transaction; the coordinator's own recovery when a prepare fails; and copies of
-// either prepare delivered at any time (a retried attempt); and a GC pass on either shard, at
-// any time, whose threshold is above the transaction's start (so it collects what is finished
-// and refuses later prepares). Every interleaving of their steps is run against the real apply
+// either prepare delivered at any time (a retried attempt); and GC on either shard in its two
+// halves, each at any time: its threshold rises above the transaction's start (from then on
+// the shard refuses its prepares), and later its finished records and markers are collected. Every interleaving of their steps is run against the real apply
 // code, each distinct state once; at the end of each, readers recover whatever locks are left,
 // and then: no lock may remain; the transaction must be atomic (both keys written at one
 // timestamp, or neither); a commit the coordinator acknowledged (or learnt from its recovery)
@@ -39,9 +39,12 @@ enum Step {
     /// Another copy of a prepare, delivered now.
     LatePrepareA,
     LatePrepareB,
-    /// A GC pass on a shard, its threshold above the transaction's start (once per shard).
-    GcA,
-    GcB,
+    /// GC on a shard in its two halves, each at any time: the threshold rises above the
+    /// transaction's start (a version GC page), then the finished records below it go.
+    RaiseA,
+    RaiseB,
+    CollectA,
+    CollectB,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -142,7 +145,8 @@ struct Model {
     committed_a: Option<CommandResult>,
     resolved_b: bool,
     finished_a: bool,
-    gc: [bool; 2],
+    /// Per shard: the threshold raised, the records collected.
+    gc: [(bool, bool); 2],
     dead: bool,
     /// The reader's recovery and the coordinator's.
     recoveries: [Recovery; 2],
@@ -200,7 +204,7 @@ impl Model {
             committed_a: None,
             resolved_b: false,
             finished_a: false,
-            gc: [false, false],
+            gc: [(false, false); 2],
             dead: false,
             recoveries: [Recovery::default(), Recovery::default()],
             late: [false, false],
@@ -249,8 +253,10 @@ impl Model {
         when(live && !coordinator_done, Step::Die);
         when(!self.late[0], Step::LatePrepareA);
         when(!self.late[1], Step::LatePrepareB);
-        when(!self.gc[0], Step::GcA);
-        when(!self.gc[1], Step::GcB);
+        when(!self.gc[0].0, Step::RaiseA);
+        when(!self.gc[1].0, Step::RaiseB);
+        when(self.gc[0].0 && !self.gc[0].1, Step::CollectA);
+        when(self.gc[1].0 && !self.gc[1].1, Step::CollectB);
         let locked = Self::has_lock(&self.a) || Self::has_lock(&self.b);
         for s in self.recoveries[0].enabled(locked, self.flaw) {
             steps.push(Step::Recover(false, s));
@@ -335,8 +341,15 @@ impl Model {
                 self.anchor(Decision::Finish);
                 self.finished_a = true;
             }
-            Step::GcA => {
-                if self.flaw == Flaw::EagerGc {
+            Step::RaiseA | Step::RaiseB => {
+                let i = usize::from(step == Step::RaiseB);
+                let shard = if i == 0 { &mut self.a } else { &mut self.b };
+                raise(shard, TXN_TS + 1);
+                self.gc[i].0 = true;
+            }
+            Step::CollectA | Step::CollectB => {
+                let i = usize::from(step == Step::CollectB);
+                if i == 0 && self.flaw == Flaw::EagerGc {
                     let key = keys::txn_key(SHARD, TxnKeyKind::Record, 9, MODEL_TXN);
                     if matches!(record_of(&self.a), Some(TxnStatus::Committed(_))) {
                         let mut batch = meridian_storage::WriteBatch::default();
@@ -344,12 +357,9 @@ impl Model {
                         self.a.engine.write(batch, false).expect("write");
                     }
                 }
-                gc(&mut self.a, TXN_TS + 1);
-                self.gc[0] = true;
-            }
-            Step::GcB => {
-                gc(&mut self.b, TXN_TS + 1);
-                self.gc[1] = true;
+                let shard = if i == 0 { &mut self.a } else { &mut self.b };
+                shard.one(Command::GcRecords { from: None });
+                self.gc[i].1 = true;
             }
         }
         self.records.push(record_of(&self.a));

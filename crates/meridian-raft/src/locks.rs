@@ -53,7 +53,7 @@
 //! coordinator's own second prepare, landing after a recovery committed and resolved the
 //! transaction, would lock again above the commit timestamp, and the coordinator would
 //! acknowledge the commit at a timestamp it did not commit at (the model test in
-//! `apply_2pc_tests` found this). With the marker, that prepare answers the decision.
+//! `apply_2pc_model_tests` found this). With the marker, that prepare answers the decision.
 //!
 //! # Collecting records
 //! Records and markers exist only to turn away late prepares, so they can go once no prepare

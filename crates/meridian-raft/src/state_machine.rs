@@ -33,7 +33,10 @@
 //! RocksDB while it decides, so it must see every entry before it: apply writes the batch
 //! before a GC entry first and starts a new one with it. The threshold lives in the lock
 //! table (readers check it under the same guard as the locks) and in the shard's transaction
-//! region, so it is restored at open and travels with snapshots.
+//! region, so it is restored at open and travels with snapshots. A
+//! [`Command::GcRecords`](crate::types::Command::GcRecords) page (finished transaction records
+//! below the threshold, see `locks`) reads RocksDB the same way and is applied alone in its
+//! batch, so later entries see its deletes.
 //!
 //! # Closed timestamps
 //! A [`Command::Closed`](crate::types::Command::Closed) entry carries its leader's closed
@@ -457,22 +460,35 @@ fn finish_install(inner: &mut Inner, record: SnapshotRecord) -> io::Result<Optio
 }
 
 /// Applies `entries` in order (blocking) and returns each entry's result: as ONE RocksDB batch
-/// with the new applied state, except that a [`Command::Gc`] starts a batch of its own, so
-/// its page reads RocksDB with every earlier entry in it and every replica, however it
-/// groups entries into apply calls, deletes the same versions.
+/// with the new applied state, except that a [`Command::Gc`] or [`Command::GcRecords`] starts
+/// a batch of its own, so its page reads RocksDB with every earlier entry in it and every
+/// replica, however it groups entries into apply calls, deletes the same versions; and a
+/// `GcRecords` page ends its batch too, so what follows reads the records it deleted as gone
+/// (a version GC page need not: what it deletes reads the same to every later command).
 ///
 /// [`Command::Gc`]: crate::types::Command::Gc
+/// [`Command::GcRecords`]: crate::types::Command::GcRecords
 fn apply_entries(inner: &mut Inner, entries: Vec<Entry>) -> io::Result<Vec<CommandResult>> {
     let mut results = Vec::with_capacity(entries.len());
     let mut rest = entries.into_iter().peekable();
     while let Some(first) = rest.next() {
+        // A record GC page is a run of its own: the entries after it must read the records
+        // it deleted as gone (its deletes are only in its batch), on every replica alike.
+        let alone = is_gc_records(&first);
         let mut run = vec![first];
-        while let Some(next) = rest.next_if(|e| !is_gc(e)) {
+        while let Some(next) = rest.next_if(|e| !alone && !is_gc(e)) {
             run.push(next);
         }
         results.extend(apply_run(inner, run)?);
     }
     Ok(results)
+}
+
+fn is_gc_records(entry: &Entry) -> bool {
+    matches!(
+        &entry.payload,
+        EntryPayload::Normal(crate::types::Command::GcRecords { .. })
+    )
 }
 
 fn is_gc(entry: &Entry) -> bool {

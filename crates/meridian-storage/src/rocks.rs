@@ -60,8 +60,9 @@ use std::path::{Path, PathBuf};
 /// no shard id), the shard's transaction region and GC threshold are shard-local keys
 /// (`01 ‖ shard ‖ …`); a version-5 directory's keys all begin with a shard id and would be
 /// misread. 7 = prepared locks keep the transaction's start timestamp, and records and
-/// markers are a `TxnRecord` (status, start timestamp, finished, participants), which a
-/// version-6 build would not decode.
+/// markers are a `TxnRecord` (status, start timestamp, finished, participants), and the Raft
+/// log's `Prepare` and `Resolve` commands carry the start timestamp: a version-6 build would
+/// decode neither.
 pub const STORAGE_FORMAT_VERSION: u32 = 7;
 
 /// Bloom filter bits per key on the point-lookup families.
