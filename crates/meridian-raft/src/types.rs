@@ -577,10 +577,12 @@ pub struct CommandResult {
     /// A write (or a prepare) met another transaction's lock: nothing was written; the
     /// writer should wait for the lock to be resolved (see `locks`).
     pub locked: Option<crate::locks::LockInfo>,
-    /// A [`Command::Resolve`] on the anchor: the record's state after it (`None`: forgotten
-    /// or never written). A [`Command::Prepare`] of a transaction already aborted on its shard
-    /// answers `Some(Aborted)` and locks nothing. A `Prevent` answers `Some(Staging)` with the
-    /// prepare timestamp in `commit_ts` if the shard is prepared, else `Some(Aborted)`.
+    /// A [`Command::Resolve`] on the anchor: the record's state after it (`None`: never
+    /// written; `Some(Forgotten)`: none, and the transaction started below the GC threshold).
+    /// A [`Command::Prepare`] of a transaction already aborted on its shard, or that started
+    /// below its GC threshold, answers `Some(Aborted)` and locks nothing. A `Prevent` answers
+    /// `Some(Staging)` with the prepare timestamp in `commit_ts` if the shard is prepared, else
+    /// `Some(Aborted)`.
     pub status: Option<crate::locks::TxnStatus>,
     /// A [`Command::Resolve`] on the anchor that found the record `Staging`: a key of every
     /// other participant (what the recovery must check); `commit_ts` is then the anchor's
