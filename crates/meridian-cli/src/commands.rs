@@ -381,7 +381,7 @@ impl IsolationArg {
     }
 }
 
-/// `meridian cluster`: inspect the cluster, move a shard's leadership.
+/// `meridian cluster`: inspect the cluster, move a shard's leadership or replicas.
 #[derive(Clone, Debug, clap::Args)]
 pub struct ClusterCommand {
     #[command(flatten)]
@@ -402,6 +402,30 @@ pub enum ClusterOp {
         /// The node that should lead it.
         node: u64,
     },
+    /// Add a replica of SHARD on NODE (a member without one): the stored shard map lists it,
+    /// NODE catches up as a learner (log or snapshot), then it votes. Waits for all of it
+    /// (raise --timeout-ms for a large shard); if cut short, run it again to finish the move.
+    AddReplica {
+        /// The shard's id (`meridian cluster status` lists them).
+        shard: u64,
+        /// The node that should hold the new replica.
+        node: u64,
+    },
+    /// Remove NODE's replica of SHARD: it leaves the shard's Raft group, then the stored map;
+    /// then NODE deletes the replica's data. The last voter cannot be removed.
+    RemoveReplica {
+        /// The shard's id.
+        shard: u64,
+        /// The node whose replica goes.
+        node: u64,
+    },
+    /// Move every replica off NODE (an add-replica elsewhere, then a remove-replica, per
+    /// shard), preferring targets in NODE's region, then regions the shard lacks, then the
+    /// least loaded; then report NODE safe to stop. Run it again to finish an interrupted one.
+    Decommission {
+        /// The node to empty.
+        node: u64,
+    },
 }
 
 impl ClusterCommand {
@@ -419,9 +443,51 @@ impl ClusterCommand {
                     .with_context(|| format!("transferring shard {shard} to node {node}"))?;
                 println!("shard {shard}: node {leader} leads (term {term})");
             }
+            ClusterOp::AddReplica { shard, node } => {
+                let client = self.connect.connect().await?;
+                let done = client
+                    .add_replica(shard, node)
+                    .await
+                    .with_context(|| format!("adding a replica of shard {shard} on node {node}"))?;
+                println!("shard {shard}: {}", render_change(&done));
+            }
+            ClusterOp::RemoveReplica { shard, node } => {
+                let client = self.connect.connect().await?;
+                let done = client
+                    .remove_replica(shard, node)
+                    .await
+                    .with_context(|| format!("removing node {node}'s replica of shard {shard}"))?;
+                println!("shard {shard}: {}", render_change(&done));
+            }
+            ClusterOp::Decommission { node } => {
+                let client = self.connect.connect().await?;
+                let moves = client
+                    .decommission(node, |step| {
+                        println!(
+                            "shard {}: moved node {node}'s replica to node {}: {}",
+                            step.shard,
+                            step.to,
+                            render_change(&step.change)
+                        )
+                    })
+                    .await
+                    .with_context(|| format!("decommissioning node {node}"))?;
+                println!(
+                    "node {node} holds no replicas ({} moved): safe to stop",
+                    moves.len()
+                );
+            }
         }
         Ok(())
     }
+}
+
+/// `voters [1, 2, 4] learners [] (shard map version 3)`.
+fn render_change(done: &meridian_client::ReplicaChange) -> String {
+    format!(
+        "voters {:?} learners {:?} (shard map version {})",
+        done.voters, done.learners, done.map_version
+    )
 }
 
 /// Asks any node for the node list, then every node for its own view, concurrently.

@@ -1,8 +1,36 @@
 //! Operator calls: things a person running the cluster asks for, not a workload.
+//!
+//! Each must reach the shard's leader. They share one loop: find the leader in the cluster's
+//! status (asking the shard's replicas when the answering node hosts none), call it with the rest of the call's deadline, and on a retryable answer (a moved
+//! leader, a target still catching up) ask the status again and retry. Asking again is safe
+//! for all of them: the same request leads to the same end state.
 
 use crate::client::{cluster_client, request, Client, ATTEMPT_GRACE};
 use crate::error::{Error, Result};
-use meridian_proto::kv::TransferLeaderRequest;
+use meridian_proto::kv::cluster_client::ClusterClient;
+use meridian_proto::kv::{ChangeReplicaRequest, ChangeReplicaResponse, TransferLeaderRequest};
+use std::future::Future;
+use std::time::Duration;
+use tonic::transport::Channel;
+
+/// A replica change as the shard's leader saw it when it finished.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReplicaChange {
+    /// The shard map version that records the change.
+    pub map_version: u64,
+    pub voters: Vec<u64>,
+    pub learners: Vec<u64>,
+}
+
+impl From<ChangeReplicaResponse> for ReplicaChange {
+    fn from(r: ChangeReplicaResponse) -> ReplicaChange {
+        ReplicaChange {
+            map_version: r.map_version,
+            voters: r.voters,
+            learners: r.learners,
+        }
+    }
+}
 
 impl Client {
     /// Asks shard `shard`'s leader to hand leadership to node `to` (a voter whose log has caught
@@ -10,6 +38,61 @@ impl Client {
     /// cluster reports it and retries retryable answers (a moved leader, a target still
     /// catching up or that did not take over in time) within the call's deadline.
     pub async fn transfer_leader(&self, shard: u64, to: u64) -> Result<(u64, u64)> {
+        self.leader_call(shard, |mut cluster, timeout| async move {
+            let reply = cluster
+                .transfer_leader(request(
+                    TransferLeaderRequest {
+                        shard_id: shard,
+                        to_node: to,
+                    },
+                    timeout,
+                ))
+                .await?
+                .into_inner();
+            Ok((reply.leader_id, reply.term))
+        })
+        .await
+    }
+
+    /// Adds a replica of `shard` on node `node`: the map lists it, it catches up as a learner,
+    /// then it votes. An UNAVAILABLE answer (still catching up) is retried within the call's
+    /// deadline; a move cut short finishes when asked again.
+    pub async fn add_replica(&self, shard: u64, node: u64) -> Result<ReplicaChange> {
+        self.change_replica(shard, node, true).await
+    }
+
+    /// Removes node `node`'s replica of `shard`: it leaves the group, then the map, then the
+    /// node deletes its data.
+    pub async fn remove_replica(&self, shard: u64, node: u64) -> Result<ReplicaChange> {
+        self.change_replica(shard, node, false).await
+    }
+
+    async fn change_replica(&self, shard: u64, node: u64, add: bool) -> Result<ReplicaChange> {
+        self.leader_call(shard, |mut cluster, timeout| async move {
+            let ask = request(
+                ChangeReplicaRequest {
+                    shard_id: shard,
+                    node_id: node,
+                },
+                timeout,
+            );
+            let reply = if add {
+                cluster.add_replica(ask).await?
+            } else {
+                cluster.remove_replica(ask).await?
+            };
+            Ok(reply.into_inner().into())
+        })
+        .await
+    }
+
+    /// Calls `call` on `shard`'s leader (as the cluster's status names it) with the rest of
+    /// the call's deadline, retrying retryable answers with backoff.
+    async fn leader_call<T, F, Fut>(&self, shard: u64, call: F) -> Result<T>
+    where
+        F: Fn(ClusterClient<Channel>, Duration) -> Fut,
+        Fut: Future<Output = std::result::Result<T, tonic::Status>>,
+    {
         let deadline = self.deadline();
         let mut backoff = self.backoff();
         let mut attempts = 0u32;
@@ -21,31 +104,39 @@ impl Client {
                     message: format!("no shard {shard} in the cluster's map"),
                 });
             };
-            let address = status
-                .nodes
-                .iter()
-                .find(|n| n.node_id == info.leader_id && info.leader_id != 0)
-                .map(|n| n.client_addr.clone());
+            let address_of = |id: u64| {
+                status
+                    .nodes
+                    .iter()
+                    .find(|n| n.node_id == id && id != 0)
+                    .map(|n| n.client_addr.clone())
+            };
+            let mut leader = info.leader_id;
+            // A node without a replica of the shard does not know its leader: ask the replicas.
+            for replica in &info.replicas {
+                if leader != 0 {
+                    break;
+                }
+                let Some(address) = address_of(*replica) else {
+                    continue;
+                };
+                if let Ok(view) = self.node_status(&address).await {
+                    leader = view
+                        .shards
+                        .iter()
+                        .find(|s| s.shard_id == shard)
+                        .map_or(0, |s| s.leader_id);
+                }
+            }
+            let address = address_of(leader);
             let mut last = None;
             if let Some(address) = address {
-                // The server waits up to a few election timeouts: give it the call's time.
+                // The server may wait (a catch-up, an election): give it the call's time.
                 let timeout = deadline.remaining();
-                let mut cluster = cluster_client(self.channel(&address)?);
-                let call = cluster.transfer_leader(request(
-                    TransferLeaderRequest {
-                        shard_id: shard,
-                        to_node: to,
-                    },
-                    timeout,
-                ));
-                match tokio::time::timeout(timeout + ATTEMPT_GRACE, call).await {
-                    Ok(Ok(reply)) => {
-                        let reply = reply.into_inner();
-                        return Ok((reply.leader_id, reply.term));
-                    }
+                let cluster = cluster_client(self.channel(&address)?);
+                match tokio::time::timeout(timeout + ATTEMPT_GRACE, call(cluster, timeout)).await {
+                    Ok(Ok(value)) => return Ok(value),
                     Ok(Err(status)) => {
-                        // Asking again is safe (the same request, the same end state): a
-                        // moved leader or a target still catching up is retried.
                         let error = Error::from_status(&status, &address);
                         if !error.is_retryable() {
                             return Err(error);

@@ -82,6 +82,7 @@ mod backoff;
 pub mod cas;
 pub mod client;
 pub mod config;
+pub mod decommission;
 pub mod error;
 mod locks;
 mod multi;
@@ -95,6 +96,7 @@ mod txn_recover;
 mod validate;
 mod write_retry;
 
+pub use admin::ReplicaChange;
 pub use cas::{CasOutcome, Expect};
 pub use client::{fetch_status, Client, KeyValue, Versioned};
 pub use config::{ClientConfig, ReadConsistency};

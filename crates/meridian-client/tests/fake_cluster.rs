@@ -366,6 +366,34 @@ async fn transfer_leader_asks_the_shards_leader() {
     assert!(fake.served().is_empty());
 }
 
+/// Replica moves go to the shard's leader as the cluster reports it, like leader transfers,
+/// and return the group the leader answered with.
+#[tokio::test]
+async fn replica_moves_ask_the_shards_leader() {
+    let fake = Fake::start(&["h", "p"]).await;
+    let client = fake
+        .client(vec![fake.address(1)], Duration::from_secs(5))
+        .await;
+    fake.set_leader(2, 3);
+    fake.served();
+    let added = client.add_replica(2, 4).await.unwrap();
+    assert!(added.voters.contains(&4), "{added:?}");
+    assert_eq!(
+        fake.served(),
+        vec![(3, "add_replica")],
+        "only its leader was asked"
+    );
+    let removed = client.remove_replica(2, 4).await.unwrap();
+    assert!(!removed.voters.contains(&4), "{removed:?}");
+    assert_eq!(fake.served(), vec![(3, "remove_replica")]);
+    let error = client.add_replica(9, 4).await.unwrap_err();
+    assert!(
+        matches!(&error, Error::InvalidArgument { message } if message.contains("no shard 9")),
+        "{error}"
+    );
+    assert!(fake.served().is_empty());
+}
+
 /// A stale read goes to the replica in the client's region, which serves it; when that
 /// replica cannot (NOT_LEADER), the call falls back to the leader. Without a region, or with
 /// a linearizable read, it goes to the leader.

@@ -3,8 +3,8 @@
 //!
 //! One [`MultiRaft`] per node owns the shared pieces — the RocksDB engine, the group-commit
 //! [`LogWriter`], the peer channel pool and the HLC — and one openraft `Raft` per shard replica.
-//! Shards are added at startup (the founding shard map); adding them later (splits, rebalancing)
-//! uses the same `open_shard`.
+//! Shards are added at startup (the shard map) or later (a replica move) with `open_shard`, and
+//! removed with `retire_shard` (see `retire`).
 
 use crate::log_store::LogStore;
 use crate::log_writer::LogWriter;
@@ -68,7 +68,13 @@ pub struct MultiRaft {
     pub transport_stats: TransportStats,
     /// Votes are refused until this instant (see [`MultiRaft::refuses_votes`]).
     votes_from: std::time::Instant,
+    /// What a peer's shard map record is handed to (the server's `membership`); set once.
+    map_listener: std::sync::OnceLock<MapListener>,
 }
+
+/// Takes a shard map record a peer sent; answers the version the node routes by afterwards.
+pub type MapListener =
+    Arc<dyn Fn(Vec<u8>) -> futures::future::BoxFuture<'static, Result<u64, String>> + Send + Sync>;
 
 impl MultiRaft {
     pub fn new(
@@ -102,7 +108,13 @@ impl MultiRaft {
             shards: RwLock::new(BTreeMap::new()),
             transport_stats: TransportStats::default(),
             votes_from: std::time::Instant::now() + vote_quarantine,
+            map_listener: std::sync::OnceLock::new(),
         }))
+    }
+
+    /// Hands peers' shard map records to `listener` from now on (once; later calls are ignored).
+    pub fn set_map_listener(&self, listener: MapListener) {
+        let _ = self.map_listener.set(listener);
     }
 
     /// Whether this node still refuses (pre-)votes because it started recently.
@@ -176,6 +188,14 @@ impl MultiRaft {
             .expect("shard table lock poisoned")
             .get(&shard)
             .cloned()
+    }
+
+    /// Takes `shard`'s replica out of the table (peer messages for it are refused from now on).
+    pub(crate) fn remove_replica(&self, shard: ShardId) -> Option<Arc<ShardReplica>> {
+        self.shards
+            .write()
+            .expect("shard table lock poisoned")
+            .remove(&shard)
     }
 
     pub fn replicas(&self) -> Vec<Arc<ShardReplica>> {
@@ -547,6 +567,24 @@ impl RaftTransport for TransportService {
     /// Liveness, and this node's physical clock for the pinger's offset measurement. No HLC
     /// either way, nothing admitted nor merged, the pinger not marked seen (see `clock_fence`):
     /// a ping must measure exactly the clocks that HLC admission refuses.
+    /// A peer's new shard map record (see `PeerPool::push_shard_map`): node-level admission,
+    /// then the listener decides.
+    async fn shard_map(
+        &self,
+        request: Request<RaftRequest>,
+    ) -> Result<Response<RaftReply>, Status> {
+        self.host.transport_stats.received(PeerMessage::ShardMap);
+        let req = request.into_inner();
+        self.admit_node(req.hlc, req.from_node)?;
+        let listener = self
+            .host
+            .map_listener
+            .get()
+            .cloned()
+            .ok_or_else(|| Status::unavailable("this node is still starting"))?;
+        self.reply(listener(req.payload.to_vec()).await)
+    }
+
     async fn ping(&self, _request: Request<RaftRequest>) -> Result<Response<RaftReply>, Status> {
         self.host.transport_stats.received(PeerMessage::Ping);
         let payload = codec::encode(&Ok::<u64, String>(self.host.clock.physical_now().0))

@@ -50,6 +50,7 @@ pub mod log_writer;
 pub mod network;
 pub mod quiesce;
 pub mod resolutions;
+mod retire;
 pub mod span_check;
 pub mod state_machine;
 pub mod transport_stats;

@@ -236,6 +236,7 @@ impl PeerPool {
             "ping" => client.ping(request).await,
             "wake" => client.wake(request).await,
             "close_timestamps" => client.close_timestamps(request).await,
+            "shard_map" => client.shard_map(request).await,
             _ => client.quiesce(request).await,
         }
         .map_err(|s| s.message().to_string())?
@@ -271,6 +272,12 @@ impl PeerPool {
     /// Asks the leader at `addr` to wake `shard`.
     pub async fn wake(&self, addr: &str, shard: ShardId) -> Result<(), String> {
         self.node_call(addr, "wake", shard.0, Vec::new()).await
+    }
+
+    /// Sends the stored shard map's record to the node at `addr` (see `MultiRaft::on_shard_map`);
+    /// the version it routes by afterwards.
+    pub async fn push_shard_map(&self, addr: &str, record: &[u8]) -> Result<u64, String> {
+        self.node_call(addr, "shard_map", 0, record.to_vec()).await
     }
 
     /// Sends one side-channel round (see `closed_ts_channel`) to the node at `addr`; the

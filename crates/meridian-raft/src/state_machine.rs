@@ -400,7 +400,7 @@ async fn write_marker(inner: &Inner, record: &SnapshotRecord) -> io::Result<()> 
 
 /// The two `Cf::Data` ranges a snapshot of the shard holds, ascending: its shard-local keys
 /// (transaction region, GC threshold) and its span's MVCC data.
-fn snapshot_ranges(shard: ShardId, span: &Span) -> [(Vec<u8>, Vec<u8>); 2] {
+pub(crate) fn snapshot_ranges(shard: ShardId, span: &Span) -> [(Vec<u8>, Vec<u8>); 2] {
     [keys::shard_local_range(shard), span.data_range()]
 }
 

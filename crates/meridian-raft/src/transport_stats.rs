@@ -21,10 +21,11 @@ pub enum PeerMessage {
     Ping,
     SnapshotChunk,
     CloseTimestamps,
+    ShardMap,
 }
 
 impl PeerMessage {
-    pub const ALL: [PeerMessage; 11] = [
+    pub const ALL: [PeerMessage; 12] = [
         PeerMessage::Append,
         PeerMessage::StreamedAppend,
         PeerMessage::Vote,
@@ -36,6 +37,7 @@ impl PeerMessage {
         PeerMessage::Ping,
         PeerMessage::SnapshotChunk,
         PeerMessage::CloseTimestamps,
+        PeerMessage::ShardMap,
     ];
 
     /// The label value in the metrics (`type="…"`).
@@ -52,6 +54,7 @@ impl PeerMessage {
             PeerMessage::Ping => "ping",
             PeerMessage::SnapshotChunk => "snapshot_chunk",
             PeerMessage::CloseTimestamps => "close_timestamps",
+            PeerMessage::ShardMap => "shard_map",
         }
     }
 

@@ -1,6 +1,6 @@
 //! The public `Cluster` service: nodes, shards, leaders, terms, applied index and lag, as this
-//! node sees them (clients use it as their shard map); and an operator's leader transfer
-//! (see `transfer`).
+//! node sees them (clients use it as their shard map); an operator's leader transfer
+//! (see `transfer`) and replica moves (see `membership`).
 
 use crate::node::Node;
 use bytes::Bytes;
@@ -38,7 +38,8 @@ impl Cluster for ClusterService {
         let node = &self.node;
         let me = node.config.node_id;
         let mut shards = Vec::new();
-        for desc in node.shard_map.all() {
+        let map = node.map();
+        for desc in map.all() {
             let mut info = ShardInfo {
                 shard_id: desc.id.0,
                 start: Bytes::from(desc.start.clone()),
@@ -93,7 +94,7 @@ impl Cluster for ClusterService {
         Ok(Response::new(StatusResponse {
             cluster_id: node.cluster_id.clone(),
             answering_node: me,
-            shard_map_version: node.shard_map.version,
+            shard_map_version: map.version,
             nodes,
             shards,
             hlc_now: node.clock.now().0,
@@ -117,5 +118,34 @@ impl Cluster for ClusterService {
             crate::transfer::transfer_leader(&self.node, ShardId(req.shard_id), req.to_node)
                 .await?;
         Ok(Response::new(TransferLeaderResponse { leader_id, term }))
+    }
+
+    async fn add_replica(
+        &self,
+        request: Request<ChangeReplicaRequest>,
+    ) -> Result<Response<ChangeReplicaResponse>, Status> {
+        let req = request.into_inner();
+        let done =
+            crate::membership::add_replica(&self.node, ShardId(req.shard_id), req.node_id).await?;
+        Ok(Response::new(change_response(done)))
+    }
+
+    async fn remove_replica(
+        &self,
+        request: Request<ChangeReplicaRequest>,
+    ) -> Result<Response<ChangeReplicaResponse>, Status> {
+        let req = request.into_inner();
+        let done =
+            crate::membership::remove_replica(&self.node, ShardId(req.shard_id), req.node_id)
+                .await?;
+        Ok(Response::new(change_response(done)))
+    }
+}
+
+fn change_response(done: crate::membership::Outcome) -> ChangeReplicaResponse {
+    ChangeReplicaResponse {
+        map_version: done.map_version,
+        voters: done.voters,
+        learners: done.learners,
     }
 }

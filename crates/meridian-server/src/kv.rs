@@ -91,7 +91,7 @@ pub struct KvService {
 
 impl KvService {
     pub fn new(node: Arc<Node>) -> KvService {
-        let permits = MAX_INFLIGHT_PROPOSALS_PER_SHARD * node.shard_map.data.len().max(1);
+        let permits = MAX_INFLIGHT_PROPOSALS_PER_SHARD * node.map().data.len().max(1);
         let lease_read_window = lease_read_window(node.config.raft.election_timeout_max_ms);
         KvService {
             node,
@@ -156,9 +156,10 @@ fn one_shard<'a>(
     keys: impl Iterator<Item = &'a [u8]>,
     route: Option<&Route>,
 ) -> Result<ShardId> {
+    let map = node.map();
     let mut shard: Option<&ShardDescriptor> = None;
     for key in keys {
-        let s = node.shard_map.lookup(key);
+        let s = map.lookup(key);
         match shard {
             None => shard = Some(s),
             Some(prev) if prev.id != s.id => {
@@ -188,7 +189,7 @@ impl Kv for KvService {
             return Ok(Response::new(self.stale_get(req, mode).await?));
         }
         let (desc, replica) = self.node.route(&req.key)?;
-        check_route(desc, req.route.as_ref())?;
+        check_route(&desc, req.route.as_ref())?;
         let shard = desc.id;
         let t0 = std::time::Instant::now();
         let read_ts = self.linearize(shard, &replica, req.consistency).await?;
@@ -221,7 +222,7 @@ impl Kv for KvService {
         check_key(&req.key, "key")?;
         check_value(&req.value)?;
         let (desc, replica) = self.node.route(&req.key)?;
-        check_route(desc, req.route.as_ref())?;
+        check_route(&desc, req.route.as_ref())?;
         let shard = desc.id;
         let cmd = Command::Write {
             ts: 0,
@@ -244,7 +245,7 @@ impl Kv for KvService {
         let req = request.into_inner();
         check_key(&req.key, "key")?;
         let (desc, replica) = self.node.route(&req.key)?;
-        check_route(desc, req.route.as_ref())?;
+        check_route(&desc, req.route.as_ref())?;
         let shard = desc.id;
         let cmd = Command::Write {
             ts: 0,
@@ -266,10 +267,11 @@ impl Kv for KvService {
         let _permit = self.admit(&request).await?;
         let req = request.into_inner();
         check_scan(&req)?;
+        let map = self.node.map();
         let desc = if req.reverse {
-            self.node.shard_map.lookup_before(&req.end)
+            map.lookup_before(&req.end)
         } else {
-            self.node.shard_map.lookup(&req.start)
+            map.lookup(&req.start)
         };
         check_route(desc, req.route.as_ref())?;
         let shard = desc.id;
@@ -512,7 +514,7 @@ impl Kv for KvService {
         let (key, route) = (req.key.clone(), req.route);
         let cmd = cas_command(req, 0)?;
         let (desc, replica) = self.node.route(&key)?;
-        check_route(desc, route.as_ref())?;
+        check_route(&desc, route.as_ref())?;
         let shard = desc.id;
         let result = self
             .propose_for_result(shard, &replica, cmd, permit)
@@ -536,7 +538,7 @@ impl Kv for KvService {
         request: Request<CommitRequest>,
     ) -> std::result::Result<Response<CommitResponse>, Status> {
         let permit = self.admit(&request).await?;
-        let txn = TxnCommit::parse(request.into_inner(), &self.node.shard_map)?;
+        let txn = TxnCommit::parse(request.into_inner(), &self.node.map())?;
         Ok(Response::new(self.commit_txn(txn, permit).await?))
     }
 

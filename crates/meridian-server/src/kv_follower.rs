@@ -283,7 +283,8 @@ impl KvService {
     }
 
     pub(crate) async fn stale_get(&self, req: GetRequest, mode: StaleMode) -> Result<GetResponse> {
-        let desc = self.node.shard_map.lookup(&req.key);
+        let map = self.node.map();
+        let desc = map.lookup(&req.key);
         crate::kv_check::check_route(desc, req.route.as_ref())?;
         let shard = desc.id;
         let replica = self.stale_replica(shard)?;

@@ -281,14 +281,14 @@ impl KvService {
             ));
         }
         let (desc, replica) = self.node.route(&req.key)?;
-        check_route(desc, req.route.as_ref())?;
+        check_route(&desc, req.route.as_ref())?;
         if req.anchor {
             // `key` must be the anchor key: a record decided on another shard would let a
             // transaction commit on one shard and abort on another.
             let table = replica.sm.locks();
             let table = table.read().unwrap_or_else(|p| p.into_inner());
             if let Some(locks) = table.get(&txn) {
-                if self.node.shard_map.lookup(&locks.anchor).id != desc.id {
+                if self.node.map().lookup(&locks.anchor).id != desc.id {
                     return Err(invalid(
                         "anchor is set but the key's shard is not the transaction's anchor shard",
                     ));

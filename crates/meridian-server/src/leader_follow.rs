@@ -38,7 +38,7 @@ struct Led {
 
 /// Starts the loop when some shard has a home; it ends when the node is dropped.
 pub(crate) fn spawn(node: &Arc<Node>) {
-    if !node.shard_map.data.iter().any(|s| s.home.is_some()) {
+    if !node.map().data.iter().any(|s| s.home.is_some()) {
         return;
     }
     let period = Duration::from_millis(node.config.raft.election_timeout_max_ms);
@@ -56,7 +56,7 @@ pub(crate) fn spawn(node: &Arc<Node>) {
 /// One round over the homed shards.
 async fn step(node: &Node, led: &mut HashMap<ShardId, Led>, period: Duration) {
     let me = node.config.node_id;
-    for desc in &node.shard_map.data {
+    for desc in &node.map().data {
         let Some(home) = desc.home.as_deref() else {
             continue;
         };

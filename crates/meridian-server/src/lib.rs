@@ -37,6 +37,7 @@ mod kv_read;
 pub mod kv_snapshot;
 pub mod kv_txn;
 mod leader_follow;
+pub mod membership;
 pub mod metrics;
 pub mod node;
 pub mod shard_map;

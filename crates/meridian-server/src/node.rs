@@ -59,12 +59,18 @@ pub struct Node {
     pub engine: Arc<RocksEngine>,
     pub host: Arc<MultiRaft>,
     pub clock: Arc<Clock>,
-    pub shard_map: Arc<ShardMap>,
-    /// `shard_map` as the metadata shard stores it (`shard_map_store`), encoded once at start.
+    /// The map this node routes by and hosts replicas of: the founding map, or a newer one the
+    /// cluster stored since (replica moves, see `membership`).
+    pub(crate) shard_map: crate::shard_map::MapCell,
+    /// The founding map (version 1), computed from the configuration.
+    pub(crate) founding: Arc<ShardMap>,
+    /// `founding` as the metadata shard stores it (`shard_map_store`), encoded once at start.
     shard_map_record: Bytes,
     /// No timestamp at or above the last persisted HLC ceiling is handed out (`hlc_ceiling`).
     pub ceiling: Arc<crate::hlc_ceiling::CeilingGate>,
     registry_cache: RwLock<HashMap<NodeId, NodeRecord>>,
+    /// Held while adopting a shard map, so replicas open and retire one map at a time.
+    pub(crate) reconciling: tokio::sync::Mutex<()>,
     /// Persists the HLC ceiling (see `hlc_ceiling`); aborted on shutdown.
     ceiling_keeper: tokio::task::JoinHandle<()>,
 }
@@ -149,7 +155,7 @@ impl Node {
             .iter()
             .map(|s| s.as_bytes().to_vec())
             .collect();
-        let shard_map = Arc::new(
+        let founding = Arc::new(
             ShardMap::founding(
                 &config.initial_cluster,
                 config.cluster.replication_factor as usize,
@@ -158,7 +164,7 @@ impl Node {
             )
             .with_homes(&config.home_regions, &config.initial_cluster),
         );
-        let id = cluster_id(&config.initial_cluster, &shard_map);
+        let id = cluster_id(&config.initial_cluster, &founding);
         match engine.read_cluster_id()? {
             None => engine.write_cluster_id(&id)?,
             Some(existing) if existing == id => {}
@@ -172,11 +178,14 @@ impl Node {
         // The map the cluster agreed on wins over this node's configuration (see
         // `shard_map_store`): a node whose configuration gives another map does not start.
         let shard_map_record =
-            crate::shard_map_store::encode(&shard_map).map_err(|e| anyhow::anyhow!(e))?;
+            crate::shard_map_store::encode(&founding).map_err(|e| anyhow::anyhow!(e))?;
         let stored =
             crate::shard_map_store::read_local(&*engine).map_err(|e| anyhow::anyhow!(e))?;
+        // The newest map this node knows: its metadata replica's, the one it adopted last
+        // (a node without a metadata replica, see `membership`), or the founding one.
+        let mut current = (*founding).clone();
         if let Some(stored) = stored {
-            if let Some(diff) = crate::shard_map_store::difference(&stored, &shard_map) {
+            if let Some(diff) = crate::shard_map_store::founding_difference(&stored, &founding) {
                 anyhow::bail!(
                     "the shard map stored in the metadata shard (version {}) differs from the one \
                      this node's configuration gives: {diff}; start the node with the \
@@ -187,6 +196,22 @@ impl Node {
             tracing::info!(
                 version = stored.version,
                 "the stored shard map matches this node's"
+            );
+            if stored.version > current.version {
+                current = stored;
+            }
+        }
+        if let Some(cached) =
+            crate::membership::read_cached(&*engine).map_err(|e| anyhow::anyhow!(e))?
+        {
+            if cached.version > current.version && cached.same_layout(&founding) {
+                current = cached;
+            }
+        }
+        if current.version > 1 {
+            tracing::info!(
+                version = current.version,
+                "hosting the replicas of a changed shard map"
             );
         }
 
@@ -229,14 +254,24 @@ impl Node {
             engine,
             host,
             clock,
-            shard_map,
+            shard_map: crate::shard_map::MapCell::new(current),
+            founding,
             shard_map_record,
             ceiling,
             registry_cache: RwLock::new(HashMap::new()),
+            reconciling: tokio::sync::Mutex::new(()),
             config,
             ceiling_keeper,
         });
         node.open_and_bootstrap().await?;
+        let weak = Arc::downgrade(&node);
+        node.host.set_map_listener(Arc::new(move |raw: Vec<u8>| {
+            let weak = weak.clone();
+            Box::pin(async move {
+                let node = weak.upgrade().ok_or("the node is stopping")?;
+                crate::membership::on_pushed(&node, &raw).await
+            })
+        }));
         let peers: Vec<(NodeId, String)> = node
             .config
             .initial_cluster
@@ -265,10 +300,20 @@ impl Node {
             .collect()
     }
 
+    /// The shard map this node routes by now.
+    pub fn map(&self) -> Arc<ShardMap> {
+        self.shard_map.get()
+    }
+
+    pub(crate) fn member(&self, id: NodeId) -> Option<&Member> {
+        self.config.initial_cluster.iter().find(|m| m.node_id == id)
+    }
+
     async fn open_and_bootstrap(&self) -> anyhow::Result<()> {
         let me = self.config.node_id;
         let all = self.members();
-        for desc in self.shard_map.all() {
+        let map = self.map();
+        for desc in map.all() {
             if !desc.replicas.contains(&me) {
                 continue;
             }
@@ -277,6 +322,12 @@ impl Node {
                 .open_shard(desc.id, desc.span())
                 .await
                 .map_err(|e| anyhow::anyhow!(e))?;
+            // Only founding replicas may form a group. Once the map changed, every group has
+            // formed; a replica added since (empty until its leader sends it the log or a
+            // snapshot) must never initialize one of its own.
+            if map.version != 1 {
+                continue;
+            }
             let members: BTreeMap<NodeId, BasicNode> = desc
                 .replicas
                 .iter()
@@ -365,22 +416,26 @@ impl Node {
                 Ok(result) => match result.mismatch {
                     None if result.rejected.is_none() => {
                         tracing::info!(
-                            version = self.shard_map.version,
+                            version = self.founding.version,
                             "stored the founding shard map in the metadata group"
                         );
                         return;
                     }
-                    Some(Some((_, stored))) => {
-                        let diff = crate::shard_map_store::decode(&stored).map(|stored| {
-                            crate::shard_map_store::difference(&stored, &self.shard_map)
+                    Some(Some((_, raw))) => {
+                        let stored = crate::shard_map_store::decode(&raw);
+                        let diff = stored.as_ref().map(|stored| {
+                            crate::shard_map_store::founding_difference(stored, &self.founding)
                         });
                         match diff {
                             Ok(None) => {
                                 tracing::info!("the stored shard map matches this node's");
+                                if let Ok(stored) = stored {
+                                    crate::membership::adopt(self, stored).await;
+                                }
                                 return;
                             }
                             Ok(Some(diff)) => map_mismatch(&diff),
-                            Err(e) => map_mismatch(&e),
+                            Err(e) => map_mismatch(e),
                         }
                     }
                     _ => tracing::warn!(?result, "unexpected answer storing the shard map"),
@@ -414,24 +469,24 @@ impl Node {
                     .map_err(|e| e.to_string());
             }
         }
-        let desc = self.shard_map.get(shard).ok_or("unknown shard")?;
+        let replicas = self
+            .map()
+            .get(shard)
+            .ok_or("unknown shard")?
+            .replicas
+            .clone();
         let leader = match self.host.get(shard) {
             Some(r) => r.raft.current_leader().await,
             None => None,
         };
         let targets: Vec<NodeId> = match leader {
             Some(l) => vec![l],
-            None => desc.replicas.clone(),
+            None => replicas,
         };
         let payload = codec::encode(&cmd).map_err(|e| e.to_string())?;
         let mut last_err = String::from("no replica reachable");
         for target in targets.into_iter().filter(|t| *t != self.config.node_id) {
-            let Some(member) = self
-                .config
-                .initial_cluster
-                .iter()
-                .find(|m| m.node_id == target)
-            else {
+            let Some(member) = self.member(target) else {
                 continue;
             };
             let mut client = self.host.pool.client(&member.peer_addr.to_string())?;
@@ -475,9 +530,10 @@ impl Node {
     }
 
     /// The data shard owning `key` and this node's replica of it.
-    pub fn route(&self, key: &[u8]) -> Result<(&ShardDescriptor, Arc<ShardReplica>)> {
-        let desc = self.shard_map.lookup(key);
-        Ok((desc, self.replica(desc.id)?))
+    pub fn route(&self, key: &[u8]) -> Result<(ShardDescriptor, Arc<ShardReplica>)> {
+        let desc = self.map().lookup(key).clone();
+        let replica = self.replica(desc.id)?;
+        Ok((desc, replica))
     }
 
     /// Registered nodes, read from the local metadata replica (falls back to the founding list

@@ -222,6 +222,77 @@ impl ShardMap {
     pub fn all(&self) -> impl Iterator<Item = &ShardDescriptor> {
         std::iter::once(&self.meta).chain(self.data.iter())
     }
+
+    fn get_mut(&mut self, id: ShardId) -> Option<&mut ShardDescriptor> {
+        if id == ShardId::META {
+            return Some(&mut self.meta);
+        }
+        self.data.iter_mut().find(|s| s.id == id)
+    }
+
+    /// The next version of this map, with `node` listed among `shard`'s replicas (appended:
+    /// the order of the others, which places the home region's first, is kept). `None` if it
+    /// is listed already or the shard does not exist.
+    pub fn with_replica_added(&self, shard: ShardId, node: NodeId) -> Option<ShardMap> {
+        let mut next = self.clone();
+        let desc = next.get_mut(shard)?;
+        if desc.replicas.contains(&node) {
+            return None;
+        }
+        desc.replicas.push(node);
+        next.version += 1;
+        Some(next)
+    }
+
+    /// The next version of this map, without `node` among `shard`'s replicas. `None` if it is
+    /// not listed or the shard does not exist.
+    pub fn with_replica_removed(&self, shard: ShardId, node: NodeId) -> Option<ShardMap> {
+        let mut next = self.clone();
+        let desc = next.get_mut(shard)?;
+        let at = desc.replicas.iter().position(|id| *id == node)?;
+        desc.replicas.remove(at);
+        next.version += 1;
+        Some(next)
+    }
+
+    /// Whether `other` has the same shards with the same ranges, homes and generations: it
+    /// differs from this map in replica lists (and version) only.
+    pub fn same_layout(&self, other: &ShardMap) -> bool {
+        let layout = |d: &ShardDescriptor| {
+            (
+                d.id,
+                d.start.clone(),
+                d.end.clone(),
+                d.home.clone(),
+                d.generation,
+            )
+        };
+        self.data.len() == other.data.len() && self.all().map(layout).eq(other.all().map(layout))
+    }
+}
+
+/// The map a node routes by and hosts replicas of: replaced whole when a newer version is
+/// adopted (a replica move), read as one consistent `Arc` by each request.
+pub struct MapCell(std::sync::RwLock<std::sync::Arc<ShardMap>>);
+
+impl MapCell {
+    pub fn new(map: ShardMap) -> MapCell {
+        MapCell(std::sync::RwLock::new(std::sync::Arc::new(map)))
+    }
+
+    pub fn get(&self) -> std::sync::Arc<ShardMap> {
+        self.0.read().expect("shard map lock poisoned").clone()
+    }
+
+    /// Replaces the map with `next` if it is newer; returns whether it did.
+    pub fn adopt(&self, next: ShardMap) -> bool {
+        let mut cur = self.0.write().expect("shard map lock poisoned");
+        if next.version <= cur.version {
+            return false;
+        }
+        *cur = std::sync::Arc::new(next);
+        true
+    }
 }
 
 #[cfg(test)]
@@ -235,6 +306,75 @@ mod tests {
             region: region.into(),
             zone: zone.into(),
         }
+    }
+
+    #[test]
+    fn replica_edits_bump_the_version_and_keep_the_layout() {
+        let members: Vec<Member> = (1..=4).map(|i| member(i, &format!("r{i}"), "z")).collect();
+        let map = ShardMap::founding(&members, 3, &[], 4);
+        let shard = map
+            .data
+            .iter()
+            .find(|s| !s.replicas.contains(&4))
+            .unwrap()
+            .clone();
+        let added = map
+            .with_replica_added(shard.id, 4)
+            .expect("4 is not a replica yet");
+        assert_eq!(added.version, 2);
+        let now = added.get(shard.id).unwrap();
+        assert_eq!(
+            now.replicas[..3],
+            shard.replicas[..],
+            "others keep their order"
+        );
+        assert_eq!(now.replicas[3], 4);
+        assert!(added.same_layout(&map));
+        assert!(
+            added.with_replica_added(shard.id, 4).is_none(),
+            "listed already"
+        );
+        let removed = added
+            .with_replica_removed(shard.id, shard.replicas[0])
+            .unwrap();
+        assert_eq!(removed.version, 3);
+        assert!(!removed
+            .get(shard.id)
+            .unwrap()
+            .replicas
+            .contains(&shard.replicas[0]));
+        assert!(removed
+            .with_replica_removed(shard.id, shard.replicas[0])
+            .is_none());
+        assert!(
+            map.with_replica_added(ShardId(999), 4).is_none(),
+            "no such shard"
+        );
+        let meta = map.with_replica_added(ShardId::META, 4);
+        assert!(meta.is_some() != map.meta.replicas.contains(&4));
+        let other = ShardMap::founding(&members, 3, &[], 5);
+        assert!(!other.same_layout(&map));
+    }
+
+    #[test]
+    fn the_cell_adopts_only_newer_maps() {
+        let members: Vec<Member> = (1..=3).map(|i| member(i, "a", "z")).collect();
+        let map = ShardMap::founding(&members, 2, &[], 2);
+        let cell = MapCell::new(map.clone());
+        let shard = map.data[0].id;
+        let out = *map
+            .get(shard)
+            .unwrap()
+            .replicas
+            .iter()
+            .find(|n| **n != 1)
+            .unwrap_or(&2);
+        let v2 = map.with_replica_removed(shard, out).unwrap();
+        assert!(!cell.adopt(map.clone()), "same version");
+        assert!(cell.adopt(v2.clone()));
+        assert_eq!(cell.get().version, 2);
+        assert!(!cell.adopt(map), "older");
+        assert_eq!(*cell.get(), v2);
     }
 
     #[test]

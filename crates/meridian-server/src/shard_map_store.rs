@@ -7,12 +7,16 @@
 //! the map the cluster agreed on is stored, once, in the metadata shard under
 //! [`SHARD_MAP_KEY`] (in the system keyspace, out of reach of user keys):
 //!
-//! - **Written once.** Every node proposes its founding map as a compare-and-swap that
+//! - **Founded once.** Every node proposes its founding map as a compare-and-swap that
 //!   succeeds only while the key is absent; the first one applied wins and every later one
 //!   is a mismatch that returns the stored map, which that node compares with its own.
+//! - **Changed by compare-and-swap.** A replica move (`membership`) writes the next version
+//!   only if the stored record is still the one it started from, so two moves at once never
+//!   lose one another; the loser re-reads and tries again.
 //! - **Read at start.** A node holding a replica of the metadata shard reads the stored map
-//!   from its local replica before it opens any shard, and refuses to start if it differs
-//!   from the map its configuration gives (naming the first difference). A node without a
+//!   from its local replica before it opens any shard, and refuses to start if its layout
+//!   differs from the map its configuration gives (naming the first difference; see
+//!   [`founding_difference`]). A node without a
 //!   replica (more nodes than the replication factor) learns the stored map from its
 //!   registration's compare-and-swap, and a node whose map differs then stops (exit status
 //!   [`EXIT_MAP_MISMATCH`]) instead of serving a layout nobody else has.
@@ -23,12 +27,14 @@
 //! # Invariants
 //! - The record is exact: keys are stored as bytes, not as text, and decoding rejects trailing
 //!   bytes.
-//! - The record is never overwritten: only an absent key is written.
+//! - The record is only ever replaced by its next version, by compare-and-swap on its bytes.
 //!
 //! # Not done yet
-//! - No split, merge or replica move changes the map, so it stays at version 1 and the
-//!   generations at 1; a node reads it at start only (a map change would also have to change
-//!   the spans of the replicas it hosts).
+//! - No split or merge changes the map, so ranges and generations stay as founded; only
+//!   replica lists change (and the version with them).
+//! - Once the replica lists changed, a restarted node's configuration is checked against the
+//!   stored layout (ranges, homes) but no longer against its replica lists, so a changed
+//!   `replication_factor` in one node's configuration goes unnoticed.
 //! - A node without a metadata replica cannot read the map before it starts serving; it
 //!   checks it as soon as its registration is applied (normally within a second).
 
@@ -128,6 +134,15 @@ pub fn read_local(engine: &dyn Engine) -> Result<Option<ShardMap>, String> {
     }
 }
 
+/// `None` if the stored map is `founding` or a later version of it (replica lists changed by
+/// moves, the layout the same), else the first difference, for an error message.
+pub fn founding_difference(stored: &ShardMap, founding: &ShardMap) -> Option<String> {
+    if stored.version > founding.version && stored.same_layout(founding) {
+        return None;
+    }
+    difference(stored, founding)
+}
+
 /// `None` if `ours` is the stored map, else the first difference, for an error message.
 pub fn difference(stored: &ShardMap, ours: &ShardMap) -> Option<String> {
     if stored == ours {
@@ -190,7 +205,19 @@ mod tests {
             why.contains("shard s0") && why.contains("replicas: [1, 2]"),
             "{why}"
         );
+        let moved = stored.with_replica_removed(stored.data[0].id, 1).unwrap();
+        assert_eq!(
+            founding_difference(&moved, &stored),
+            None,
+            "a later version"
+        );
         let other_splits = ShardMap::founding(&members(), 3, &[], 4);
+        let mut moved_other = other_splits.clone();
+        moved_other.version = 2;
+        assert!(
+            founding_difference(&moved_other, &stored).is_some(),
+            "another layout"
+        );
         assert!(difference(&stored, &other_splits)
             .unwrap()
             .contains("data shards"));

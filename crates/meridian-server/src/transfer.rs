@@ -23,7 +23,7 @@ pub const TRANSFER_WAIT_FACTOR: u32 = 3;
 /// Hands `shard`'s leadership to `to`; returns the (leader, term) seen at the end.
 pub async fn transfer_leader(node: &Node, shard: ShardId, to: NodeId) -> Result<(NodeId, u64)> {
     let me = node.config.node_id;
-    if node.shard_map.get(shard).is_none() {
+    if node.map().get(shard).is_none() {
         return Err(ServerError::InvalidArgument(format!("no shard {shard}")));
     }
     let replica = node.host.get(shard).ok_or_else(|| {

@@ -92,6 +92,10 @@ pub const CLUSTER_ID_KEY: &[u8] = b"\xff\xff\xff\xff\xff\xff\xff\xffcluster_id";
 /// epoch): no timestamp this node issued is above it (see `meridian-server`'s `hlc_ceiling`).
 pub const HLC_CEILING_KEY: &[u8] = b"\xff\xff\xff\xff\xff\xff\xff\xffhlc_ceiling";
 
+/// `Cf::RaftMeta` key holding the newest shard map this node adopted (the metadata shard's
+/// record, see `meridian-server`'s `shard_map_store`): which replicas it hosts after a restart.
+pub const SHARD_MAP_CACHE_KEY: &[u8] = b"\xff\xff\xff\xff\xff\xff\xff\xffshard_map";
+
 /// Length of the inverted timestamp suffix of a data key.
 const TS_BYTES: usize = 8;
 /// Length of the shard prefix of every key.

@@ -147,6 +147,7 @@ fn reserved_keys_sort_after_every_shard() {
     let (_, end) = shard_range(ShardId(MAX_SHARD_ID));
     assert!(end.as_slice() <= FORMAT_VERSION_KEY);
     assert!(end.as_slice() <= CLUSTER_ID_KEY);
+    assert!(end.as_slice() <= SHARD_MAP_CACHE_KEY);
     assert!(end.as_slice() <= HLC_CEILING_KEY);
 }
 

@@ -484,6 +484,34 @@ impl Kv for FakeNode {
     }
 }
 
+impl FakeNode {
+    fn change_replicas(
+        &self,
+        req: ChangeReplicaRequest,
+        what: &'static str,
+        add: bool,
+    ) -> Result<Response<ChangeReplicaResponse>, Status> {
+        self.world.served.lock().unwrap().push((self.id, what));
+        let mut shards = self.world.shards.lock().unwrap();
+        let shard = shards
+            .iter_mut()
+            .find(|s| s.shard_id == req.shard_id)
+            .ok_or_else(|| error("INVALID_ARGUMENT", "no such shard", None))?;
+        if shard.leader_id != self.id {
+            return Err(error("NOT_LEADER", "not the leader", None));
+        }
+        shard.replicas.retain(|n| *n != req.node_id);
+        if add {
+            shard.replicas.push(req.node_id);
+        }
+        Ok(Response::new(ChangeReplicaResponse {
+            map_version: 2,
+            voters: shard.replicas.clone(),
+            learners: Vec::new(),
+        }))
+    }
+}
+
 #[tonic::async_trait]
 impl Cluster for FakeNode {
     /// Leads the shard: the target leads from now on. Else NOT_LEADER, as a node answers.
@@ -511,6 +539,22 @@ impl Cluster for FakeNode {
             leader_id: req.to_node,
             term: shard.term,
         }))
+    }
+
+    /// Leads the shard: lists the node among its replicas. Else NOT_LEADER.
+    async fn add_replica(
+        &self,
+        request: Request<ChangeReplicaRequest>,
+    ) -> Result<Response<ChangeReplicaResponse>, Status> {
+        self.change_replicas(request.into_inner(), "add_replica", true)
+    }
+
+    /// Leads the shard: drops the node from its replicas. Else NOT_LEADER.
+    async fn remove_replica(
+        &self,
+        request: Request<ChangeReplicaRequest>,
+    ) -> Result<Response<ChangeReplicaResponse>, Status> {
+        self.change_replicas(request.into_inner(), "remove_replica", false)
     }
 
     async fn status(&self, _: Request<StatusRequest>) -> Result<Response<StatusResponse>, Status> {

@@ -1,0 +1,247 @@
+//! Decommissioning a node: moving every replica it holds to other nodes, one shard at a time,
+//! so it can be stopped without any shard losing a replica.
+//!
+//! Each move is an `add_replica` on a chosen node followed by a `remove_replica` of the
+//! leaving one, so a shard never has fewer replicas than before (one more, briefly). The plan
+//! is made from one status of the cluster ([`plan`], a pure function): for each shard the
+//! leaving node holds, the target is a live node without a replica of it, preferring
+//!
+//! 1. the leaving node's region (the shard keeps its spread over regions),
+//! 2. then a region none of the shard's other replicas is in,
+//! 3. then the node with the fewest replicas (counting the moves planned so far),
+//! 4. then the lowest node id (a stable choice).
+//!
+//! At the end the cluster's status must list no replica on the node, else the call fails
+//! (something added one meanwhile) and can be run again. A shard no node can take (every other node has a replica of it already) fails the plan
+//! before anything moves. Running the command again after an interruption re-plans from what
+//! is left; a half-done move (added, not yet removed) finishes, because its `remove` is
+//! planned again and an `add` on a node that already votes is skipped.
+
+use crate::admin::ReplicaChange;
+use crate::client::Client;
+use crate::error::{Error, Result};
+use meridian_proto::kv::StatusResponse;
+use std::collections::BTreeMap;
+
+/// One planned move: `shard`'s replica on the leaving node goes to `to`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Move {
+    pub shard: u64,
+    pub to: u64,
+}
+
+/// A finished move, as reported to the caller's progress callback.
+#[derive(Clone, Debug)]
+pub struct MoveDone {
+    pub shard: u64,
+    pub to: u64,
+    /// The group after the removal.
+    pub change: ReplicaChange,
+}
+
+/// The moves that take every replica off `node`, given the cluster's `status`.
+pub fn plan(status: &StatusResponse, node: u64) -> Result<Vec<Move>> {
+    let region_of: BTreeMap<u64, &str> = status
+        .nodes
+        .iter()
+        .map(|n| (n.node_id, n.region.as_str()))
+        .collect();
+    let Some(leaving_region) = region_of.get(&node).copied() else {
+        return Err(Error::InvalidArgument {
+            message: format!("node {node} is not a member of the cluster"),
+        });
+    };
+    let mut load: BTreeMap<u64, usize> = status.nodes.iter().map(|n| (n.node_id, 0)).collect();
+    for shard in &status.shards {
+        for r in &shard.replicas {
+            *load.entry(*r).or_default() += 1;
+        }
+    }
+    let mut moves = Vec::new();
+    for shard in status.shards.iter().filter(|s| s.replicas.contains(&node)) {
+        let others: Vec<&str> = shard
+            .replicas
+            .iter()
+            .filter(|r| **r != node)
+            .filter_map(|r| region_of.get(r).copied())
+            .collect();
+        let to = status
+            .nodes
+            .iter()
+            .filter(|n| n.node_id != node && n.live && !shard.replicas.contains(&n.node_id))
+            .min_by_key(|n| {
+                let region_rank = if n.region == leaving_region {
+                    0
+                } else if !others.contains(&n.region.as_str()) {
+                    1
+                } else {
+                    2
+                };
+                (region_rank, load[&n.node_id], n.node_id)
+            })
+            .map(|n| n.node_id)
+            .ok_or_else(|| Error::InvalidArgument {
+                message: format!(
+                    "no live node can take node {node}'s replica of shard {} (replicas {:?}): \
+                     add a node first",
+                    shard.shard_id, shard.replicas
+                ),
+            })?;
+        *load.entry(to).or_default() += 1;
+        moves.push(Move {
+            shard: shard.shard_id,
+            to,
+        });
+    }
+    Ok(moves)
+}
+
+impl Client {
+    /// Moves every replica off `node` (see the module docs); calls `progress` after each move.
+    /// Returns the moves made. Each add and remove has the client's call deadline.
+    pub async fn decommission(
+        &self,
+        node: u64,
+        mut progress: impl FnMut(&MoveDone),
+    ) -> Result<Vec<MoveDone>> {
+        let status = self.status().await?;
+        let moves = plan(&status, node)?;
+        let mut done = Vec::with_capacity(moves.len());
+        for step in moves {
+            match self.add_replica(step.shard, step.to).await {
+                Ok(_) => {}
+                // Added by an earlier, interrupted run: only the removal is left.
+                Err(Error::InvalidArgument { message }) if message.contains("voter of shard") => {}
+                Err(e) => return Err(e),
+            }
+            let change = self.remove_replica(step.shard, node).await?;
+            let finished = MoveDone {
+                shard: step.shard,
+                to: step.to,
+                change,
+            };
+            progress(&finished);
+            done.push(finished);
+        }
+        // Safe to stop only if the map (as a node reports it now) lists none of its replicas.
+        let left: Vec<u64> = self
+            .status()
+            .await?
+            .shards
+            .iter()
+            .filter(|s| s.replicas.contains(&node))
+            .map(|s| s.shard_id)
+            .collect();
+        if !left.is_empty() {
+            return Err(Error::Unavailable {
+                message: format!(
+                    "node {node} still holds replicas of shards {left:?} (moved meanwhile?); \
+                     run the decommission again"
+                ),
+            });
+        }
+        Ok(done)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use meridian_proto::kv::{NodeInfo, ShardInfo};
+
+    fn status(nodes: &[(u64, &str, bool)], shards: &[(u64, &[u64])]) -> StatusResponse {
+        StatusResponse {
+            nodes: nodes
+                .iter()
+                .map(|(id, region, live)| NodeInfo {
+                    node_id: *id,
+                    region: region.to_string(),
+                    live: *live,
+                    ..Default::default()
+                })
+                .collect(),
+            shards: shards
+                .iter()
+                .map(|(id, replicas)| ShardInfo {
+                    shard_id: *id,
+                    replicas: replicas.to_vec(),
+                    ..Default::default()
+                })
+                .collect(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn moves_stay_in_the_leaving_nodes_region_first() {
+        let s = status(
+            &[
+                (1, "a", true),
+                (2, "b", true),
+                (3, "c", true),
+                (4, "a", true),
+                (5, "b", true),
+            ],
+            &[(0, &[1, 2, 3]), (1, &[1, 2, 3]), (2, &[2, 3, 5])],
+        );
+        let moves = plan(&s, 1).unwrap();
+        assert_eq!(
+            moves,
+            vec![Move { shard: 0, to: 4 }, Move { shard: 1, to: 4 }]
+        );
+    }
+
+    #[test]
+    fn then_a_region_the_shard_lacks_then_the_least_loaded() {
+        // No other node in region a: node 6 (region d, unused by the shard) beats the less
+        // loaded node 5 (region b, which the shard has).
+        let s = status(
+            &[
+                (1, "a", true),
+                (2, "b", true),
+                (3, "c", true),
+                (5, "b", true),
+                (6, "d", true),
+            ],
+            &[(1, &[1, 2, 3]), (2, &[6, 2, 3]), (3, &[6, 2, 3])],
+        );
+        assert_eq!(plan(&s, 1).unwrap(), vec![Move { shard: 1, to: 6 }]);
+        // Among equals, the fewest replicas, counting planned moves: 4 and 5 alternate.
+        let s = status(
+            &[
+                (1, "a", true),
+                (2, "a", true),
+                (3, "a", true),
+                (4, "a", true),
+                (5, "a", true),
+            ],
+            &[(1, &[1, 2, 3]), (2, &[1, 2, 3]), (3, &[1, 2, 3])],
+        );
+        let to: Vec<u64> = plan(&s, 1).unwrap().iter().map(|m| m.to).collect();
+        assert_eq!(to, vec![4, 5, 4]);
+    }
+
+    #[test]
+    fn dead_nodes_are_not_targets_and_a_full_shard_fails_the_plan() {
+        let s = status(
+            &[
+                (1, "a", true),
+                (2, "a", true),
+                (3, "a", true),
+                (4, "a", false),
+            ],
+            &[(1, &[1, 2, 3])],
+        );
+        let error = plan(&s, 1).unwrap_err();
+        assert!(
+            error.to_string().contains("no live node can take"),
+            "{error}"
+        );
+        let error = plan(&s, 9).unwrap_err();
+        assert!(error.to_string().contains("not a member"), "{error}");
+        assert!(
+            plan(&s, 4).unwrap().is_empty(),
+            "a node without replicas has nothing to move"
+        );
+    }
+}

@@ -1,0 +1,411 @@
+//! Replica moves: adding a replica of a shard on a node, removing one, and how every node
+//! learns which replicas it hosts.
+//!
+//! # What changes
+//! A shard's replicas are two things that must agree: the **Raft membership** of its group
+//! (who votes, who learns, what the leader replicates to) and the **shard map** stored in the
+//! metadata shard (`shard_map_store`), which says which nodes host a replica, so that they
+//! open one at start and clients know where to go. A move changes both, in an order that
+//! keeps every intermediate state safe:
+//!
+//! - **Add** (`add_replica`, run by the shard's leader):
+//!   1. the map lists the new node (compare-and-swap to the next version), and every node is
+//!      told (`push`); the new node opens an empty replica that never initializes a group;
+//!   2. the leader adds it as a **learner** and waits (bounded by [`CATCH_UP_WAIT`]) until
+//!      it has replicated the log (or installed a snapshot, when the log was purged);
+//!   3. the leader makes it a **voter** (a joint-consensus change, openraft's).
+//!
+//!   Stopped after 1, a node hosts an idle empty replica; after 2, a learner that follows
+//!   the log but does not vote. Asking again finishes the move: every step is idempotent.
+//! - **Remove** (`remove_replica`, run by the shard's leader):
+//!   1. the leader removes the node from the voters and from the group (committed by the
+//!      remaining quorum);
+//!   2. the map drops it, every node is told, and the removed node retires its replica:
+//!      stops its Raft and deletes its data (`meridian-raft`'s `retire`).
+//!
+//!   The map changes only after the membership committed, so no node deletes a replica the
+//!   group still counts on. Stopped after 1, the node keeps an idle, unused replica until the
+//!   removal is asked again.
+//!
+//! # How nodes learn the map
+//! The node that changed the map sends the new record to every member over the peer transport
+//! (`RaftTransport.ShardMap`). A node **adopts** a record only if it is newer than its own
+//! and has the founding layout (moves change replica lists, nothing else). Adopting persists
+//! the record in the node's own keyspace ([`SHARD_MAP_CACHE_KEY`]) before acting on it, then
+//! opens the replicas the map adds to this node and retires those it takes away. At start a
+//! node hosts the replicas of the newest map it knows: its metadata replica's record, its
+//! cached one, or the founding one; its registration reads the stored record too. A node that
+//! was down during a move learns it that way at its next start.
+//!
+//! # Invariants
+//! - The stored record changes only by compare-and-swap from the record the change was
+//!   computed from, so concurrent moves serialize (the loser re-reads and recomputes).
+//! - Only founding replicas of a never-changed map (version 1) initialize Raft groups; a
+//!   replica added by a move is always empty until its leader feeds it.
+//! - A shard keeps at least one voter: removing the last one is refused.
+//!
+//! # Not done yet
+//! - Only founding members (`initial_cluster`) can receive replicas: `--join` is not built.
+//! - No placement check: a move may put two replicas in one region, or leave a region none.
+//! - A node that is up but missed a push (a partition) learns the map at its next start or
+//!   the next push; no node polls for it.
+//! - `decommission` (moving every replica off a node) is a client-side plan of one add and
+//!   one remove per shard (`meridian-client`'s `decommission`); no server-side job tracks it.
+
+use crate::error::{Result, ServerError};
+use crate::node::Node;
+use crate::shard_map::ShardMap;
+use crate::shard_map_store::{self, SHARD_MAP_KEY};
+use bytes::Bytes;
+use meridian_raft::{Command, ShardReplica};
+use meridian_storage::keys::SHARD_MAP_CACHE_KEY;
+use meridian_storage::{Cf, Engine, WriteBatch};
+use meridian_types::{NodeId, ShardId};
+use openraft::impls::BasicNode;
+use openraft::type_config::async_runtime::WatchReceiver;
+use openraft::ChangeMembers;
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// How long an add waits for the new replica to catch up before it answers UNAVAILABLE (the
+/// learner keeps catching up; asking again resumes the wait). Below the server's request
+/// deadline (`REQUEST_TIMEOUT`).
+pub const CATCH_UP_WAIT: Duration = Duration::from_secs(20);
+
+/// Most compare-and-swap rounds one map change tries before it gives up (each lost round means
+/// another move changed the map meanwhile).
+const MAX_MAP_ROUNDS: u32 = 8;
+
+/// What a move left: the map version that records it and the group as its leader sees it.
+#[derive(Debug, Default)]
+pub struct Outcome {
+    pub map_version: u64,
+    pub voters: Vec<NodeId>,
+    pub learners: Vec<NodeId>,
+}
+
+/// Adds a replica of `shard` on `target` (see the module docs); must run on the leader.
+pub async fn add_replica(node: &Node, shard: ShardId, target: NodeId) -> Result<Outcome> {
+    let replica = led_replica(node, shard).await?;
+    let member = node.member(target).ok_or_else(|| {
+        ServerError::InvalidArgument(format!(
+            "node {target} is not a member of this cluster (members: {:?})",
+            node.config
+                .initial_cluster
+                .iter()
+                .map(|m| m.node_id)
+                .collect::<Vec<_>>()
+        ))
+    })?;
+    let addr = member.peer_addr.to_string();
+    let (voters, _) = group(&replica);
+    if voters.contains(&target) {
+        return Err(ServerError::InvalidArgument(format!(
+            "node {target} is a voter of shard {shard} already"
+        )));
+    }
+    change_map(node, |map| map.with_replica_added(shard, target)).await?;
+    tracing::info!(%shard, target, "adding a replica: learner first");
+    replica
+        .raft
+        .add_learner(target, BasicNode::new(addr), false)
+        .await
+        .map_err(|e| raft_error(node, shard, e))?;
+    wait_caught_up(node, &replica, shard, target).await?;
+    tracing::info!(%shard, target, "adding a replica: the learner caught up; making it a voter");
+    replica
+        .raft
+        .change_membership(ChangeMembers::AddVoterIds(BTreeSet::from([target])), false)
+        .await
+        .map_err(|e| raft_error(node, shard, e))?;
+    Ok(outcome(node, &replica))
+}
+
+/// Removes `target`'s replica of `shard` (see the module docs); must run on the leader.
+pub async fn remove_replica(node: &Node, shard: ShardId, target: NodeId) -> Result<Outcome> {
+    let replica = led_replica(node, shard).await?;
+    let (voters, learners) = group(&replica);
+    let listed = node
+        .map()
+        .get(shard)
+        .is_some_and(|d| d.replicas.contains(&target));
+    if !voters.contains(&target) && !learners.contains(&target) && !listed {
+        return Err(ServerError::InvalidArgument(format!(
+            "node {target} holds no replica of shard {shard} (voters {voters:?}, learners {learners:?})"
+        )));
+    }
+    if voters.contains(&target) && voters.len() == 1 {
+        return Err(ServerError::InvalidArgument(format!(
+            "node {target} is shard {shard}'s last voter; add another replica first"
+        )));
+    }
+    if voters.contains(&target) || learners.contains(&target) {
+        tracing::info!(%shard, target, "removing a replica from the group");
+        let change = if voters.contains(&target) {
+            ChangeMembers::RemoveVoters(BTreeSet::from([target]))
+        } else {
+            ChangeMembers::RemoveNodes(BTreeSet::from([target]))
+        };
+        replica
+            .raft
+            .change_membership(change, false)
+            .await
+            .map_err(|e| raft_error(node, shard, e))?;
+    }
+    change_map(node, |map| map.with_replica_removed(shard, target)).await?;
+    Ok(outcome(node, &replica))
+}
+
+/// This node's replica of `shard` if it leads it, else NOT_LEADER (with the leader's address)
+/// or WRONG_SHARD.
+async fn led_replica(node: &Node, shard: ShardId) -> Result<Arc<ShardReplica>> {
+    if node.map().get(shard).is_none() {
+        return Err(ServerError::InvalidArgument(format!("no shard {shard}")));
+    }
+    // Wakes a quiesced group: a membership change needs heartbeats and replication.
+    let replica = node.replica(shard)?;
+    let leader = replica.raft.metrics().borrow_watched().current_leader;
+    if leader != Some(node.config.node_id) {
+        return Err(node.not_leader(shard, leader).await);
+    }
+    Ok(replica)
+}
+
+/// The group's voters and learners as this replica sees them.
+fn group(replica: &ShardReplica) -> (Vec<NodeId>, Vec<NodeId>) {
+    let metrics = replica.raft.metrics().borrow_watched().clone();
+    let membership = metrics.membership_config.membership();
+    (
+        membership.voter_ids().collect(),
+        membership.learner_ids().collect(),
+    )
+}
+
+fn outcome(node: &Node, replica: &ShardReplica) -> Outcome {
+    let (voters, learners) = group(replica);
+    Outcome {
+        map_version: node.map().version,
+        voters,
+        learners,
+    }
+}
+
+/// A failed Raft call: NOT_LEADER if this node lost the lead meanwhile, else UNAVAILABLE
+/// (another change in progress, a quorum not reachable: asking again is safe).
+fn raft_error(node: &Node, shard: ShardId, e: impl std::fmt::Display) -> ServerError {
+    let leader = node
+        .host
+        .get(shard)
+        .and_then(|r| r.raft.metrics().borrow_watched().current_leader);
+    if leader != Some(node.config.node_id) {
+        return ServerError::NotLeader {
+            shard,
+            leader: None,
+        };
+    }
+    ServerError::Unavailable(format!("changing shard {shard}'s group: {e}"))
+}
+
+/// Waits until `target`'s replicated log reaches the leader's last index (as of the call).
+async fn wait_caught_up(
+    node: &Node,
+    replica: &ShardReplica,
+    shard: ShardId,
+    target: NodeId,
+) -> Result<()> {
+    let mut watch = replica.raft.metrics();
+    let goal = watch.borrow_watched().last_log_index.unwrap_or(0);
+    let give_up = Instant::now() + CATCH_UP_WAIT;
+    loop {
+        let now = watch.borrow_watched().clone();
+        if now.current_leader != Some(node.config.node_id) {
+            return Err(node.not_leader(shard, now.current_leader).await);
+        }
+        let matched = now
+            .replication
+            .as_ref()
+            .and_then(|r| r.get(&target))
+            .and_then(|m| m.as_ref())
+            .map_or(0, |m| m.index);
+        if matched >= goal {
+            return Ok(());
+        }
+        let remaining = give_up.saturating_duration_since(Instant::now());
+        if remaining.is_zero() {
+            return Err(ServerError::Unavailable(format!(
+                "node {target}'s new replica of shard {shard} has replicated the log to index \
+                 {matched} of {goal} after {} s; it is a learner and keeps catching up: ask \
+                 again to finish the move",
+                CATCH_UP_WAIT.as_secs()
+            )));
+        }
+        let _ = tokio::time::timeout(remaining, watch.changed()).await;
+    }
+}
+
+/// Stores the map `edit` makes of the current one (compare-and-swap on the stored record),
+/// adopts it and tells every member. `edit` returning `None` means the change is in the map
+/// already. Returns the version that holds the change.
+async fn change_map(node: &Node, edit: impl Fn(&ShardMap) -> Option<ShardMap>) -> Result<u64> {
+    for _ in 0..MAX_MAP_ROUNDS {
+        let current = node.map();
+        let Some(next) = edit(&current) else {
+            return Ok(current.version);
+        };
+        let expect = shard_map_store::encode(&current).map_err(ServerError::Internal)?;
+        let record = shard_map_store::encode(&next).map_err(ServerError::InvalidArgument)?;
+        let cmd = Command::Cas {
+            ts: node.clock.now().0,
+            key: Bytes::from_static(SHARD_MAP_KEY),
+            expect: meridian_raft::Expect::Value(expect),
+            value: Some(record.clone()),
+            request: None,
+        };
+        let result = node
+            .propose_anywhere(ShardId::META, cmd)
+            .await
+            .map_err(|e| {
+                ServerError::Unavailable(format!(
+                    "storing the shard map in the metadata shard: {e}"
+                ))
+            })?;
+        match (result.mismatch, result.rejected) {
+            (None, None) => {
+                tracing::info!(version = next.version, "stored a new shard map");
+                let version = next.version;
+                adopt(node, next).await;
+                push(node, &record).await;
+                return Ok(version);
+            }
+            // Another move changed it first: adopt the stored map and recompute.
+            (Some(Some((_, stored))), _) => {
+                let stored = shard_map_store::decode(&stored).map_err(ServerError::Internal)?;
+                adopt(node, stored).await;
+            }
+            (Some(None), _) => {
+                return Err(ServerError::Unavailable(
+                    "the founding shard map is not stored yet; try again in a moment".into(),
+                ))
+            }
+            (None, Some(why)) => {
+                return Err(ServerError::Unavailable(format!(
+                    "storing the shard map was refused: {why:?}"
+                )))
+            }
+        }
+    }
+    Err(ServerError::Unavailable(format!(
+        "the shard map changed {MAX_MAP_ROUNDS} times while this move tried to store it; try again"
+    )))
+}
+
+/// Sends `record` to every other member, at once; a member that cannot be reached learns the
+/// map later (its next start, or the next push).
+async fn push(node: &Node, record: &Bytes) {
+    let me = node.config.node_id;
+    let sends = node
+        .config
+        .initial_cluster
+        .iter()
+        .filter(|m| m.node_id != me)
+        .map(|m| async move {
+            let sent = node
+                .host
+                .pool
+                .push_shard_map(&m.peer_addr.to_string(), record)
+                .await;
+            (m.node_id, sent)
+        });
+    for (peer, sent) in futures::future::join_all(sends).await {
+        match sent {
+            Ok(version) => tracing::debug!(peer, version, "peer has the shard map"),
+            Err(e) => {
+                tracing::warn!(peer, error = %e, "could not send the new shard map to a peer")
+            }
+        }
+    }
+}
+
+/// A peer's record (`RaftTransport.ShardMap`): adopted if newer; the version in use after.
+pub async fn on_pushed(node: &Node, raw: &[u8]) -> std::result::Result<u64, String> {
+    let map = shard_map_store::decode(raw)?;
+    adopt(node, map).await;
+    Ok(node.map().version)
+}
+
+/// Makes `map` this node's if it is newer and has the founding layout: persists it, swaps it
+/// in, and opens or retires replicas to match. Returns whether it was adopted.
+pub async fn adopt(node: &Node, map: ShardMap) -> bool {
+    let _one_at_a_time = node.reconciling.lock().await;
+    if map.version <= node.map().version {
+        return false;
+    }
+    if !map.same_layout(&node.founding) {
+        tracing::error!(
+            version = map.version,
+            "ignoring a shard map whose ranges differ from the founding ones"
+        );
+        return false;
+    }
+    let record = match shard_map_store::encode(&map) {
+        Ok(r) => r,
+        Err(e) => {
+            tracing::error!(error = %e, "cannot encode an adopted shard map");
+            return false;
+        }
+    };
+    let engine = node.engine.clone();
+    let persisted = tokio::task::spawn_blocking(move || {
+        let mut batch = WriteBatch::new();
+        batch.put(Cf::RaftMeta, SHARD_MAP_CACHE_KEY, record.to_vec());
+        engine.write(batch, true)
+    })
+    .await;
+    if !matches!(persisted, Ok(Ok(()))) {
+        tracing::error!(
+            ?persisted,
+            "cannot persist an adopted shard map; not adopting it"
+        );
+        return false;
+    }
+    let version = map.version;
+    node.shard_map.adopt(map);
+    tracing::info!(version, "adopted a new shard map");
+    reconcile(node).await;
+    true
+}
+
+/// Opens the replicas the current map places on this node and retires the others.
+async fn reconcile(node: &Node) {
+    let me = node.config.node_id;
+    let map = node.map();
+    for desc in map.all() {
+        if desc.replicas.contains(&me) && node.host.get(desc.id).is_none() {
+            match node.host.open_shard(desc.id, desc.span()).await {
+                Ok(_) => tracing::info!(shard = %desc.id, "opened a replica a move placed here"),
+                Err(e) => tracing::error!(shard = %desc.id, error = %e, "cannot open a replica"),
+            }
+        }
+    }
+    for replica in node.host.replicas() {
+        let Some(desc) = map.get(replica.shard) else {
+            continue;
+        };
+        if desc.replicas.contains(&me) {
+            continue;
+        }
+        if let Err(e) = node.host.retire_shard(desc.id, &desc.span()).await {
+            tracing::error!(shard = %desc.id, error = %e, "cannot retire a replica");
+        }
+    }
+}
+
+/// The map this node adopted last, from its own keyspace.
+pub fn read_cached(engine: &dyn Engine) -> std::result::Result<Option<ShardMap>, String> {
+    match engine.get(Cf::RaftMeta, SHARD_MAP_CACHE_KEY) {
+        Ok(None) => Ok(None),
+        Ok(Some(raw)) => shard_map_store::decode(&raw).map(Some),
+        Err(e) => Err(format!("reading the cached shard map: {e}")),
+    }
+}
