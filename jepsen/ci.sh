@@ -2,6 +2,7 @@
 # The short Jepsen matrix that scripts/test.sh (and so CI) runs after the unit and cluster tests:
 # register and set under kill, pause, partition, clock and power-loss faults, bank and append
 # (transactions) under kill, clock, partition, pause and power-loss faults, register, set and
+# append under replica moves (membership), register, set and
 # bank under the `all` mix, plus every negative control,
 # each run a fresh 3-node cluster for JEPSEN_TIME_LIMIT seconds (default 20). A run passes when
 # its history checks valid (for a negative control: when the control makes it invalid, which the
@@ -31,6 +32,11 @@ RUNS=(
   "append partition"
   "bank partition"
   "append power-loss"
+  # Replica moves: a key's shard loses its leader's or a follower's replica, which comes back
+  # empty at the heal and catches up (the set run then reads every replica's RocksDB).
+  "register membership"
+  "set membership"
+  "append membership"
   # Every fault mixed: kill, power loss (nodes on lazyfs), pause, partition, and clock offsets,
   # jumps and strobes (libfaketime), within and beyond max_offset.
   "@30 register all"

@@ -3,7 +3,7 @@
 # cluster for --time-limit seconds (default 120), then one table of what was run and found.
 #
 #   jepsen/matrix.sh [--time-limit S] [--workloads "register set bank append"]
-#                    [--nemeses "kill pause partition clock power-loss all"] [--nodes 3|5]
+#                    [--nemeses "kill pause partition clock power-loss membership all"] [--nodes 3|5]
 #                    [--concurrency N] [--seed S] [--base-port P] [--out FILE]
 #
 # Each run is `jepsen/run.sh` (which installs and builds what is missing) with seed S + its
@@ -16,7 +16,7 @@ set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 TIME_LIMIT=120
 WORKLOADS="register set bank append"
-NEMESES="kill pause partition clock power-loss all"
+NEMESES="kill pause partition clock power-loss membership all"
 NODES=3
 CONCURRENCY=""
 SEED=1000

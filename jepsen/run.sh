@@ -4,7 +4,7 @@
 # arguments. See
 # jepsen/harness/src/main.rs for what a run does and how to read jepsen/store/<run>/.
 #
-#   jepsen/run.sh --workload register|set|bank|append --nemesis none|kill|pause|partition|clock|clock-chain|power-loss|all
+#   jepsen/run.sh --workload register|set|bank|append --nemesis none|kill|pause|partition|clock|clock-chain|power-loss|membership|all
 #                 [--time-limit SECONDS] [--concurrency N] [--nodes 3|5] [--seed S]
 #                 [--negative-control lost-ack|stale-read|wrong-total|fractured-read]
 #                 [--base-port P] [--store DIR]

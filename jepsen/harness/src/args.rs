@@ -97,6 +97,9 @@ pub enum NemesisKind {
     ClockChain,
     /// SIGKILL nodes and drop their unsynced writes (data directories on lazyfs, see power.rs).
     PowerLoss,
+    /// Replica moves: remove a replica of a key's shard (its leader's or a follower's), add it
+    /// back at the heal (an empty replica that catches up).
+    Membership,
     All,
 }
 
@@ -110,6 +113,7 @@ impl NemesisKind {
             NemesisKind::Clock => "clock",
             NemesisKind::ClockChain => "clock-chain",
             NemesisKind::PowerLoss => "power-loss",
+            NemesisKind::Membership => "membership",
             NemesisKind::All => "all",
         }
     }

@@ -29,6 +29,9 @@
 //!   see `power`), power back on and restart 2–4 s later; one node (half the time), a
 //!   majority (a quarter) or every node at once (a quarter): acknowledged writes were fsynced
 //!   by a quorum, so they must survive even that;
+//! - membership: remove the replica of a key's shard held by its leader (half the time) or by
+//!   a follower from the shard's Raft group (the node deletes it), hold 3–6 s, add it back at
+//!   the heal (an empty replica that catches up from the log or a snapshot, then votes again);
 //! - clock-chain: a fixed sequence, not a random mix (the sequence of the lost-writes run kept
 //!   in `jepsen/evidence/`): restart a *follower* of the workload key's shard at +2000 ms, hold
 //!   6–8 s, restart it without the offset, and 200–600 ms later (while it still waits for its
@@ -113,6 +116,10 @@ pub enum Fault {
         offset_ms: i64,
         period_ms: u64,
     },
+    /// Remove `target`'s replica of the target key's shard; add it back at the heal.
+    Move {
+        target: Target,
+    },
     /// Skew `first` by `offset_ms` for `first_hold_ms`, restart it without the offset, wait
     /// `gap_ms`, then skew `then` by `offset_ms` for the step's `hold_ms` (healed as usual).
     ClockChain {
@@ -156,6 +163,7 @@ enum Kind {
     Pause,
     Partition,
     Clock { beyond_allowed: bool },
+    Move,
 }
 
 fn hold_range(kind: Kind) -> (u64, u64) {
@@ -165,6 +173,7 @@ fn hold_range(kind: Kind) -> (u64, u64) {
         Kind::Pause => (2_000, 4_000),
         Kind::Partition => (3_000, 6_000),
         Kind::Clock { .. } => (4_000, 8_000),
+        Kind::Move => (3_000, 6_000),
     }
 }
 
@@ -267,6 +276,16 @@ fn fault(rng: &mut StdRng, kind: Kind, nodes: usize, keys: usize) -> Fault {
             Fault::Partition { shape }
         }
         Kind::Clock { beyond_allowed } => clock_fault(rng, nodes, keys, beyond_allowed),
+        Kind::Move => {
+            let key = rng.gen_range(0..keys.max(1));
+            Fault::Move {
+                target: if rng.gen_bool(0.5) {
+                    Target::LeaderOfKey { key }
+                } else {
+                    Target::FollowerOfKey { key }
+                },
+            }
+        }
     }
 }
 
@@ -324,6 +343,7 @@ pub fn plan(
     let kinds: Vec<Kind> = match nemesis {
         NemesisKind::None => return Vec::new(),
         NemesisKind::PowerLoss => vec![Kind::PowerLoss],
+        NemesisKind::Membership => vec![Kind::Move],
         NemesisKind::ClockChain => return clock_chain(keys, time_limit_ms, seed),
         NemesisKind::Kill => vec![Kind::Kill],
         NemesisKind::Pause => vec![Kind::Pause],
@@ -407,6 +427,7 @@ mod tests {
             NemesisKind::Partition,
             NemesisKind::Clock,
             NemesisKind::PowerLoss,
+            NemesisKind::Membership,
             NemesisKind::All,
         ] {
             let a = plan(nemesis, 3, 4, 60_000, 42);
@@ -462,6 +483,7 @@ mod tests {
                             assert!(nodes >= 5, "a ring of {nodes} cuts nothing")
                         }
                         Fault::Partition { .. } => {}
+                        Fault::Move { .. } => panic!("`all` does not move replicas yet"),
                         Fault::Clock { offset_ms, .. } => assert!(
                             offset_ms.abs() <= 200 && offset_ms.abs() >= 50
                                 || *offset_ms == BEYOND_OFFSET_MS
@@ -553,6 +575,7 @@ mod tests {
                 Fault::ClockJump { .. } => "clock-jump",
                 Fault::ClockStrobe { .. } => "clock-strobe",
                 Fault::ClockChain { .. } => "clock-chain",
+                Fault::Move { .. } => "move",
             });
         }
         assert_eq!(
@@ -567,6 +590,25 @@ mod tests {
                 "power-loss"
             ]
         );
+    }
+
+    /// `membership` only moves replicas, of workload keys' shards, leaders' and followers'.
+    #[test]
+    fn membership_moves_leaders_and_followers_replicas() {
+        let (mut leaders, mut followers) = (0, 0);
+        for step in (0..20).flat_map(|seed| plan(NemesisKind::Membership, 3, 2, 40_000, seed)) {
+            assert!((3_000..=6_000).contains(&step.hold_ms) || step.at_ms + step.hold_ms == 40_000);
+            match step.fault {
+                Fault::Move {
+                    target: Target::LeaderOfKey { key },
+                } if key < 2 => leaders += 1,
+                Fault::Move {
+                    target: Target::FollowerOfKey { key },
+                } if key < 2 => followers += 1,
+                other => panic!("{other:?}"),
+            }
+        }
+        assert!(leaders > 0 && followers > 0, "{leaders} {followers}");
     }
 
     /// `kill` hits a minority, or a majority of distinct nodes, each for some seed.

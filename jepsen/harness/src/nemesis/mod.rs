@@ -13,6 +13,10 @@
 //! - **power-loss**: SIGKILL every target node, then kill each one's lazyfs, which drops every
 //!   write the node had not fsynced (see `power`); heal = a new lazyfs on the same backing
 //!   directory, then start the node again. Any number of nodes, all of them included.
+//! - **membership**: `remove_replica` of the target's replica of the key's shard (the node
+//!   leaves the Raft group and deletes the replica); heal = `add_replica` of it again, retried
+//!   until it votes (bounded by [`READD_TIMEOUT`]). The target's leader or follower is looked up
+//!   when the step runs.
 //! - **clock**: a restart with a clock offset, or a jump or strobe of a running node's wall
 //!   clock through libfaketime; see [`clock`] for each and its heal.
 //!
@@ -80,7 +84,12 @@ struct Faults {
     /// Nodes whose wall clock was stepped (libfaketime), with the offset.
     jumped: BTreeMap<u64, i64>,
     partitioned: bool,
+    /// Replicas removed by a membership step, as (shard, node): added back at the heal.
+    removed: Vec<(u64, u64)>,
 }
+
+/// Bound on adding a removed replica back at a heal (the new replica catches up first).
+pub const READD_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// What the nemesis cuts the network, the power and the clocks with (each only for the nemeses
 /// that need it).
@@ -369,6 +378,12 @@ impl Nemesis {
                 record.label = format!("power loss {}", labels.join(", "));
                 record.nodes = nodes;
             }
+            Fault::Move { target } => {
+                let (node, label) = self.resolve(target).await;
+                record.label = format!("remove replica {label}");
+                record.nodes = vec![node];
+                self.remove_replica(target, node, record).await;
+            }
             Fault::Pause { target } => {
                 let (node, label) = self.resolve(target).await;
                 match self.cluster.kill(node, Signal::SIGSTOP) {
@@ -612,6 +627,67 @@ impl Nemesis {
                 if let Err(e) = self.cluster.restart(node) {
                     errors.push(format!("restart n{node}: {e:#}"));
                 }
+            }
+        }
+        for (shard, node) in std::mem::take(&mut self.faults.removed) {
+            self.add_replica_back(shard, node, errors).await;
+        }
+    }
+
+    /// Removes `node`'s replica of the shard of `target`'s key (a membership step).
+    async fn remove_replica(&mut self, target: &Target, node: u64, record: &mut IntervalRecord) {
+        let (Target::LeaderOfKey { key } | Target::FollowerOfKey { key }) = target else {
+            record
+                .errors
+                .push("a replica move needs a key's shard".into());
+            return;
+        };
+        let key = self.keys.get(*key).cloned().unwrap_or_default();
+        let Some(client) = self.client.clone() else {
+            record.errors.push("no client for a replica move".into());
+            return;
+        };
+        let Some(shard) = client.route(key.as_bytes()).map(|r| r.shard_id) else {
+            record.errors.push(format!("no shard for key {key:?}"));
+            return;
+        };
+        match client.remove_replica(shard, node).await {
+            Ok(change) => {
+                record.notes.push(format!(
+                    "shard {shard}: voters {:?} (shard map version {})",
+                    change.voters, change.map_version
+                ));
+                self.faults.removed.push((shard, node));
+            }
+            Err(e) => record
+                .errors
+                .push(format!("remove n{node}'s replica of shard {shard}: {e}")),
+        }
+    }
+
+    /// Adds `node`'s replica of `shard` back, retrying until it votes or [`READD_TIMEOUT`].
+    async fn add_replica_back(&mut self, shard: u64, node: u64, errors: &mut Vec<String>) {
+        let Some(client) = self.client.clone() else {
+            errors.push("no client to add a removed replica back".into());
+            return;
+        };
+        let give_up = Instant::now() + READD_TIMEOUT;
+        loop {
+            match client.add_replica(shard, node).await {
+                Ok(change) => {
+                    eprintln!(
+                        "nemesis:           shard {shard}: n{node} votes again: voters {:?}",
+                        change.voters
+                    );
+                    return;
+                }
+                // An earlier attempt finished after its answer was lost.
+                Err(e) if e.to_string().contains("voter of shard") => return,
+                Err(e) if Instant::now() >= give_up => {
+                    errors.push(format!("add n{node}'s replica of shard {shard} back: {e}"));
+                    return;
+                }
+                Err(_) => tokio::time::sleep(Duration::from_millis(500)).await,
             }
         }
     }
