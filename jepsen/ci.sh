@@ -37,7 +37,7 @@ RUNS=(
   "register membership"
   "set membership"
   "append membership"
-  # Every fault mixed: kill, power loss (nodes on lazyfs), pause, partition, and clock offsets,
+  # Every fault mixed: kill, power loss (nodes on lazyfs), pause, partition, replica moves, and clock offsets,
   # jumps and strobes (libfaketime), within and beyond max_offset.
   "@30 register all"
   "@30 set all"

@@ -78,8 +78,10 @@
 //!   drop every write they had not fsynced: the nodes' data directories are
 //!   `meridian-lazyfs` mounts (`power.rs`, `jepsen/lazyfs`), killed with them; 2–4 s later a
 //!   new lazyfs mounts the same backing directory and the nodes start again.
-//! - **all**: a seeded mix of kill, power-loss, pause, partition and every clock fault (the
-//!   nodes run on lazyfs and libfaketime, as their own uids).
+//! - **membership**: remove a key's shard's replica held by its leader or a follower (the node
+//!   leaves the group and deletes it), add it back at the heal; it catches up and votes again.
+//! - **all**: a seeded mix of kill, power-loss, pause, partition, every clock fault and replica
+//!   moves (the nodes run on lazyfs and libfaketime, as their own uids).
 //! - **clock-chain**: not a mix but one fixed sequence, repeated (the lost-acknowledged-writes
 //!   run in `jepsen/evidence/`): restart a follower of the workload key's shard at +2000 ms
 //!   (it stops itself: the clock fence), hold 6–8 s, restart it without the offset, and 200–600 ms later — while it still waits

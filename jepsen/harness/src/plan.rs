@@ -359,6 +359,7 @@ pub fn plan(
             Kind::Clock {
                 beyond_allowed: true,
             },
+            Kind::Move,
         ],
     };
     // A distinct stream from the clients' (which use seed + process).
@@ -483,7 +484,7 @@ mod tests {
                             assert!(nodes >= 5, "a ring of {nodes} cuts nothing")
                         }
                         Fault::Partition { .. } => {}
-                        Fault::Move { .. } => panic!("`all` does not move replicas yet"),
+                        Fault::Move { .. } => {}
                         Fault::Clock { offset_ms, .. } => assert!(
                             offset_ms.abs() <= 200 && offset_ms.abs() >= 50
                                 || *offset_ms == BEYOND_OFFSET_MS
@@ -561,7 +562,7 @@ mod tests {
         assert!(strobes.iter().all(|o| o.abs() < MAX_OFFSET_MS));
     }
 
-    /// `all` mixes in every fault kind but the chain, power losses included.
+    /// `all` mixes in every fault kind but the chain, power losses and replica moves included.
     #[test]
     fn all_mixes_every_kind() {
         let mut kinds = std::collections::BTreeSet::new();
@@ -585,6 +586,7 @@ mod tests {
                 "clock-jump",
                 "clock-strobe",
                 "kill",
+                "move",
                 "partition",
                 "pause",
                 "power-loss"
