@@ -33,6 +33,27 @@
 //!    every data command is proposed as [`Command::Fenced`] with the term it was issued in,
 //!    and apply rejects it if its entry's term differs (definitely not applied; retried).
 //!
+//! **Reads wait only for writes to what they read.** Each write is issued with its
+//! [`Footprint`]: the user keys it may put versions or intents on (a `Write`'s puts and
+//! deletes, a CAS's key, a one-shard commit's or a prepare's writes; anything else is
+//! [`Footprint::All`]). [`Issued::settle`] takes the read's [`ReadSpan`] (its keys, or its
+//! scan's range) and waits only for writes at or below `read_ts` that meet it: a write to
+//! other keys cannot change what the read returns, whenever it applies. (CockroachDB's
+//! latches are per key for the same reason.) Before this, a read at `T` waited for every
+//! write of the shard issued at or below `T`, one replication round under any write load.
+//!
+//! **Resolutions do not hold reads up.** A [`IssueKind::Resolution`] (a transaction's
+//! `Resolve`: its intents on this shard become versions at the commit timestamp, or go) is
+//! tracked like any issue for closing timestamps, but [`Issued::settle`] does not wait for it:
+//! until it applies, the intents it resolves are in the lock table, and a snapshot read that
+//! meets one prepared at or below its window answers `LOCKED` and waits for the resolution
+//! (checked under the table's read guard in the same read as the data, while apply resolves
+//! under its write guard); the versions it writes sit at the commit timestamp, which is at or
+//! above the intents' prepare timestamp. So a read at `T` never misses a version at or below
+//! `T` that a resolution in flight will write. Its record and marker writes are not user data.
+//! Without this, every read after a multi-shard commit waited for that commit's resolutions
+//! (one more replication round), whatever keys it read.
+//!
 //! Entries of earlier terms are covered by the read barrier (`ensure_linearizable` waits for
 //! the new term's first entry, which follows them, to be applied).
 //!
@@ -49,6 +70,7 @@
 //!
 //! [`Command::Fenced`]: crate::types::Command::Fenced
 
+use bytes::Bytes;
 use meridian_types::Clock;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -62,6 +84,11 @@ struct State {
     not_before_ms: u64,
     /// Issued timestamps not yet settled, with how many proposals hold each.
     inflight: BTreeMap<u64, usize>,
+    /// The subset of `inflight` that snapshot reads wait for (every kind but resolutions),
+    /// by `(timestamp, issue number)`, with the user keys each may write.
+    inflight_writes: BTreeMap<(u64, u64), Footprint>,
+    /// Numbers the entries of `inflight_writes` (two issues may share a timestamp's count).
+    issues: u64,
     /// `(term, HLC reading)` at the first read barrier this node passed in that term.
     led_since: (u64, u64),
 }
@@ -73,22 +100,88 @@ pub struct Issued {
     settled: Notify,
 }
 
+/// The user keys a write may put versions or intents on.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Footprint {
+    /// Unknown or the whole shard: every snapshot read at or above it waits for it.
+    All,
+    /// These keys only (sorted, no duplicates): reads of other keys do not wait for it.
+    Keys(Arc<[Bytes]>),
+}
+
+impl Footprint {
+    /// The footprint of writes to `keys` (in any order, repeats allowed).
+    pub fn keys(keys: impl IntoIterator<Item = Bytes>) -> Footprint {
+        let mut keys: Vec<Bytes> = keys.into_iter().collect();
+        keys.sort_unstable();
+        keys.dedup();
+        Footprint::Keys(keys.into())
+    }
+
+    /// Whether a write with this footprint may touch what `span` reads.
+    pub fn meets(&self, span: &ReadSpan<'_>) -> bool {
+        let Footprint::Keys(written) = self else {
+            return true;
+        };
+        match span {
+            ReadSpan::All => true,
+            ReadSpan::Keys(read) => read.iter().any(|k| written.binary_search(k).is_ok()),
+            ReadSpan::Range { start, end } => {
+                let from = written.partition_point(|k| k.as_ref() < *start);
+                written
+                    .get(from)
+                    .is_some_and(|k| end.is_empty() || k.as_ref() < *end)
+            }
+        }
+    }
+}
+
+/// What a snapshot read reads (see [`Issued::settle`]).
+#[derive(Clone, Copy, Debug)]
+pub enum ReadSpan<'a> {
+    /// The whole shard.
+    All,
+    /// These keys.
+    Keys(&'a [Bytes]),
+    /// The keys in `[start, end)`; an empty `end` is unbounded.
+    Range { start: &'a [u8], end: &'a [u8] },
+}
+
+/// What a proposal does, as far as snapshot reads care (see the module docs).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum IssueKind {
+    /// May write versions or intents of the footprint's keys at or near its timestamp: reads
+    /// of those keys at or above it wait for it.
+    Write(Footprint),
+    /// Resolves a transaction's intents: reads meet the intents instead of waiting for it.
+    Resolution,
+}
+
 /// An issued timestamp; dropping it settles it.
 #[derive(Debug)]
 pub struct IssueGuard {
     issued: Arc<Issued>,
     pub ts: u64,
     pub term: u64,
+    /// Its key in `inflight_writes`, unless it is a resolution.
+    write: Option<(u64, u64)>,
+}
+
+fn release(map: &mut BTreeMap<u64, usize>, ts: u64) {
+    if let Some(count) = map.get_mut(&ts) {
+        *count -= 1;
+        if *count == 0 {
+            map.remove(&ts);
+        }
+    }
 }
 
 impl Drop for IssueGuard {
     fn drop(&mut self) {
         let mut state = self.issued.lock();
-        if let Some(count) = state.inflight.get_mut(&self.ts) {
-            *count -= 1;
-            if *count == 0 {
-                state.inflight.remove(&self.ts);
-            }
+        release(&mut state.inflight, self.ts);
+        if let Some(key) = self.write {
+            state.inflight_writes.remove(&key);
         }
         drop(state);
         self.issued.settled.notify_waiters();
@@ -110,10 +203,21 @@ impl Issued {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Issues a timestamp for a proposal by the leader of `term` (the caller's metrics say it
+    /// Issues a timestamp for a write by the leader of `term` (the caller's metrics say it
     /// leads `term`), waiting first (at most about `max_offset`) if `term` has just begun (see
     /// the module docs).
     pub async fn issue(self: &Arc<Self>, clock: &Clock, term: u64) -> IssueGuard {
+        self.issue_for(clock, term, IssueKind::Write(Footprint::All))
+            .await
+    }
+
+    /// [`Issued::issue`] for a proposal of `kind`.
+    pub async fn issue_for(
+        self: &Arc<Self>,
+        clock: &Clock,
+        term: u64,
+        kind: IssueKind,
+    ) -> IssueGuard {
         loop {
             let wait_ms = {
                 let mut state = self.lock();
@@ -126,10 +230,20 @@ impl Issued {
                 if physical_ms >= state.not_before_ms {
                     let ts = clock.now().0;
                     *state.inflight.entry(ts).or_default() += 1;
+                    let write = match kind.clone() {
+                        IssueKind::Write(footprint) => {
+                            state.issues += 1;
+                            let key = (ts, state.issues);
+                            state.inflight_writes.insert(key, footprint);
+                            Some(key)
+                        }
+                        IssueKind::Resolution => None,
+                    };
                     return IssueGuard {
                         issued: self.clone(),
                         ts,
                         term,
+                        write,
                     };
                 }
                 state.not_before_ms - physical_ms
@@ -167,13 +281,15 @@ impl Issued {
         self.lock().inflight.keys().next().copied()
     }
 
-    /// Waits until no proposal issued at or below `read_ts` is in flight. The clock must
-    /// already be past `read_ts` (so nothing issued from now on is at or below it); checked
-    /// under the lock that issuing takes.
+    /// Waits until no write issued at or below `read_ts` that may touch `span` is in flight
+    /// (resolutions are not waited for, see the module docs). The clock must already be past
+    /// `read_ts` (so nothing issued from now on is at or below it); checked under the lock
+    /// that issuing takes.
     pub async fn settle(
         &self,
         clock: &Clock,
         read_ts: u64,
+        span: &ReadSpan<'_>,
         deadline: Instant,
     ) -> Result<(), SettleError> {
         {
@@ -188,8 +304,14 @@ impl Issued {
             let notified = self.settled.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            let oldest = match self.oldest() {
-                Some(oldest) if oldest <= read_ts => oldest,
+            let oldest_write = self
+                .lock()
+                .inflight_writes
+                .range(..=(read_ts, u64::MAX))
+                .find(|(_, footprint)| footprint.meets(span))
+                .map(|((ts, _), _)| *ts);
+            let oldest = match oldest_write {
+                Some(oldest) => oldest,
                 _ => return Ok(()),
             };
             let left = deadline.saturating_duration_since(Instant::now());
@@ -240,15 +362,22 @@ mod tests {
         // The clock must be past the read timestamp.
         let far = Timestamp::from_physical_ms(clock.physical_now().physical_ms() + 60_000).0;
         assert!(matches!(
-            issued.settle(&clock, far, deadline()).await,
+            issued.settle(&clock, far, &ReadSpan::All, deadline()).await,
             Err(SettleError::ClockBehind { .. })
         ));
         // Below every issued timestamp: nothing to wait for.
         let (low_ts, high_ts) = (low.ts, high.ts);
-        assert_eq!(issued.settle(&clock, low_ts - 1, deadline()).await, Ok(()));
+        assert_eq!(
+            issued
+                .settle(&clock, low_ts - 1, &ReadSpan::All, deadline())
+                .await,
+            Ok(())
+        );
         // At `low`: times out while it is in flight...
         assert_eq!(
-            issued.settle(&clock, low_ts, deadline()).await,
+            issued
+                .settle(&clock, low_ts, &ReadSpan::All, deadline())
+                .await,
             Err(SettleError::Timeout { oldest: low_ts })
         );
         // ...and finishes when it settles, though `high` is still in flight.
@@ -257,7 +386,12 @@ mod tests {
             let clock = clock.clone();
             tokio::spawn(async move {
                 issued
-                    .settle(&clock, low_ts, Instant::now() + Duration::from_secs(5))
+                    .settle(
+                        &clock,
+                        low_ts,
+                        &ReadSpan::All,
+                        Instant::now() + Duration::from_secs(5),
+                    )
                     .await
             })
         };
@@ -267,6 +401,148 @@ mod tests {
         assert_eq!(issued.oldest(), Some(high_ts));
         drop(high);
         assert_eq!(issued.oldest(), None);
+    }
+
+    /// A resolution in flight holds no snapshot read up (its intents answer for it), but it
+    /// still holds closed timestamps below it, and a write issued after it is waited for.
+    #[tokio::test]
+    async fn settle_does_not_wait_for_resolutions_but_close_does() {
+        let (clock, issued) = (clock(), Arc::new(Issued::default()));
+        let resolution = issued.issue_for(&clock, 1, IssueKind::Resolution).await;
+        let read_ts = clock.now().0;
+        let deadline = || Instant::now() + Duration::from_millis(50);
+        assert_eq!(
+            issued
+                .settle(&clock, read_ts, &ReadSpan::All, deadline())
+                .await,
+            Ok(())
+        );
+        assert_eq!(issued.oldest(), Some(resolution.ts));
+        assert!(issued.close(&clock, 1) < resolution.ts);
+        let write = issued.issue(&clock, 1).await;
+        let later = clock.now().0;
+        assert_eq!(
+            issued
+                .settle(&clock, later, &ReadSpan::All, deadline())
+                .await,
+            Err(SettleError::Timeout { oldest: write.ts })
+        );
+        drop(write);
+        assert_eq!(
+            issued
+                .settle(&clock, later, &ReadSpan::All, deadline())
+                .await,
+            Ok(())
+        );
+        drop(resolution);
+        assert_eq!(issued.oldest(), None);
+    }
+
+    /// A read waits for an in-flight write at or below it only if the write may touch what
+    /// it reads: one of its keys, or a key in its scanned range; a write of unknown footprint
+    /// holds every read up.
+    #[tokio::test]
+    async fn settle_waits_only_for_writes_to_what_it_reads() {
+        let (clock, issued) = (clock(), Arc::new(Issued::default()));
+        let b = |s: &str| Bytes::copy_from_slice(s.as_bytes());
+        let write = issued
+            .issue_for(
+                &clock,
+                1,
+                IssueKind::Write(Footprint::keys([b("k5"), b("k2"), b("k5")])),
+            )
+            .await;
+        let read_ts = clock.now().0;
+        let deadline = || Instant::now() + Duration::from_millis(30);
+        async fn blocks(issued: &Issued, clock: &Clock, read_ts: u64, span: ReadSpan<'_>) -> bool {
+            let deadline = Instant::now() + Duration::from_millis(30);
+            issued
+                .settle(clock, read_ts, &span, deadline)
+                .await
+                .is_err()
+        }
+        assert!(
+            !blocks(
+                &issued,
+                &clock,
+                read_ts,
+                ReadSpan::Keys(&[b("k1"), b("k3")])
+            )
+            .await,
+            "other keys"
+        );
+        assert!(
+            blocks(
+                &issued,
+                &clock,
+                read_ts,
+                ReadSpan::Keys(&[b("k1"), b("k5")])
+            )
+            .await,
+            "a written key"
+        );
+        assert!(blocks(&issued, &clock, read_ts, ReadSpan::All).await);
+        assert!(
+            blocks(
+                &issued,
+                &clock,
+                read_ts,
+                ReadSpan::Range {
+                    start: b"k2",
+                    end: b"k3"
+                }
+            )
+            .await,
+            "start inclusive"
+        );
+        assert!(
+            !blocks(
+                &issued,
+                &clock,
+                read_ts,
+                ReadSpan::Range {
+                    start: b"k3",
+                    end: b"k5"
+                }
+            )
+            .await,
+            "end exclusive"
+        );
+        assert!(
+            blocks(
+                &issued,
+                &clock,
+                read_ts,
+                ReadSpan::Range {
+                    start: b"k3",
+                    end: b""
+                }
+            )
+            .await,
+            "unbounded end"
+        );
+        assert!(
+            !blocks(
+                &issued,
+                &clock,
+                read_ts,
+                ReadSpan::Range {
+                    start: b"k6",
+                    end: b""
+                }
+            )
+            .await
+        );
+        drop(write);
+        let unknown = issued.issue(&clock, 1).await;
+        let later = clock.now().0;
+        assert_eq!(
+            issued
+                .settle(&clock, later, &ReadSpan::Keys(&[b("zz")]), deadline())
+                .await,
+            Err(SettleError::Timeout { oldest: unknown.ts }),
+            "an unknown footprint meets every read"
+        );
     }
 
     #[test]

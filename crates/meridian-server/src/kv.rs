@@ -54,6 +54,7 @@ use crate::shard_map::ShardDescriptor;
 use bytes::Bytes;
 use meridian_proto::kv::kv_server::Kv;
 use meridian_proto::kv::*;
+use meridian_raft::issued::ReadSpan;
 use meridian_raft::locks::LockTable;
 use meridian_raft::{Command, RequestId};
 use meridian_storage::mvcc;
@@ -293,10 +294,16 @@ impl Kv for KvService {
             Some(_) if req.reverse => {
                 return Err(invalid("snapshot scans go forward only").into());
             }
-            Some(spec) => Some(
-                self.snapshot(shard, &replica, spec, req.consistency)
-                    .await?,
-            ),
+            Some(spec) => {
+                let span = ReadSpan::Range {
+                    start: &req.start,
+                    end: &req.end,
+                };
+                Some(
+                    self.snapshot(shard, &replica, spec, req.consistency, span)
+                        .await?,
+                )
+            }
             None => None,
         };
         let stale_read = match stale {

@@ -39,6 +39,7 @@
 use crate::error::{invalid, Result, ServerError};
 use crate::kv::{get_response, KvService};
 use meridian_proto::kv::*;
+use meridian_raft::issued::ReadSpan;
 use meridian_raft::locks::{LockInfo, LockTable};
 use meridian_raft::types::MAX_COMMAND_TS;
 use meridian_raft::ShardReplica;
@@ -230,7 +231,10 @@ impl KvService {
                 observed: Vec::new(),
                 uncertainty_limit: read_ts.0,
             };
-            let snap = self.snapshot(shard, replica, &spec, linearizable).await?;
+            // The keys are not known here: wait as for a read of the whole shard.
+            let snap = self
+                .snapshot(shard, replica, &spec, linearizable, ReadSpan::All)
+                .await?;
             return Ok(StaleRead {
                 read_ts: snap.read_ts,
                 lock_bound: snap.lock_bound(),

@@ -8,6 +8,7 @@
 use crate::admission::Admitted;
 use crate::error::{Result, ServerError};
 use crate::kv::KvService;
+use meridian_raft::issued::{Footprint, IssueKind};
 use meridian_raft::{Command, CommandResult, ShardReplica};
 use meridian_types::{ShardId, Timestamp};
 use openraft::type_config::async_runtime::WatchReceiver;
@@ -49,7 +50,10 @@ impl KvService {
         if leader != Some(self.node.config.node_id) {
             return Err(self.node.not_leader(shard, leader).await);
         }
-        let issued = replica.issued.issue(&self.node.clock, term).await;
+        let issued = replica
+            .issued
+            .issue_for(&self.node.clock, term, issue_kind(&cmd))
+            .await;
         self.check_ceiling(Timestamp(issued.ts))?;
         // Closed after this proposal's own timestamp was issued, so that timestamp is in
         // flight and the closed one is below it (see `meridian_raft::closed_ts`).
@@ -109,4 +113,24 @@ impl KvService {
             "timestamp {ts} is not below the persisted HLC ceiling yet (a storage stall?)"
         )))
     }
+}
+
+/// What snapshot reads must wait for in `cmd` (see `meridian_raft::issued`): the user keys it
+/// writes, or nothing for a resolution (its intents answer for it); anything else is assumed
+/// to touch the whole shard.
+fn issue_kind(cmd: &Command) -> IssueKind {
+    let footprint = match cmd {
+        Command::Resolve { .. } => return IssueKind::Resolution,
+        Command::Write { puts, deletes, .. } => Footprint::keys(
+            puts.iter()
+                .map(|(key, _)| key.clone())
+                .chain(deletes.iter().cloned()),
+        ),
+        Command::Cas { key, .. } => Footprint::keys([key.clone()]),
+        Command::Txn { writes, .. } | Command::Prepare { writes, .. } => {
+            Footprint::keys(writes.iter().map(|(key, _)| key.clone()))
+        }
+        _ => Footprint::All,
+    };
+    IssueKind::Write(footprint)
 }

@@ -15,8 +15,11 @@
 //! 2. The linearizable read barrier (lease or ReadIndex): this node leads the shard and has
 //!    applied every entry committed before the request — in particular every entry of earlier
 //!    terms. Its clock reading after the barrier is the *observed* timestamp.
-//! 3. [`Issued::settle`]: every proposal this leader issued at or below `read_ts` is applied
-//!    (or failed); everything it issues from now on is above `read_ts`.
+//! 3. [`Issued::settle`]: every proposal this leader issued at or below `read_ts` that may
+//!    write what the read reads (its keys, or its scan's range) is applied (or failed),
+//!    resolutions excepted (their intents answer for them: a read meets one and answers
+//!    `LOCKED`, see `meridian_raft::issued`); everything it issues from now on is above
+//!    `read_ts`.
 //! 4. The lease must still be held (else one more ReadIndex round): no other leader was
 //!    elected before step 3 finished, and the next one issues above `read_ts` (it issues
 //!    nothing until `max_offset` after its first write of the term, see
@@ -69,14 +72,12 @@
 //!
 //! # Not done yet
 //! - Snapshot scans go forward only (`reverse` with a snapshot is `INVALID_ARGUMENT`).
-//! - Step 3 waits for every in-flight write of the shard at or below `read_ts`, not only
-//!   those on the keys read (CockroachDB's latches are per key).
 //! - A leader's first writes of a term wait up to `max_offset` (see `meridian_raft::issued`).
 
 use crate::error::{invalid, Result, ServerError};
 use crate::kv::{get_response, KvService};
 use meridian_proto::kv::{ReadConsistency, SnapshotReply, TxnSnapshot};
-use meridian_raft::issued::SettleError;
+use meridian_raft::issued::{ReadSpan, SettleError};
 use meridian_raft::locks::LockTable;
 use meridian_raft::ShardReplica;
 use meridian_storage::uncertainty;
@@ -135,14 +136,16 @@ fn current_term(replica: &ShardReplica) -> u64 {
 }
 
 impl KvService {
-    /// Steps 1–4 of the module docs: after it returns, the shard's state at `read_ts` is final.
-    /// `consistency` chooses the barrier as for plain reads (lease or ReadIndex).
+    /// Steps 1–4 of the module docs: after it returns, the shard's state at `read_ts` is final
+    /// for what `span` reads. `consistency` chooses the barrier as for plain reads (lease or
+    /// ReadIndex).
     pub(crate) async fn snapshot(
         &self,
         shard: ShardId,
         replica: &ShardReplica,
         spec: &TxnSnapshot,
         consistency: i32,
+        span: ReadSpan<'_>,
     ) -> Result<Snapshot> {
         if spec.observed.len() > MAX_OBSERVED_NODES {
             return Err(invalid(format!(
@@ -187,7 +190,7 @@ impl KvService {
         let deadline = Instant::now() + Duration::from_millis(SNAPSHOT_SETTLE_TIMEOUT_MS);
         match replica
             .issued
-            .settle(&self.node.clock, read_ts.0, deadline)
+            .settle(&self.node.clock, read_ts.0, &span, deadline)
             .await
         {
             Ok(()) => {}
@@ -227,7 +230,9 @@ impl KvService {
         spec: &TxnSnapshot,
         consistency: i32,
     ) -> Result<meridian_proto::kv::BatchGetResponse> {
-        let snap = self.snapshot(shard, replica, spec, consistency).await?;
+        let snap = self
+            .snapshot(shard, replica, spec, consistency, ReadSpan::Keys(&keys))
+            .await?;
         let node_id = self.node.config.node_id;
         let keys = std::sync::Arc::new(keys);
         let probe = keys.clone();
