@@ -48,6 +48,10 @@ pub enum Command {
     /// The closed economy on each store (3-node Meridian, 3-member etcd, embedded RocksDB),
     /// started fresh, side by side; prints a markdown table.
     EconomyCompare(crate::economy::compare::EconomyCompareArgs),
+    /// Three regions behind emulated WAN delays: per-region write, read, follower-read and
+    /// transaction latency, the LINE test (move and kill the metadata leader), and the same
+    /// transactions with a central timestamp oracle (see bench/README.md, "Geo").
+    Geo(crate::geo::args::GeoArgs),
 }
 
 /// Options shared by both phases.
@@ -112,6 +116,8 @@ pub enum CliOutcome {
     Comparison(Box<Comparison>),
     /// `economy`: the text report (also printed to stdout).
     Economy(String),
+    /// `geo`: the report was written to `--out` and printed.
+    Geo,
 }
 
 impl CliOutcome {
@@ -119,7 +125,7 @@ impl CliOutcome {
     pub fn into_report(self) -> Option<Report> {
         match self {
             CliOutcome::Phase(report) => Some(report),
-            CliOutcome::Comparison(_) | CliOutcome::Economy(_) => None,
+            CliOutcome::Comparison(_) | CliOutcome::Economy(_) | CliOutcome::Geo => None,
         }
     }
 }
@@ -183,6 +189,10 @@ where
         Command::EconomyCompare(args) => {
             let text = crate::economy::compare::run(args).await?;
             return Ok(CliOutcome::Economy(text));
+        }
+        Command::Geo(args) => {
+            crate::geo::run(args).await?;
+            return Ok(CliOutcome::Geo);
         }
     };
     let outcome = execute_phase(phase, &args, Properties::new()).await?;

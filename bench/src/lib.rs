@@ -28,6 +28,7 @@ pub mod compare;
 pub mod db;
 pub mod economy;
 pub mod generator;
+pub mod geo;
 pub mod measurements;
 pub mod properties;
 pub mod record;

@@ -96,6 +96,8 @@ struct Inner {
     refresh_lock: tokio::sync::Mutex<()>,
     rng: Mutex<StdRng>,
     write_ids: WriteIds,
+    /// Oracle mode only: the address that last answered `Cluster.Timestamp`.
+    pub(crate) oracle: Mutex<Option<String>>,
 }
 
 /// Where a shard request goes.
@@ -228,6 +230,7 @@ impl Client {
                 refresh_lock: tokio::sync::Mutex::new(()),
                 rng: Mutex::new(rng),
                 write_ids,
+                oracle: Mutex::new(None),
             }),
         };
         client.status().await?;
@@ -383,6 +386,11 @@ impl Client {
     /// A fresh write id, sent unchanged on every attempt of one write call.
     pub(crate) fn next_write_id(&self) -> proto::WriteId {
         self.inner.write_ids.next()
+    }
+
+    /// Oracle mode's cached oracle address (see `oracle`).
+    pub(crate) fn inner_oracle(&self) -> MutexGuard<'_, Option<String>> {
+        lock(&self.inner.oracle)
     }
 
     pub(crate) fn deadline(&self) -> Deadline {

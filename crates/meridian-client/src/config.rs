@@ -110,6 +110,12 @@ pub struct ClientConfig {
     /// address to dial instead, e.g. a WAN-emulating proxy link (`meridian-wan`) or a NAT.
     /// Addresses not listed are dialled as they are.
     pub dial: BTreeMap<String, String>,
+    /// **Test-only** (`bench/geo`'s oracle mode, default `false`): every attempt of `Client::txn`
+    /// fetches its read timestamp from the metadata shard's leader (`Cluster.Timestamp`), as a
+    /// design with a central timestamp oracle does, instead of letting the first node it reads
+    /// pick it. It exists to measure what Meridian avoids; it adds a round trip to the
+    /// oracle's region to every transaction and makes no guarantee stronger.
+    pub timestamp_oracle: bool,
 }
 
 impl ClientConfig {
@@ -201,6 +207,7 @@ impl Default for ClientConfig {
             region: None,
             jitter_seed: None,
             dial: BTreeMap::new(),
+            timestamp_oracle: false,
         }
     }
 }

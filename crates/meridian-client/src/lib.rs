@@ -86,6 +86,7 @@ pub mod decommission;
 pub mod error;
 mod locks;
 mod multi;
+mod oracle;
 pub mod routing;
 mod snapshot;
 pub mod stale;

@@ -202,6 +202,9 @@ impl Client {
         let mut snapshot = SnapshotState::default();
         loop {
             attempt += 1;
+            if self.config().timestamp_oracle && snapshot.read_ts.is_none() {
+                snapshot.read_ts = Some(self.oracle_timestamp().await?);
+            }
             let mut txn = self.begin_at(snapshot, options.isolation);
             let value = body(&mut txn).await;
             snapshot = txn.snapshot.clone();

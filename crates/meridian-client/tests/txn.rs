@@ -309,3 +309,65 @@ async fn snapshot_isolation_allows_write_skew_and_serializable_does_not() {
         Err(Error::TxnConflict { .. })
     ));
 }
+
+/// Oracle mode (test-only, for `bench/geo`): each transaction attempt fetches its read
+/// timestamp from the metadata shard's leader before its first read, following a NOT_LEADER
+/// hint from the seed, and caches the oracle; without it nothing asks for a timestamp and the
+/// first read lets its node pick one.
+#[tokio::test]
+async fn oracle_mode_takes_each_attempts_read_timestamp_from_the_metadata_leader() {
+    let fake = Fake::start(&["m"]).await;
+    fake.set_leader(0, 2);
+    let mut config = meridian_client::ClientConfig::new(vec![fake.address(1)]);
+    config.timestamp_oracle = true;
+    config.jitter_seed = Some(7);
+    let client = Client::connect(config).await.unwrap();
+    let plain = fake
+        .client(vec![fake.address(1)], Duration::from_secs(5))
+        .await;
+    let bump = |client: Client| async move {
+        client
+            .txn(TxnOptions::default(), |txn| {
+                Box::pin(async move {
+                    let n: u64 = txn.get_str("a").await?.parse().unwrap_or(0);
+                    txn.put("a", (n + 1).to_string())?;
+                    Ok::<_, Error>(())
+                })
+            })
+            .await
+            .unwrap();
+    };
+
+    // The control: a transaction without the oracle.
+    fake.served();
+    fake.world.snapshot_reads.lock().unwrap().clear();
+    bump(plain.clone()).await;
+    assert!(!fake.served().iter().any(|(_, what)| *what == "timestamp"));
+    assert_eq!(
+        fake.world.snapshot_reads.lock().unwrap()[0],
+        0,
+        "the node picks"
+    );
+
+    fake.world.snapshot_reads.lock().unwrap().clear();
+    bump(client.clone()).await;
+    let asked: Vec<u64> = fake
+        .served()
+        .iter()
+        .filter(|(_, what)| *what == "timestamp")
+        .map(|(node, _)| *node)
+        .collect();
+    assert_eq!(asked, vec![1, 2], "the seed points at the metadata leader");
+    let reads = fake.world.snapshot_reads.lock().unwrap().clone();
+    assert!(reads[0] != 0, "the first read sends the oracle's timestamp");
+
+    bump(client.clone()).await;
+    let asked: Vec<u64> = fake
+        .served()
+        .iter()
+        .filter(|(_, what)| *what == "timestamp")
+        .map(|(node, _)| *node)
+        .collect();
+    assert_eq!(asked, vec![2], "the oracle's address is cached");
+    assert_eq!(client.get("a").await.unwrap(), Some(b("3")));
+}

@@ -1,6 +1,7 @@
 //! The public `Cluster` service: nodes, shards, leaders, terms, applied index and lag, as this
 //! node sees them (clients use it as their shard map); an operator's leader transfer
-//! (see `transfer`) and replica moves (see `membership`).
+//! (see `transfer`) and replica moves (see `membership`); and, for the geo benchmark's
+//! oracle mode only, a timestamp from the metadata shard's leader.
 
 use crate::node::Node;
 use bytes::Bytes;
@@ -139,6 +140,25 @@ impl Cluster for ClusterService {
             crate::membership::remove_replica(&self.node, ShardId(req.shard_id), req.node_id)
                 .await?;
         Ok(Response::new(change_response(done)))
+    }
+
+    async fn timestamp(
+        &self,
+        _request: Request<TimestampRequest>,
+    ) -> Result<Response<TimestampResponse>, Status> {
+        let node = &self.node;
+        let me = node.config.node_id;
+        let leader = node
+            .host
+            .get(ShardId::META)
+            .and_then(|replica| replica.raft.metrics().borrow_watched().current_leader);
+        if leader != Some(me) {
+            return Err(node.not_leader(ShardId::META, leader).await.into());
+        }
+        Ok(Response::new(TimestampResponse {
+            ts: node.clock.now().0,
+            node_id: me,
+        }))
     }
 }
 

@@ -557,6 +557,35 @@ impl Cluster for FakeNode {
         self.change_replicas(request.into_inner(), "remove_replica", false)
     }
 
+    /// Leads the metadata shard: a clock tick. Else NOT_LEADER with the leader's address.
+    async fn timestamp(
+        &self,
+        _: Request<TimestampRequest>,
+    ) -> Result<Response<TimestampResponse>, Status> {
+        self.world
+            .served
+            .lock()
+            .unwrap()
+            .push((self.id, "timestamp"));
+        let leader = self
+            .world
+            .shards
+            .lock()
+            .unwrap()
+            .iter()
+            .find(|s| s.shard_id == 0)
+            .map_or(0, |s| s.leader_id);
+        if leader != self.id {
+            let address = self.world.addresses.lock().unwrap().get(&leader).cloned();
+            let hint = address.map(|a| format!("{leader}@{a}"));
+            return Err(error("NOT_LEADER", "not the metadata leader", hint));
+        }
+        Ok(Response::new(TimestampResponse {
+            ts: self.tick(),
+            node_id: self.id,
+        }))
+    }
+
     async fn status(&self, _: Request<StatusRequest>) -> Result<Response<StatusResponse>, Status> {
         let addresses = self.world.addresses.lock().unwrap().clone();
         Ok(Response::new(StatusResponse {
