@@ -255,9 +255,8 @@ pub async fn run(args: GeoArgs) -> anyhow::Result<()> {
     std::fs::write(out_dir.join("chart.svg"), report::chart(&report))?;
     println!("{markdown}");
     progress(&format!("results in {}", out_dir.display()));
-    match (temp, args.keep_data) {
-        (Some(temp), true) => progress(&format!("data and logs kept in {}", temp.keep().display())),
-        (None, _) | (Some(_), false) => {}
+    if let (Some(temp), true) = (temp, args.keep_data) {
+        progress(&format!("data and logs kept in {}", temp.keep().display()));
     }
     let broken: Vec<&str> = report
         .checks

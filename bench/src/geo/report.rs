@@ -79,12 +79,12 @@ pub struct GeoReport {
     pub checks: Vec<Check>,
 }
 
-fn find<'a>(
-    phases: &'a [PhaseResult],
+fn find(
+    phases: &[PhaseResult],
     source: Source,
     scenario: Scenario,
     op: Op,
-) -> Option<&'a PhaseResult> {
+) -> Option<&PhaseResult> {
     phases
         .iter()
         .find(|p| p.source == source && p.scenario == scenario && p.op == op)
@@ -350,7 +350,7 @@ pub fn chart(report: &GeoReport) -> String {
         .flat_map(|(op, r)| {
             series
                 .iter()
-                .filter_map(move |(s, c, _)| value(*s, *c, *op, *r))
+                .filter_map(move |(s, c, _)| value(*s, *c, *op, r))
         })
         .fold(1.0_f64, f64::max)
         * 1.1;
@@ -386,7 +386,7 @@ pub fn chart(report: &GeoReport) -> String {
         let x0 = LEFT + group_w * g as f64 + group_w * 0.1;
         for (i, (source, scenario, colour)) in series.iter().enumerate() {
             let x = x0 + bar_w * i as f64;
-            match value(*source, *scenario, *op, *name) {
+            match value(*source, *scenario, *op, name) {
                 Some(v) => {
                     let h = H * v / max;
                     let _ = writeln!(
