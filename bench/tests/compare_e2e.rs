@@ -6,7 +6,9 @@
 //! test's target directory (`<target>/release/meridian`), which `cargo nextest run --workspace`
 //! builds; it is not built here.
 
-use std::path::{Path, PathBuf};
+mod common;
+
+use common::meridian_binary;
 
 use meridian_bench::cli::run_cli;
 use meridian_bench::compare::stores::find_on_path;
@@ -18,23 +20,6 @@ const ETCD_BASE_PORT: u16 = 23_850;
 
 const STORES: [&str; 3] = ["meridian", "etcd", "rocksdb"];
 const WORKLOADS: [&str; 6] = ["A", "B", "C", "F", "D", "E"];
-
-/// `<target>/release/meridian`, from this test's path `<target>/release/deps/compare_e2e-…`.
-fn meridian_binary() -> PathBuf {
-    let exe = std::env::current_exe().expect("locating the test executable");
-    let release = exe
-        .parent()
-        .and_then(Path::parent)
-        .expect("the test executable lives in <target>/<profile>/deps");
-    let binary = release.join("meridian");
-    assert!(
-        binary.is_file(),
-        "{} is missing: build meridian-cli first (`cargo build --release -p meridian-cli`; \
-         `cargo nextest run --workspace --release` builds it)",
-        binary.display()
-    );
-    binary
-}
 
 fn etcd_available() -> bool {
     if find_on_path("etcd").is_some() {

@@ -7,25 +7,12 @@
 //! meridian`), which `cargo nextest run --workspace` builds.
 
 use meridian_bench::cli::run_cli;
-use std::path::{Path, PathBuf};
+mod common;
+
+use common::meridian_binary;
 
 /// Nodes 30_301..30_303 (clients) and 30_401..30_403 (Raft), links 30_500..30_539.
 const BASE_PORT: u16 = 30_300;
-
-fn meridian_binary() -> PathBuf {
-    let exe = std::env::current_exe().expect("locating the test executable");
-    let release = exe
-        .parent()
-        .and_then(Path::parent)
-        .expect("the test executable lives in <target>/<profile>/deps");
-    let binary = release.join("meridian");
-    assert!(
-        binary.is_file(),
-        "{} is missing: build meridian-cli first",
-        binary.display()
-    );
-    binary
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn short_geo_run_measures_every_phase_and_the_oracle_costs_a_round_trip() {

@@ -342,7 +342,7 @@ async fn oracle_mode_takes_each_attempts_read_timestamp_from_the_metadata_leader
     fake.served();
     fake.world.snapshot_reads.lock().unwrap().clear();
     bump(plain.clone()).await;
-    assert!(!fake.served().iter().any(|(_, what)| *what == "timestamp"));
+    assert!(asked_for_timestamps(&fake).is_empty());
     assert_eq!(
         fake.world.snapshot_reads.lock().unwrap()[0],
         0,
@@ -351,23 +351,28 @@ async fn oracle_mode_takes_each_attempts_read_timestamp_from_the_metadata_leader
 
     fake.world.snapshot_reads.lock().unwrap().clear();
     bump(client.clone()).await;
-    let asked: Vec<u64> = fake
-        .served()
-        .iter()
-        .filter(|(_, what)| *what == "timestamp")
-        .map(|(node, _)| *node)
-        .collect();
-    assert_eq!(asked, vec![1, 2], "the seed points at the metadata leader");
+    assert_eq!(
+        asked_for_timestamps(&fake),
+        vec![1, 2],
+        "the seed points at the metadata leader"
+    );
     let reads = fake.world.snapshot_reads.lock().unwrap().clone();
     assert!(reads[0] != 0, "the first read sends the oracle's timestamp");
 
     bump(client.clone()).await;
-    let asked: Vec<u64> = fake
-        .served()
+    assert_eq!(
+        asked_for_timestamps(&fake),
+        vec![2],
+        "the oracle's address is cached"
+    );
+    assert_eq!(client.get("a").await.unwrap(), Some(b("3")));
+}
+
+/// The nodes asked for a timestamp since the last look, in order.
+fn asked_for_timestamps(fake: &Fake) -> Vec<u64> {
+    fake.served()
         .iter()
         .filter(|(_, what)| *what == "timestamp")
         .map(|(node, _)| *node)
-        .collect();
-    assert_eq!(asked, vec![2], "the oracle's address is cached");
-    assert_eq!(client.get("a").await.unwrap(), Some(b("3")));
+        .collect()
 }
