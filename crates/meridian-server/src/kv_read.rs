@@ -11,6 +11,7 @@ use meridian_raft::ShardReplica;
 use meridian_types::{ShardId, Timestamp};
 use openraft::type_config::async_runtime::WatchReceiver;
 use openraft::ReadPolicy;
+use std::sync::Arc;
 use tonic::Request;
 
 /// Most sleeps a request spends waiting for the clock to pass its causality token.
@@ -120,6 +121,7 @@ impl KvService {
     /// a lock in `replica`'s lock table that the read must wait for (then `LOCKED`). The lock
     /// table's read guard is held across all three, so they see one applied state (see
     /// `meridian_raft::state_machine`; a GC page raises the threshold under the write guard).
+    /// A read on a replica retired meanwhile answers `UNAVAILABLE` (its data may be gone).
     pub(crate) async fn read_unlocked<T: Send + 'static>(
         &self,
         replica: &ShardReplica,
@@ -148,6 +150,20 @@ impl KvService {
         .await
         .map_err(|e| ServerError::Internal(e.to_string()))?
         .map_err(|e| ServerError::Internal(format!("storage: {e}")))?;
+        // A replica retired while this read ran (`meridian_raft::retire`) may have had its
+        // data deleted under it: the read goes key by key, so it may have seen part of the
+        // shard empty. Retiring takes the replica out of the node's table before deleting, so
+        // a read that saw deleted data finds it gone here and answers nothing (retryable).
+        let hosted = self
+            .node
+            .host
+            .get(shard)
+            .is_some_and(|r| std::ptr::eq(Arc::as_ptr(&r), replica));
+        if !hosted {
+            return Err(ServerError::Unavailable(format!(
+                "shard {shard}: this node's replica left the shard during the read"
+            )));
+        }
         out
     }
 }
