@@ -2,7 +2,7 @@
 //! `chart.svg`.
 
 use super::phases::{Op, RegionStats};
-use super::topology::rtt_ms;
+use super::topology::{rtt_ms, REGIONS};
 use serde::Serialize;
 use std::fmt::Write as _;
 
@@ -119,7 +119,7 @@ pub fn checks(phases: &[PhaseResult], scale: f64) -> Vec<Check> {
         };
         for stats in &phase.regions {
             let limit = limit.unwrap_or_else(|| {
-                let nearest = ["us-east", "eu-west", "ap-south"]
+                let nearest = REGIONS
                     .iter()
                     .filter(|other| **other != stats.region)
                     .map(|other| rtt_ms(&stats.region, other, scale))
@@ -338,7 +338,7 @@ pub fn chart(report: &GeoReport) -> String {
     ];
     let groups: Vec<(Op, &str)> = [Op::Txn1pc, Op::Txn2Shard]
         .iter()
-        .flat_map(|op| ["us-east", "eu-west", "ap-south"].map(|r| (*op, r)))
+        .flat_map(|op| REGIONS.map(|r| (*op, r)))
         .collect();
     let value = |source, scenario, op, name: &str| {
         find(&report.phases, source, scenario, op)
@@ -442,7 +442,7 @@ mod tests {
             scenario,
             meta_leader_region: leader.into(),
             op,
-            regions: ["us-east", "eu-west", "ap-south"]
+            regions: REGIONS
                 .iter()
                 .map(|r| RegionStats {
                     region: r.to_string(),

@@ -25,8 +25,8 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-/// Region of node `i` is `REGIONS[i - 1]` (as `LocalCluster` labels them).
-pub const REGIONS: [&str; 3] = ["us-east", "eu-west", "ap-south"];
+/// Region of node `i` is `REGIONS[i - 1]`: `LocalCluster` labels its nodes from this list.
+pub use meridian_cli::local_cluster::REGIONS;
 /// The default matrix's round trips, in milliseconds, before `--scale`.
 pub const RTT_MS: [(&str, &str, f64); 3] = [
     ("us-east", "eu-west", 80.0),

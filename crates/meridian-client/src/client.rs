@@ -97,7 +97,7 @@ struct Inner {
     rng: Mutex<StdRng>,
     write_ids: WriteIds,
     /// Oracle mode only: the address that last answered `Cluster.Timestamp`.
-    pub(crate) oracle: Mutex<Option<String>>,
+    oracle: Mutex<Option<String>>,
 }
 
 /// Where a shard request goes.

@@ -82,12 +82,10 @@ struct State {
     /// The term of the last issue, and the physical time (ms) before which it issues nothing.
     term: u64,
     not_before_ms: u64,
-    /// Issued timestamps not yet settled, with how many proposals hold each.
-    inflight: BTreeMap<u64, usize>,
-    /// The subset of `inflight` that snapshot reads wait for (every kind but resolutions),
-    /// by `(timestamp, issue number)`, with the user keys each may write.
-    inflight_writes: BTreeMap<(u64, u64), Footprint>,
-    /// Numbers the entries of `inflight_writes` (two issues may share a timestamp's count).
+    /// Issues not yet settled, by `(timestamp, issue number)` (the number tells apart issues
+    /// that share a timestamp), with what each proposal does.
+    inflight: BTreeMap<(u64, u64), IssueKind>,
+    /// The last issue number handed out.
     issues: u64,
     /// `(term, HLC reading)` at the first read barrier this node passed in that term.
     led_since: (u64, u64),
@@ -163,26 +161,14 @@ pub struct IssueGuard {
     issued: Arc<Issued>,
     pub ts: u64,
     pub term: u64,
-    /// Its key in `inflight_writes`, unless it is a resolution.
-    write: Option<(u64, u64)>,
-}
-
-fn release(map: &mut BTreeMap<u64, usize>, ts: u64) {
-    if let Some(count) = map.get_mut(&ts) {
-        *count -= 1;
-        if *count == 0 {
-            map.remove(&ts);
-        }
-    }
+    /// Its key in `State::inflight`.
+    key: (u64, u64),
 }
 
 impl Drop for IssueGuard {
     fn drop(&mut self) {
         let mut state = self.issued.lock();
-        release(&mut state.inflight, self.ts);
-        if let Some(key) = self.write {
-            state.inflight_writes.remove(&key);
-        }
+        state.inflight.remove(&self.key);
         drop(state);
         self.issued.settled.notify_waiters();
     }
@@ -229,21 +215,14 @@ impl Issued {
                 }
                 if physical_ms >= state.not_before_ms {
                     let ts = clock.now().0;
-                    *state.inflight.entry(ts).or_default() += 1;
-                    let write = match kind.clone() {
-                        IssueKind::Write(footprint) => {
-                            state.issues += 1;
-                            let key = (ts, state.issues);
-                            state.inflight_writes.insert(key, footprint);
-                            Some(key)
-                        }
-                        IssueKind::Resolution => None,
-                    };
+                    state.issues += 1;
+                    let key = (ts, state.issues);
+                    state.inflight.insert(key, kind);
                     return IssueGuard {
                         issued: self.clone(),
                         ts,
                         term,
-                        write,
+                        key,
                     };
                 }
                 state.not_before_ms - physical_ms
@@ -272,13 +251,13 @@ impl Issued {
     pub fn close(&self, clock: &Clock, lag_ms: u64) -> u64 {
         let state = self.lock();
         let now = clock.now().0;
-        let oldest = state.inflight.keys().next().copied();
+        let oldest = state.inflight.keys().next().map(|(ts, _)| *ts);
         crate::closed_ts::closable(now, lag_ms, oldest)
     }
 
     /// The oldest issued timestamp not yet settled.
     pub fn oldest(&self) -> Option<u64> {
-        self.lock().inflight.keys().next().copied()
+        self.lock().inflight.keys().next().map(|(ts, _)| *ts)
     }
 
     /// Waits until no write issued at or below `read_ts` that may touch `span` is in flight
@@ -306,9 +285,12 @@ impl Issued {
             notified.as_mut().enable();
             let oldest_write = self
                 .lock()
-                .inflight_writes
+                .inflight
                 .range(..=(read_ts, u64::MAX))
-                .find(|(_, footprint)| footprint.meets(span))
+                .find(|(_, kind)| match kind {
+                    IssueKind::Write(footprint) => footprint.meets(span),
+                    IssueKind::Resolution => false,
+                })
                 .map(|((ts, _), _)| *ts);
             let oldest = match oldest_write {
                 Some(oldest) => oldest,
