@@ -103,7 +103,7 @@ pub async fn run_on_store(
         timeout,
         sync_writes: true,
     };
-    let result = match drivers::open(kind, &options).await {
+    let result = match drivers::open(kind, &options, config.no_wait).await {
         Ok(economy) => run_economy(config, economy, seed).await,
         Err(error) => Err(anyhow::Error::new(error).context("opening the driver")),
     };

@@ -50,9 +50,14 @@ pub trait Economy: Send + Sync {
 }
 
 /// Opens the chosen store's economy driver.
-pub async fn open(kind: DriverKind, options: &DriverOptions) -> Result<Arc<dyn Economy>, DbError> {
+/// `no_wait`: Meridian's transactions use `TxnOptions::no_wait` (see `EconomyConfig`).
+pub async fn open(
+    kind: DriverKind,
+    options: &DriverOptions,
+    no_wait: bool,
+) -> Result<Arc<dyn Economy>, DbError> {
     match kind {
-        DriverKind::Meridian => Ok(Arc::new(MeridianEconomy::open(options).await?)),
+        DriverKind::Meridian => Ok(Arc::new(MeridianEconomy::open(options, no_wait).await?)),
         DriverKind::Etcd => Ok(Arc::new(EtcdEconomy::open(options).await?)),
         DriverKind::Rocksdb => Ok(Arc::new(RocksEconomy::open(options)?)),
     }
@@ -62,6 +67,7 @@ pub async fn open(kind: DriverKind, options: &DriverOptions) -> Result<Arc<dyn E
 
 struct MeridianEconomy {
     client: meridian_client::Client,
+    no_wait: bool,
 }
 
 fn meridian_error(e: meridian_client::Error) -> DbError {
@@ -79,14 +85,15 @@ fn meridian_error(e: meridian_client::Error) -> DbError {
 }
 
 impl MeridianEconomy {
-    async fn open(options: &DriverOptions) -> Result<Self, DbError> {
+    async fn open(options: &DriverOptions, no_wait: bool) -> Result<Self, DbError> {
         let client = crate::db::meridian::connect(options).await?;
-        Ok(MeridianEconomy { client })
+        Ok(MeridianEconomy { client, no_wait })
     }
 
     fn options(&self) -> meridian_client::TxnOptions {
         meridian_client::TxnOptions {
             max_attempts: MAX_TXN_ATTEMPTS,
+            no_wait: self.no_wait,
             ..meridian_client::TxnOptions::default()
         }
     }

@@ -56,6 +56,10 @@ pub struct EconomyConfig {
     /// `accountspread=shards`: account keys spread over the key space (YCSB-style hashed
     /// numbers) instead of sharing the `economy/` prefix (`oneshard`, the default).
     pub spread: bool,
+    /// `lockwait=nowait`: Meridian's multi-shard commits fail at once on another
+    /// transaction's lock (`TxnOptions::no_wait`) instead of wound-wait (`woundwait`, the
+    /// default). Other stores ignore it.
+    pub no_wait: bool,
 }
 
 impl EconomyConfig {
@@ -80,6 +84,11 @@ impl EconomyConfig {
                 "oneshard" => false,
                 "shards" => true,
                 other => bail!("accountspread {other:?}: want oneshard or shards"),
+            },
+            no_wait: match p.get_or("lockwait", "woundwait") {
+                "woundwait" => false,
+                "nowait" => true,
+                other => bail!("lockwait {other:?}: want woundwait or nowait"),
             },
         };
         if !(2..=MAX_ACCOUNTS).contains(&config.accounts) {
@@ -324,7 +333,7 @@ pub fn settings(args: &PhaseArgs) -> anyhow::Result<(EconomyConfig, u64, DriverO
 /// the validation fails.
 pub async fn run(args: &PhaseArgs) -> anyhow::Result<String> {
     let (config, seed, options) = settings(args)?;
-    let economy = drivers::open(args.db, &options)
+    let economy = drivers::open(args.db, &options, config.no_wait)
         .await
         .with_context(|| format!("opening the {} economy driver", driver_name(args.db)))?;
     eprintln!("economy: {}", driver_name(args.db));

@@ -181,6 +181,10 @@ pub enum KvOp {
         /// (serializable) or only the keys it writes (snapshot; write skew possible).
         #[arg(long, value_enum, default_value = "serializable")]
         isolation: IsolationArg,
+        /// Who gives way when its multi-shard commit meets another transaction's lock: a
+        /// higher priority wins, then the older transaction (wound-wait).
+        #[arg(long, value_enum, default_value = "normal")]
+        priority: PriorityArg,
     },
     /// Print `key<TAB>value` lines of a key range.
     Scan {
@@ -298,10 +302,12 @@ impl KvCommand {
                 file,
                 max_attempts,
                 isolation,
+                priority,
             } => {
                 let options = TxnOptions {
                     max_attempts: (*max_attempts).max(1),
                     isolation: isolation.into_client(),
+                    priority: priority.into_client(),
                     ..TxnOptions::default()
                 };
                 self.run_txn(steps, file.as_deref(), options).await?
@@ -377,6 +383,24 @@ impl IsolationArg {
         match self {
             IsolationArg::Serializable => meridian_client::Isolation::Serializable,
             IsolationArg::Snapshot => meridian_client::Isolation::Snapshot,
+        }
+    }
+}
+
+/// `--priority` of `meridian kv txn`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum PriorityArg {
+    Low,
+    Normal,
+    High,
+}
+
+impl PriorityArg {
+    fn into_client(self) -> meridian_client::TxnPriority {
+        match self {
+            PriorityArg::Low => meridian_client::TxnPriority::Low,
+            PriorityArg::Normal => meridian_client::TxnPriority::Normal,
+            PriorityArg::High => meridian_client::TxnPriority::High,
         }
     }
 }

@@ -435,6 +435,8 @@ async fn scenario() {
             anchor: locked_key.clone(),
             participants: vec![elsewhere],
             txn_ts: meridian_types::Timestamp::from_physical_ms(now_ms()).0,
+            priority: 2,
+            age_ts: meridian_types::Timestamp::from_physical_ms(now_ms()).0,
         }),
         ..Default::default()
     };

@@ -86,6 +86,8 @@ async fn try_prepare(
         prepare: Some(proto::TxnPrepare {
             txn: Some(txn),
             txn_ts: txn_ts(),
+            priority: 2,
+            age_ts: txn_ts(),
             anchor: b(ANCHOR),
             participants: match key == ANCHOR {
                 true => vec![b(OTHER)],

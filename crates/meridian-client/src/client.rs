@@ -98,6 +98,8 @@ struct Inner {
     write_ids: WriteIds,
     /// Oracle mode only: the address that last answered `Cluster.Timestamp`.
     oracle: Mutex<Option<String>>,
+    /// Locks of junior transactions this client's prepares wounded (see `locks`).
+    wounds: std::sync::atomic::AtomicU64,
 }
 
 /// Where a shard request goes.
@@ -231,6 +233,7 @@ impl Client {
                 rng: Mutex::new(rng),
                 write_ids,
                 oracle: Mutex::new(None),
+                wounds: std::sync::atomic::AtomicU64::new(0),
             }),
         };
         client.status().await?;
@@ -240,6 +243,19 @@ impl Client {
     /// The configuration this client was built with.
     pub fn config(&self) -> &ClientConfig {
         &self.inner.config
+    }
+
+    /// How many times this client's transactions *wounded* another transaction: a prepare
+    /// met the lock of a transaction it outranks and recovered it (see [`crate::TxnOptions`]'s
+    /// `priority`). Since the client was built; for metrics and tests.
+    pub fn wounds(&self) -> u64 {
+        self.inner.wounds.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    pub(crate) fn note_wound(&self) {
+        self.inner
+            .wounds
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// A copy of the cached shard map (with the leaders learnt so far).
@@ -748,7 +764,8 @@ impl Client {
                     // Lock waits are bounded by the deadline, not by max_attempts.
                     attempts -= 1;
                     last = Some(error);
-                    self.wait_for_lock(&mut lock_wait, &lock, deadline).await?;
+                    self.wait_for_lock(&mut lock_wait, &lock, locks, deadline)
+                        .await?;
                     continue;
                 }
                 _ => return Err(error),

@@ -165,6 +165,8 @@ pub struct LockInfo {
     pub write: bool,
     /// The transaction's start timestamp (its resolves carry it).
     pub txn_ts: u64,
+    /// The holder's rank in lock conflicts (see `meridian_types::txn_rank`).
+    pub rank: meridian_types::TxnRank,
 }
 
 impl LockInfo {
@@ -184,6 +186,10 @@ impl LockInfo {
             prepare_ts: info.prepare_ts,
             write: info.write,
             txn_ts: info.txn_ts,
+            rank: meridian_types::TxnRank {
+                priority: info.priority,
+                age_ts: info.age_ts,
+            },
         })
     }
 }

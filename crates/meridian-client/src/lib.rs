@@ -103,7 +103,7 @@ pub use client::{fetch_status, Client, KeyValue, Versioned};
 pub use config::{ClientConfig, ReadConsistency};
 pub use error::{Error, LeaderHint, LockInfo, Result};
 pub use meridian_proto::kv as proto;
-pub use meridian_types::Timestamp;
+pub use meridian_types::{Timestamp, TxnPriority, TxnRank};
 pub use routing::{NodeRoute, ShardMap, ShardRoute};
 pub use stale::{StaleRead, StaleSnapshot};
 pub use txn::{CommitInfo, Isolation, Txn, TxnBody, TxnOptions};

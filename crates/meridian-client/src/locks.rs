@@ -16,9 +16,20 @@
 //!
 //! Lock waits do not count against `max_attempts`; the call's deadline bounds them.
 //!
-//! Two policies: reads (snapshot reads included), writes and one-shard commits wait and retry
-//! ([`LockPolicy::Wait`]); a prepare fails at once ([`LockPolicy::Fail`]: waiting while
-//! holding locks of its own could deadlock; its transaction aborts and runs again).
+//! Three policies:
+//! - reads (snapshot reads included), writes and one-shard commits hold no locks of their
+//!   own: they wait and retry ([`LockPolicy::Wait`]);
+//! - a prepare holds the locks of its transaction's other prepares, so waiting could
+//!   deadlock; it follows **wound-wait** ([`LockPolicy::WoundWait`], see
+//!   `meridian_types::txn_rank`): it *wounds* a holder it outranks — recovers the holder's
+//!   transaction at once, which aborts it unless every participant had prepared already (then
+//!   it is committed and resolved), resolves the lock and sends the prepare again — and waits
+//!   for a holder that outranks it, as above. Waits go only from junior to senior, so none
+//!   form a cycle. A transaction keeps its rank across attempts, so a loser grows senior;
+//! - resolves, and the prepares of transactions run with [`TxnOptions::no_wait`], fail at once
+//!   ([`LockPolicy::Fail`]); such a transaction aborts and runs again after a backoff.
+//!
+//! [`TxnOptions::no_wait`]: crate::TxnOptions::no_wait
 
 use crate::backoff::Backoff;
 use crate::client::{kv_client, request, Deadline, Route};
@@ -28,6 +39,7 @@ use crate::txn_recover::Settled;
 use crate::Client;
 use bytes::Bytes;
 use meridian_proto::kv::{self as proto, resolve_request};
+use meridian_types::TxnRank;
 use std::future::Future;
 use std::pin::Pin;
 use std::time::{Duration, Instant};
@@ -45,12 +57,31 @@ pub(crate) enum LockPolicy {
     Wait,
     /// Fail at once.
     Fail,
+    /// A prepare of this transaction (its id and rank): wound a holder it outranks, wait for
+    /// one that outranks it (see the module docs).
+    WoundWait(proto::WriteId, TxnRank),
+}
+
+impl LockPolicy {
+    /// True if this policy wounds the holder of `lock` rather than waiting for it.
+    fn wounds(self, lock: &LockInfo) -> bool {
+        match self {
+            LockPolicy::WoundWait(me, rank) => rank.is_senior_to(
+                (me.client_id, me.seq),
+                lock.rank,
+                (lock.txn.client_id, lock.txn.seq),
+            ),
+            LockPolicy::Wait | LockPolicy::Fail => false,
+        }
+    }
 }
 
 /// One call's waiting on locks.
 pub(crate) struct LockWait {
     /// The transaction whose locks are being waited for, since when.
     waiting_for: Option<(proto::WriteId, Instant)>,
+    /// The last transaction this call wounded: met again right after, it is waited for.
+    wounded: Option<proto::WriteId>,
     poll: Backoff,
 }
 
@@ -58,6 +89,7 @@ impl LockWait {
     pub(crate) fn new() -> LockWait {
         LockWait {
             waiting_for: None,
+            wounded: None,
             poll: Backoff::new(LOCK_POLL_INITIAL, LOCK_POLL_MAX),
         }
     }
@@ -89,14 +121,28 @@ pub(crate) enum Resolution {
 }
 
 impl Client {
-    /// Handles one `LOCKED` answer inside the retry loop: recovers the transaction if due,
-    /// then sleeps one poll (or fails with `DeadlineExceeded` if the deadline is nearer).
+    /// Handles one `LOCKED` answer inside the retry loop under `policy` (not `Fail`): wounds
+    /// the holder if `policy` outranks it, else recovers the holder's transaction if due and
+    /// sleeps one poll (or fails with `DeadlineExceeded` if the deadline is nearer).
     pub(crate) async fn wait_for_lock(
         &self,
         wait: &mut LockWait,
         lock: &LockInfo,
+        policy: LockPolicy,
         deadline: &Deadline,
     ) -> Result<()> {
+        if policy.wounds(lock) && wait.wounded != Some(lock.txn) {
+            wait.wounded = Some(lock.txn);
+            tracing::debug!(txn = ?lock.txn, key = ?lock.key, "wounding a junior transaction's lock");
+            match self.recover_lock(lock, deadline).await {
+                // Its lock is resolved: send the request again at once.
+                Ok(()) => {
+                    self.note_wound();
+                    return Ok(());
+                }
+                Err(error) => tracing::debug!(%error, "wounding failed; waiting instead"),
+            }
+        }
         if wait.due(lock) {
             tracing::info!(txn = ?lock.txn, key = ?lock.key, "recovering a transaction whose lock outlived {LOCK_RECOVER_AFTER:?}");
             if let Err(error) = self.recover_lock(lock, deadline).await {
@@ -186,7 +232,37 @@ mod tests {
             prepare_ts: 5,
             write: true,
             txn_ts: 3,
+            rank: TxnRank::new(meridian_types::TxnPriority::Normal, 7),
         }
+    }
+
+    #[test]
+    fn only_a_senior_prepare_wounds_and_only_under_wound_wait() {
+        let holder = lock(1); // normal priority, age 7, id (1, 1)
+        let me = proto::WriteId {
+            client_id: 2,
+            seq: 1,
+        };
+        let normal = |age| TxnRank::new(meridian_types::TxnPriority::Normal, age);
+        assert!(
+            LockPolicy::WoundWait(me, normal(6)).wounds(&holder),
+            "older wounds"
+        );
+        assert!(
+            !LockPolicy::WoundWait(me, normal(8)).wounds(&holder),
+            "younger waits"
+        );
+        assert!(
+            !LockPolicy::WoundWait(me, normal(7)).wounds(&holder),
+            "same age: the lower id (the holder's) is senior"
+        );
+        let high = TxnRank::new(meridian_types::TxnPriority::High, 99);
+        assert!(
+            LockPolicy::WoundWait(me, high).wounds(&holder),
+            "priority first"
+        );
+        assert!(!LockPolicy::Wait.wounds(&holder));
+        assert!(!LockPolicy::Fail.wounds(&holder));
     }
 
     #[test]

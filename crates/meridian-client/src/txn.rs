@@ -69,6 +69,7 @@
 
 use crate::client::Route;
 use crate::error::{Error, Result};
+use crate::locks::LockPolicy;
 use crate::routing::Routed;
 use crate::snapshot::{SnapRead, SnapshotState};
 use crate::txn_commit::{outcome, plan, send_commit, CommitParts, Plan, ScannedRange};
@@ -77,7 +78,7 @@ use bytes::Bytes;
 use meridian_types::limits::{
     DEFAULT_TXN_MAX_ATTEMPTS, MAX_BATCH_BYTES, MAX_BATCH_KEYS, MAX_SCAN_LIMIT, MAX_TXN_READ_KEYS,
 };
-use meridian_types::Timestamp;
+use meridian_types::{Timestamp, TxnPriority, TxnRank};
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::pin::Pin;
@@ -116,6 +117,16 @@ pub struct TxnOptions {
     /// conflict has already committed, so the next attempt usually reads its result.
     pub backoff_initial: Duration,
     pub backoff_max: Duration,
+    /// Who gives way in a lock conflict between multi-shard commits (*wound-wait*, see
+    /// `locks`): a higher priority wins; within a priority the transaction whose first
+    /// attempt began earlier wins, and it keeps that age across attempts, so a transaction
+    /// that keeps losing eventually wins.
+    pub priority: TxnPriority,
+    /// A multi-shard commit that meets another transaction's lock fails at once (a
+    /// conflict: the closure runs again after the backoff) instead of wounding or waiting.
+    /// Off by default: without wound-wait a large transaction can lose every attempt to a
+    /// stream of small ones.
+    pub no_wait: bool,
 }
 
 impl Default for TxnOptions {
@@ -126,6 +137,8 @@ impl Default for TxnOptions {
             deadline: None,
             backoff_initial: Duration::from_millis(2),
             backoff_max: Duration::from_millis(100),
+            priority: TxnPriority::Normal,
+            no_wait: false,
         }
     }
 }
@@ -154,6 +167,10 @@ pub struct Txn {
     /// Set when a read was uncertain: the attempt is over, and the next one reads here.
     restart: Option<Timestamp>,
     isolation: Isolation,
+    /// The transaction's rank in lock conflicts (kept across attempts), and whether its
+    /// prepares give up at once instead (see [`TxnOptions::no_wait`]).
+    rank: TxnRank,
+    no_wait: bool,
 }
 
 /// The closure type of [`Client::txn`]: it borrows the attempt's [`Txn`] for the future it
@@ -200,12 +217,16 @@ impl Client {
         );
         let mut attempt = 0u32;
         let mut snapshot = SnapshotState::default();
+        // The transaction's age: its first attempt's, on every attempt (see `priority`).
+        let rank = TxnRank::new(options.priority, wall_ts());
         loop {
             attempt += 1;
             if self.config().timestamp_oracle && snapshot.read_ts.is_none() {
                 snapshot.read_ts = Some(self.oracle_timestamp().await?);
             }
             let mut txn = self.begin_at(snapshot, options.isolation);
+            txn.rank = rank;
+            txn.no_wait = options.no_wait;
             let value = body(&mut txn).await;
             snapshot = txn.snapshot.clone();
             if let Some(version_ts) = txn.restart {
@@ -271,6 +292,8 @@ impl Client {
             snapshot,
             restart: None,
             isolation,
+            rank: TxnRank::new(TxnPriority::Normal, wall_ts()),
+            no_wait: false,
         }
     }
 }
@@ -524,12 +547,7 @@ impl Txn {
     fn start_ts(&self) -> u64 {
         match self.snapshot.read_ts {
             Some(ts) => ts.0,
-            None => {
-                let now = std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .map_or(1, |d| d.as_millis() as u64);
-                Timestamp::from_physical_ms(now).0
-            }
+            None => wall_ts(),
         }
     }
 
@@ -561,8 +579,20 @@ impl Txn {
             }
             Plan::Many { groups, anchor } => {
                 let txn = (txn_id, self.start_ts());
-                crate::txn_2pc::commit(&self.client, txn, anchor, groups).await
+                let locks = match self.no_wait {
+                    true => LockPolicy::Fail,
+                    false => LockPolicy::WoundWait(txn_id, self.rank),
+                };
+                crate::txn_2pc::commit(&self.client, txn, self.rank, locks, anchor, groups).await
             }
         }
     }
+}
+
+/// This machine's clock as an HLC timestamp (logical part 0).
+fn wall_ts() -> u64 {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(1, |d| d.as_millis() as u64);
+    Timestamp::from_physical_ms(now).0
 }

@@ -22,9 +22,12 @@
 //!   prepare, because from then on every recovery finds every participant prepared and commits
 //!   at the same `C` (see `locks`). Making the commit explicit and resolving the intents take
 //!   two more rounds, after the acknowledgement; readers that meet a lock meanwhile wait.
-//! - A prepare that meets another transaction's lock fails at once (no waiting while holding
-//!   locks: no deadlock); the transaction is settled and [`Client::txn`](crate::Client::txn)
-//!   runs it again after a backoff, like any conflict.
+//! - A prepare that meets another transaction's lock follows wound-wait (see `locks`): it
+//!   recovers a holder it outranks and sends the prepare again, and waits for a holder that
+//!   outranks it (waits go only from junior to senior: no deadlock). With
+//!   [`TxnOptions::no_wait`](crate::TxnOptions::no_wait) it fails at once instead; the
+//!   transaction is settled and [`Client::txn`](crate::Client::txn) runs it again after a
+//!   backoff, like any conflict.
 //! - A failed commit is settled by a recovery before it is reported: a prepare answered as
 //!   failed may still land from an earlier attempt, so the coordinator cannot just abort. If
 //!   the recovery finds the transaction committed, the commit succeeded; if it aborts it, the
@@ -71,10 +74,13 @@ fn routing_key(message: &proto::CommitRequest) -> Bytes {
 }
 
 /// Commits a transaction whose reads and writes span `groups` (by shard) with a parallel
-/// commit; `txn` is its id and start timestamp, `anchor` its first written key.
+/// commit; `txn` is its id and start timestamp, `rank` its rank in lock conflicts and `locks`
+/// what its prepares do when they meet a lock (see `locks`), `anchor` its first written key.
 pub(crate) async fn commit(
     client: &Client,
     txn: (proto::WriteId, u64),
+    rank: meridian_types::TxnRank,
+    locks: LockPolicy,
     anchor: Bytes,
     groups: BTreeMap<u64, proto::CommitRequest>,
 ) -> Result<Timestamp> {
@@ -112,6 +118,8 @@ pub(crate) async fn commit(
         message.prepare = Some(proto::TxnPrepare {
             txn: Some(txn.0),
             txn_ts: txn.1,
+            priority: rank.priority,
+            age_ts: rank.age_ts,
             anchor: anchor.clone(),
             participants: match shard == anchor_shard {
                 true => others.clone(),
@@ -124,7 +132,7 @@ pub(crate) async fn commit(
                 .write_call_with(
                     Route::Shard(shard),
                     deadline,
-                    LockPolicy::Fail,
+                    locks,
                     |channel, timeout, route| send_commit(channel, timeout, message.routed(route)),
                 )
                 .await

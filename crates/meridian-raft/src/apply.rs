@@ -214,6 +214,7 @@ impl<'a> ApplyBatch<'a> {
                 ts,
                 txn,
                 txn_ts,
+                rank,
                 anchor,
                 is_anchor,
                 reads,
@@ -222,7 +223,7 @@ impl<'a> ApplyBatch<'a> {
                 participants,
             } => self.prepare(
                 ts,
-                (txn, txn_ts),
+                (txn, txn_ts, rank),
                 (anchor, is_anchor, participants),
                 reads,
                 ranges,

@@ -85,7 +85,7 @@ impl ApplyBatch<'_> {
     pub(crate) fn prepare(
         &mut self,
         ts: u64,
-        (txn, txn_ts): (TxnId, u64),
+        (txn, txn_ts, rank): (TxnId, u64, meridian_types::TxnRank),
         (anchor, is_anchor, participants): (Bytes, bool, Vec<Bytes>),
         reads: Vec<ReadCheck>,
         ranges: Vec<RangeCheck>,
@@ -141,6 +141,7 @@ impl ApplyBatch<'_> {
             anchor,
             prepare_ts,
             txn_ts,
+            rank,
             reads: reads
                 .iter()
                 .map(|r| r.key.clone())

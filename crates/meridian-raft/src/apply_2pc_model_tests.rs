@@ -161,6 +161,7 @@ fn model_prepare(is_anchor: bool, ts: u64, key: &str) -> Command {
         ts,
         txn: id(MODEL_TXN),
         txn_ts: TXN_TS,
+        rank: meridian_types::TxnRank::default(),
         anchor: b("a"),
         is_anchor,
         reads: vec![],

@@ -91,6 +91,7 @@ pub(super) fn prepare(
         ts,
         txn: id(txn),
         txn_ts: TXN_TS,
+        rank: rank_of(txn),
         anchor: b("anchor"),
         is_anchor,
         reads: reads
@@ -111,6 +112,11 @@ pub(super) fn prepare(
 
 /// Every test transaction's start timestamp.
 pub(super) const TXN_TS: u64 = 3;
+
+/// Test transaction `txn`'s rank: normal priority, first attempt at `100 + txn`.
+pub(super) fn rank_of(txn: u64) -> meridian_types::TxnRank {
+    meridian_types::TxnRank::new(meridian_types::TxnPriority::Normal, 100 + txn)
+}
 
 pub(super) fn resolve(txn: u64, anchor: bool, decision: Decision) -> Command {
     Command::Resolve {
@@ -154,6 +160,7 @@ fn a_prepared_write_blocks_other_writes_until_it_commits_at_exactly_the_decided_
         let r = s.one(put(20, key, "other"));
         let lock = r.locked.expect("locked");
         assert_eq!((lock.txn, lock.write, r.commit_ts), (id(1), true, 0));
+        assert_eq!(lock.rank, rank_of(1), "the holder's rank, for wound-wait");
     }
     assert_eq!(
         s.latest("a"),
@@ -399,6 +406,7 @@ fn finished_records_and_markers_below_the_threshold_are_collected_and_stay_gone(
         ts: 30,
         txn: id(3),
         txn_ts: TXN_TS + 10,
+        rank: rank_of(3),
         anchor: b("anchor"),
         is_anchor: true,
         reads: vec![],

@@ -78,6 +78,7 @@ fn a_closed_timestamp_counts_only_in_its_term_whatever_its_command_did() {
             anchor: b("a"),
             prepare_ts: 30,
             txn_ts: 20,
+            rank: meridian_types::TxnRank::default(),
             writes: vec![(b("a"), None)],
             reads: vec![],
             ranges: vec![],

@@ -84,7 +84,11 @@
 //! other prepares) that touch a locked key answer *locked* and write nothing; readers that
 //! meet a write intent they might have to see answer *locked* too. The client waits for the
 //! lock to go and, if it stays past a timeout (the coordinator may have died), aborts the
-//! transaction at its anchor and resolves the lock itself. Read locks are shared.
+//! transaction at its anchor and resolves the lock itself. Read locks are shared. Each lock
+//! keeps its transaction's rank ([`TxnLocks::rank`], and [`LockInfo::rank`] in the answer),
+//! so that a *prepare* that meets it can follow wound-wait (see `meridian_types::txn_rank`):
+//! a senior prepare recovers the holder at once instead of waiting. The rank decides nothing
+//! here: apply answers *locked* the same way whoever asks.
 //!
 //! # Where
 //! Both live in the shard's *transaction region* of `Cf::Data` (`keys::txn_key`): shard-local
@@ -111,11 +115,12 @@
 //!   batched with other transactions' entries).
 //! - A coordinator that dies after its acknowledgement leaves its locks until readers meet
 //!   them (each waits `LOCK_RECOVER_AFTER`, then recovers the transaction).
-//! - Wound-wait or priorities: a conflicting prepare fails at once and the transaction
-//!   restarts with backoff.
+//! - Pushes: a reader that meets a lock waits, and recovers the holder only after a timeout;
+//!   it never moves the holder's timestamp.
 
 use crate::types::RequestId;
 use bytes::Bytes;
+use meridian_types::TxnRank;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
 
@@ -135,6 +140,8 @@ pub struct TxnLocks {
     /// The transaction's start timestamp (its attempt's read timestamp), the same in every
     /// prepare of it: what GC compares with the shard's threshold (see "Collecting records").
     pub txn_ts: u64,
+    /// The transaction's rank in lock conflicts (see `meridian_types::txn_rank`).
+    pub rank: TxnRank,
     /// Write intents: the value each key gets on commit (`None` = delete).
     pub writes: Vec<(Bytes, Option<Bytes>)>,
     /// Keys read (and not written): read locks.
@@ -210,6 +217,8 @@ pub struct LockInfo {
     pub write: bool,
     /// The transaction's start timestamp: a recovery sends it with every resolve.
     pub txn_ts: u64,
+    /// The holder's rank: a senior prepare wounds it, a junior one waits.
+    pub rank: TxnRank,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -301,6 +310,7 @@ impl LockTable {
             prepare_ts: locks.prepare_ts,
             write,
             txn_ts: locks.txn_ts,
+            rank: locks.rank,
         }
     }
 
@@ -384,6 +394,7 @@ mod tests {
             anchor: b("anchor"),
             prepare_ts: 10,
             txn_ts: 5,
+            rank: TxnRank::default(),
             writes: writes.iter().map(|k| (b(k), Some(b("v")))).collect(),
             reads: reads.iter().map(|k| b(k)).collect(),
             ranges: ranges.iter().map(|(s, e)| (b(s), e.map(b))).collect(),
@@ -564,6 +575,7 @@ mod tests {
                             anchor: b("anchor"),
                             prepare_ts,
                             txn_ts: 1,
+                            rank: TxnRank::default(),
                             writes: writes.into_iter().map(|k| (k, Some(b("v")))).collect(),
                             reads,
                             ranges,

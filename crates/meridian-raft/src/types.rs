@@ -90,6 +90,9 @@ pub enum Command {
         /// The transaction's start timestamp (see `locks::TxnLocks::txn_ts`); a prepare below
         /// the shard's GC threshold is refused (its record may have been collected).
         txn_ts: u64,
+        /// The transaction's rank in lock conflicts, kept in its locks so that a prepare that
+        /// meets them can tell who gives way (see `meridian_types::txn_rank`).
+        rank: meridian_types::TxnRank,
         anchor: Bytes,
         is_anchor: bool,
         reads: Vec<ReadCheck>,

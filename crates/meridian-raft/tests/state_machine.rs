@@ -357,6 +357,7 @@ fn prepare_entry(index: u64, ts: u64, seq: u64, key: &str, value: &str) -> Entry
             ts,
             txn: RequestId { client_id: 3, seq },
             txn_ts: 1,
+            rank: meridian_types::TxnRank::default(),
             anchor: bytes(key),
             is_anchor: true,
             reads: vec![],

@@ -98,6 +98,8 @@ impl From<ServerError> for Status {
                 prepare_ts: lock.prepare_ts,
                 write: lock.write,
                 txn_ts: lock.txn_ts,
+                priority: lock.rank.priority,
+                age_ts: lock.rank.age_ts,
             };
             let bytes = prost::Message::encode_to_vec(&info);
             status.metadata_mut().insert_bin(

@@ -307,7 +307,13 @@ impl Kv for KvService {
             None => None,
         };
         let stale_read = match stale {
-            Some(mode) => Some(self.stale_read(shard, &replica, mode).await?),
+            Some(mode) => {
+                let span = ReadSpan::Range {
+                    start: &req.start,
+                    end: &req.end,
+                };
+                Some(self.stale_read(shard, &replica, mode, span).await?)
+            }
             None => None,
         };
         let read_ts = match (snapshot, stale_read) {

@@ -195,12 +195,14 @@ impl KvService {
         Ok(replica)
     }
 
-    /// Picks a stale read's timestamp on `replica` (see the module docs), or refuses it.
+    /// Picks a stale read's timestamp on `replica` (see the module docs) for a read of `span`,
+    /// or refuses it.
     pub(crate) async fn stale_read(
         &self,
         shard: ShardId,
         replica: &ShardReplica,
         mode: StaleMode,
+        span: ReadSpan<'_>,
     ) -> Result<StaleRead> {
         let closed = || Timestamp(replica.sm.closed_ts());
         let served = |read_ts: Timestamp| StaleRead {
@@ -231,9 +233,9 @@ impl KvService {
                 observed: Vec::new(),
                 uncertainty_limit: read_ts.0,
             };
-            // The keys are not known here: wait as for a read of the whole shard.
+            // Waits only for in-flight writes to what the read covers (see `kv_snapshot`).
             let snap = self
-                .snapshot(shard, replica, &spec, linearizable, ReadSpan::All)
+                .snapshot(shard, replica, &spec, linearizable, span)
                 .await?;
             return Ok(StaleRead {
                 read_ts: snap.read_ts,
@@ -292,7 +294,14 @@ impl KvService {
         crate::kv_check::check_route(desc, req.route.as_ref())?;
         let shard = desc.id;
         let replica = self.stale_replica(shard)?;
-        let read = self.stale_read(shard, &replica, mode).await?;
+        let read = self
+            .stale_read(
+                shard,
+                &replica,
+                mode,
+                ReadSpan::Keys(std::slice::from_ref(&req.key)),
+            )
+            .await?;
         let (key, probe, bound) = (req.key.clone(), req.key, read.lock_bound);
         let found = self
             .read_stale(
@@ -315,7 +324,9 @@ impl KvService {
         mode: StaleMode,
     ) -> Result<BatchGetResponse> {
         let replica = self.stale_replica(shard)?;
-        let read = self.stale_read(shard, &replica, mode).await?;
+        let read = self
+            .stale_read(shard, &replica, mode, ReadSpan::Keys(&keys))
+            .await?;
         let keys = Arc::new(keys);
         let (probe, bound) = (keys.clone(), read.lock_bound);
         let found = self

@@ -32,8 +32,8 @@ use meridian_raft::locks::{Decision, TxnStatus};
 use meridian_raft::types::check_txn_reads;
 use meridian_raft::{Command, RangeCheck, ReadCheck, RequestId};
 use meridian_types::limits::{MAX_BATCH_BYTES, MAX_BATCH_KEYS, MAX_TXN_PARTICIPANTS};
-use meridian_types::ShardId;
 use meridian_types::Timestamp;
+use meridian_types::{ShardId, TxnRank};
 use std::collections::BTreeSet;
 
 /// A validated commit request.
@@ -44,9 +44,9 @@ pub struct TxnCommit {
     pub ranges: Vec<RangeCheck>,
     pub writes: Vec<(Bytes, Option<Bytes>)>,
     pub request: Option<RequestId>,
-    /// Phase one of a multi-shard transaction: its id and start timestamp, anchor key, and
-    /// whether this shard owns the anchor.
-    pub prepare: Option<((RequestId, u64), Bytes, bool)>,
+    /// Phase one of a multi-shard transaction: its id, start timestamp and rank, anchor key,
+    /// and whether this shard owns the anchor.
+    pub prepare: Option<((RequestId, u64, TxnRank), Bytes, bool)>,
     /// The anchor's prepare only: a key of every other participant shard.
     pub participants: Vec<Bytes>,
 }
@@ -86,7 +86,17 @@ impl TxnCommit {
                          at most MAX_COMMAND_TS",
                     ));
                 }
-                Some(((txn, p.txn_ts), p.anchor, on_anchor, p.participants))
+                if p.age_ts == 0 || p.age_ts > meridian_raft::types::MAX_COMMAND_TS {
+                    return Err(invalid(
+                        "prepare.age_ts (the timestamp of the transaction's first attempt) must \
+                         be set and at most MAX_COMMAND_TS",
+                    ));
+                }
+                let rank = TxnRank {
+                    priority: p.priority,
+                    age_ts: p.age_ts,
+                };
+                Some(((txn, p.txn_ts, rank), p.anchor, on_anchor, p.participants))
             }
         };
         let reads: Vec<ReadCheck> = req.reads.into_iter().map(read_check).collect();
@@ -180,10 +190,11 @@ impl TxnCommit {
     /// The replicated command of a commit with writes (or of a prepare), proposed at `ts`.
     pub fn into_command(self, ts: u64) -> Command {
         match self.prepare {
-            Some(((txn, txn_ts), anchor, is_anchor)) => Command::Prepare {
+            Some(((txn, txn_ts, rank), anchor, is_anchor)) => Command::Prepare {
                 ts,
                 txn,
                 txn_ts,
+                rank,
                 anchor,
                 is_anchor,
                 reads: self.reads,

@@ -62,8 +62,9 @@ use std::path::{Path, PathBuf};
 /// misread. 7 = prepared locks keep the transaction's start timestamp, and records and
 /// markers are a `TxnRecord` (status, start timestamp, finished, participants), and the Raft
 /// log's `Prepare` and `Resolve` commands carry the start timestamp: a version-6 build would
-/// decode neither.
-pub const STORAGE_FORMAT_VERSION: u32 = 7;
+/// decode neither. 8 = prepared locks and the Raft log's `Prepare` carry the transaction's
+/// rank (priority and age, for wound-wait); a version-7 build would decode neither.
+pub const STORAGE_FORMAT_VERSION: u32 = 8;
 
 /// Bloom filter bits per key on the point-lookup families.
 const BLOOM_BITS_PER_KEY: f64 = 10.0;

@@ -6,6 +6,7 @@
 //! - [`clock`]: the node's hybrid logical clock with an injectable offset and `max_offset` check.
 //! - [`limits`]: every size limit of the public API as a named constant.
 //! - [`error`]: stable error codes and the retryable/permanent classification.
+//! - [`txn_rank`]: a transaction's priority and age, which decide lock conflicts (wound-wait).
 //!
 //! This crate has no heavy dependencies on purpose: the client crate depends on it too.
 
@@ -14,8 +15,10 @@ pub mod error;
 pub mod ids;
 pub mod limits;
 pub mod timestamp;
+pub mod txn_rank;
 
 pub use clock::{Clock, ClockError};
 pub use error::ErrorCode;
 pub use ids::{NodeId, ShardId};
 pub use timestamp::Timestamp;
+pub use txn_rank::{TxnPriority, TxnRank};
