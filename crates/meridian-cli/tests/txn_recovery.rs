@@ -14,6 +14,14 @@
 //! 3. Decided, never resolved: a client's read of the other shard's key answers the new value
 //!    at the decided timestamp (the reader found the record committed and resolved the lock as
 //!    a commit), and a transaction reads both new values.
+//!
+//! That cluster runs without the sweeper (`--txn-sweep-after-ms 0`), and ends with the
+//! sweeper test's control: a lock nobody reads stays `SWEEP_CONTROL_WAIT` later.
+//!
+//! The second test runs the sweeper (`--txn-sweep-after-ms 1000`) and no reader at all: a
+//! transaction staged on the anchor only, then one prepared on both shards, are each settled
+//! by the shard leaders' sweepers (aborted, and committed at the acknowledged timestamp) —
+//! raw reads, which never recover anything themselves, stop meeting their locks.
 
 mod common;
 
@@ -24,6 +32,12 @@ use meridian_client::{Client, Error, TxnOptions};
 use std::time::Duration;
 
 const BASE_PORT: u16 = 24_800;
+const SWEEPER_PORT: u16 = 31_200;
+/// The sweeper test's age of an abandoned transaction, and how long a lock stays without it.
+const SWEEP_AFTER_MS: &str = "1000";
+const SWEEP_CONTROL_WAIT: Duration = Duration::from_secs(3);
+/// Bound on the sweepers settling a transaction (a pass runs every half age).
+const SWEEP_TIMEOUT: Duration = Duration::from_secs(20);
 /// Keys of two different shards of `--initial-shards 4` (splits user305584, user511168,
 /// user716752); the first is the anchor.
 const ANCHOR: &str = "user1rec/a";
@@ -35,6 +49,11 @@ const LEADER_ROUNDS: usize = 20;
 #[test]
 fn readers_resolve_the_locks_of_a_vanished_coordinator() {
     run_scenario(scenario());
+}
+
+#[test]
+fn the_sweeper_settles_abandoned_transactions_without_readers() {
+    run_scenario(sweeper_scenario());
 }
 
 fn b(s: &str) -> Bytes {
@@ -158,16 +177,7 @@ async fn staged_never_prepared_elsewhere(endpoints: &[String], client: &Client) 
     };
     let staged = prepare(endpoints, txn, ANCHOR, "new1").await;
     // The control: a read of a locked key meets the lock.
-    let raw = at_leader(endpoints, |mut kv| async move {
-        kv.get(proto::GetRequest {
-            key: b(ANCHOR),
-            ..Default::default()
-        })
-        .await
-        .map(|r| r.into_inner())
-    })
-    .await;
-    match raw {
+    match raw_get(endpoints, ANCHOR).await {
         Err(Error::Locked { lock }) => {
             assert_eq!(
                 (lock.txn, lock.anchor.clone(), lock.write),
@@ -244,9 +254,88 @@ async fn decided_never_resolved(endpoints: &[String], client: &Client) {
     assert_eq!(both, ("new2".to_string(), "new2".to_string()));
 }
 
+/// A raw linearizable read of `key` at its leader: `Locked` while a lock is in the way (it
+/// never recovers anything), else the value.
+async fn raw_get(endpoints: &[String], key: &str) -> Result<proto::GetResponse, Error> {
+    at_leader(endpoints, |mut kv| async move {
+        kv.get(proto::GetRequest {
+            key: b(key),
+            ..Default::default()
+        })
+        .await
+        .map(|r| r.into_inner())
+    })
+    .await
+}
+
+/// Polls raw reads of `key` until none meets a lock; returns the value then.
+async fn unlocked(endpoints: &[String], key: &str) -> proto::GetResponse {
+    let started = std::time::Instant::now();
+    loop {
+        match raw_get(endpoints, key).await {
+            Ok(reply) => return reply,
+            Err(Error::Locked { .. }) if started.elapsed() < SWEEP_TIMEOUT => {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            other => panic!("{key}: still locked after {SWEEP_TIMEOUT:?}, or failed: {other:?}"),
+        }
+    }
+}
+
+async fn sweeper_scenario() {
+    let dir = tempfile::tempdir().unwrap();
+    let sweep: &[&str] = &["--txn-sweep-after-ms", SWEEP_AFTER_MS];
+    let per_node: Vec<(u64, &[&str])> = (1..=3).map(|id| (id, sweep)).collect();
+    let cluster = start_cluster(SWEEPER_PORT, dir.path(), 4, &per_node);
+    cluster
+        .wait_ready(READY_TIMEOUT)
+        .await
+        .expect("cluster ready");
+    let endpoints = cluster.endpoints();
+    let client = connect_client(endpoints.clone()).await;
+    for key in [ANCHOR, OTHER] {
+        client.put(key, "old").await.expect("put");
+    }
+    // Staged on the anchor only: the sweeper aborts it.
+    let txn = proto::WriteId {
+        client_id: 78,
+        seq: 1,
+    };
+    let started = std::time::Instant::now();
+    prepare(&endpoints, txn, ANCHOR, "new1").await;
+    let reply = unlocked(&endpoints, ANCHOR).await;
+    eprintln!("aborted by the sweeper after {:?}", started.elapsed());
+    assert_eq!(reply.value, b("old"), "aborted: {reply:?}");
+    let late = try_prepare(&endpoints, txn, OTHER, "new1").await;
+    assert!(late.aborted, "the late prepare was prevented: {late:?}");
+
+    // Prepared on both: implicitly committed; the sweepers commit it where they meet it.
+    let txn = proto::WriteId {
+        client_id: 78,
+        seq: 2,
+    };
+    let started = std::time::Instant::now();
+    let prepared = [
+        prepare(&endpoints, txn, OTHER, "new2").await,
+        prepare(&endpoints, txn, ANCHOR, "new2").await,
+    ];
+    let commit_ts = prepared[0].max(prepared[1]);
+    for key in [ANCHOR, OTHER] {
+        let reply = unlocked(&endpoints, key).await;
+        assert_eq!(
+            (reply.value, reply.version_ts),
+            (b("new2"), commit_ts),
+            "{key}: committed at the acknowledged timestamp"
+        );
+    }
+    eprintln!("committed by the sweeper after {:?}", started.elapsed());
+}
+
 async fn scenario() {
     let dir = tempfile::tempdir().unwrap();
-    let cluster = start_cluster(BASE_PORT, dir.path(), 4, &[]);
+    let no_sweeper: &[&str] = &["--txn-sweep-after-ms", "0"];
+    let per_node: Vec<(u64, &[&str])> = (1..=3).map(|id| (id, no_sweeper)).collect();
+    let cluster = start_cluster(BASE_PORT, dir.path(), 4, &per_node);
     cluster
         .wait_ready(READY_TIMEOUT)
         .await
@@ -264,4 +353,16 @@ async fn scenario() {
     }
     prepared_never_decided(&endpoints, &client).await;
     decided_never_resolved(&endpoints, &client).await;
+
+    // The sweeper test's control: without a sweeper or a reader, a lock stays.
+    let txn = proto::WriteId {
+        client_id: 77,
+        seq: 4,
+    };
+    prepare(&endpoints, txn, ANCHOR, "new4").await;
+    tokio::time::sleep(SWEEP_CONTROL_WAIT).await;
+    assert!(
+        matches!(raw_get(&endpoints, ANCHOR).await, Err(Error::Locked { .. })),
+        "with no sweeper, nothing settles a lock nobody reads"
+    );
 }

@@ -40,7 +40,8 @@
 //! # Not done yet
 //! - If this process exits after the acknowledgement and before the background resolution,
 //!   the locks stay until readers meet them and recover the transaction (after
-//!   `LOCK_RECOVER_AFTER`).
+//!   `LOCK_RECOVER_AFTER`) or a shard leader's sweeper does (`meridian-server`'s `sweeper`,
+//!   after `txn_sweep_after_ms`).
 
 use crate::client::Route;
 use crate::error::{Error, Result};

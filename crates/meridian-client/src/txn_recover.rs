@@ -29,7 +29,7 @@
 //! committed after all.
 
 use crate::client::Deadline;
-use crate::error::{Error, Result};
+use crate::error::{Error, LockInfo, Result};
 use crate::locks::Resolution;
 use crate::Client;
 use bytes::Bytes;
@@ -117,6 +117,16 @@ impl Client {
                 .await;
         }
         Ok(settled)
+    }
+
+    /// Settles the transaction holding `lock` as a reader that waited the lock out would: it
+    /// recovers the transaction (committed if every participant had prepared, aborted
+    /// otherwise; a committed one has its participants resolved and its record finished) and
+    /// resolves `lock`'s shard as settled. For a node's sweeper (see `meridian-server`'s
+    /// `sweeper`) and for tools; safe against a live coordinator, whose commit then fails as a
+    /// conflict unless it was committed already. Within the client's `call_timeout`.
+    pub async fn settle_lock(&self, lock: &LockInfo) -> Result<()> {
+        self.recover_lock(lock, &self.deadline()).await
     }
 
     /// For a transaction committed at `c`: resolves every participant in `others` at `c` and,

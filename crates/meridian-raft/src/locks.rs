@@ -109,12 +109,14 @@
 //!
 //! # Not done yet
 //! - A committed record whose coordinator died before finishing it stays until a recovery
-//!   finishes it, and recoveries happen only when a reader meets one of its locks: no
-//!   background sweeper finishes abandoned records yet.
+//!   finishes it. Recoveries happen when a reader meets one of its locks, or when a shard
+//!   leader's sweeper (`meridian-server`'s `sweeper`) finds its locks old; a record whose
+//!   participants were all resolved has no lock left to find, and stays.
 //! - Finishing costs one more Raft entry on the anchor per multi-shard transaction (not yet
 //!   batched with other transactions' entries).
 //! - A coordinator that dies after its acknowledgement leaves its locks until readers meet
-//!   them (each waits `LOCK_RECOVER_AFTER`, then recovers the transaction).
+//!   them (each waits `LOCK_RECOVER_AFTER`, then recovers the transaction) or the sweeper
+//!   settles them (`txn_sweep_after_ms` after the prepare).
 //! - Pushes: a reader that meets a lock waits, and recovers the holder only after a timeout;
 //!   it never moves the holder's timestamp.
 

@@ -20,6 +20,7 @@
 //! max_offset_ms = 500
 //! gc_ttl_ms = 900000            # history kept for reads in the past (0 = never collect)
 //! gc_interval_ms = 60000        # how often a leader looks for garbage in its shards
+//! txn_sweep_after_ms = 10000    # settle transactions prepared this long ago (0 = no sweeper)
 //! home_regions = []             # "<start key>=<region>": who should lead that key range (`home`)
 //! closed_ts_lag_ms = 3000       # how far behind now leaders close timestamps (0 = no follower reads)
 //! closed_ts_interval_ms = 200   # how often leaders publish closed timestamps of idle shards
@@ -108,6 +109,10 @@ pub struct ClusterSection {
     pub gc_ttl_ms: u64,
     /// How often each node looks for shards it leads with garbage to collect, in milliseconds.
     pub gc_interval_ms: u64,
+    /// A prepared multi-shard transaction still locked this long after its prepare (its
+    /// coordinator is likely gone) is settled by the shard leader's sweeper, in milliseconds
+    /// (see `sweeper`). 0 = no sweeper (readers that meet the locks settle them).
+    pub txn_sweep_after_ms: u64,
     /// `<start key>=<region>` rules: the region that should lead each key range (see `home`).
     pub home_regions: Vec<String>,
     /// How far behind its clock a shard's leader closes timestamps, in milliseconds (see
@@ -131,6 +136,8 @@ impl Default for ClusterSection {
             // this store runs, short enough that hot keys do not pile up versions.
             gc_ttl_ms: 900_000,
             gc_interval_ms: 60_000,
+            // Far beyond a healthy commit (a few consensus rounds, even across regions).
+            txn_sweep_after_ms: 10_000,
             home_regions: Vec::new(),
             // CockroachDB's default target: stale enough that closing never waits on a write
             // in flight across the WAN, fresh enough for dashboards and local reads.
@@ -242,6 +249,10 @@ pub struct StartArgs {
     /// How often a node looks for garbage in the shards it leads, in milliseconds.
     #[arg(long)]
     pub gc_interval_ms: Option<u64>,
+    /// Settle multi-shard transactions still locked this long after their prepare (a gone
+    /// coordinator), in milliseconds (0 = no sweeper).
+    #[arg(long)]
+    pub txn_sweep_after_ms: Option<u64>,
     /// Home regions, comma-separated `<start key>=<region>`: the region that should lead the
     /// keys from that start key to the next rule's (same list on every node).
     #[arg(long, value_delimiter = ',')]
@@ -353,6 +364,9 @@ impl NodeConfig {
         }
         if let Some(v) = args.gc_interval_ms {
             file.cluster.gc_interval_ms = v;
+        }
+        if let Some(v) = args.txn_sweep_after_ms {
+            file.cluster.txn_sweep_after_ms = v;
         }
         if let Some(v) = &args.home_regions {
             file.cluster.home_regions = v.clone();

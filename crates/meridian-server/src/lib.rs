@@ -13,6 +13,8 @@
 //! - [`error`]: the node's error type and its single mapping to gRPC statuses.
 //! - [`hlc_ceiling`]: the persisted bound on issued HLC timestamps, waited out on restart and
 //!   never handed out past.
+//! - Background loops on the shards a node leads: [`gc`] (MVCC and transaction-record
+//!   garbage) and [`sweeper`] (transactions whose coordinator went away).
 //!
 //! Two listeners: the client address serves `Kv` and `Cluster`; the peer address serves the
 //! internal `RaftTransport` (meridian-raft). Keeping them apart lets operators firewall peers.
@@ -42,6 +44,7 @@ pub mod metrics;
 pub mod node;
 pub mod shard_map;
 pub mod shard_map_store;
+pub mod sweeper;
 mod transfer;
 
 pub use config::{NodeConfig, StartArgs};

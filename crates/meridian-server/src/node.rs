@@ -286,6 +286,7 @@ impl Node {
         node.host.spawn_quiescence(peers, node.config.raft.quiesce);
         // The loop holds only a weak reference and ends with the node.
         crate::gc::spawn(&node);
+        crate::sweeper::spawn(&node);
         crate::leader_follow::spawn(&node);
         let registering = node.clone();
         tokio::spawn(async move { registering.register_self().await });
