@@ -5,10 +5,11 @@
 //! `HOT` keys (spread over the four shards), so at any moment many of those keys are locked
 //! by a prepared transaction. Meanwhile one large transaction writes every hot key:
 //!
-//! 1. With wound-wait (the default), it is senior to every small transaction that began after
+//! 1. By default its first two attempts fail at once on a lock, like any transaction's; from
+//!    the third on it follows wound-wait, senior to every small transaction that began after
 //!    its first attempt: its prepares wound the small transactions' locks they meet, and small
-//!    prepares that meet its locks wait. It must commit within `MAX_ATTEMPTS`, and the client
-//!    must report wounds (else the run did not exercise them).
+//!    prepares (from their third attempt) that meet its locks wait. It must commit within
+//!    `MAX_ATTEMPTS`, and the client must report wounds (else the run did not exercise them).
 //! 2. The control, on the same cluster under the same load: the same transaction with
 //!    `no_wait` (a prepare that meets a lock fails at once) must exhaust its `MAX_ATTEMPTS`
 //!    with a conflict. Without the control, step 1 could pass on a cluster where the small

@@ -106,4 +106,4 @@ pub use meridian_proto::kv as proto;
 pub use meridian_types::{Timestamp, TxnPriority, TxnRank};
 pub use routing::{NodeRoute, ShardMap, ShardRoute};
 pub use stale::{StaleRead, StaleSnapshot};
-pub use txn::{CommitInfo, Isolation, Txn, TxnBody, TxnOptions};
+pub use txn::{CommitInfo, Isolation, Txn, TxnBody, TxnOptions, WOUND_WAIT_FROM_ATTEMPT};

@@ -20,14 +20,18 @@
 //! - reads (snapshot reads included), writes and one-shard commits hold no locks of their
 //!   own: they wait and retry ([`LockPolicy::Wait`]);
 //! - a prepare holds the locks of its transaction's other prepares, so waiting could
-//!   deadlock; it follows **wound-wait** ([`LockPolicy::WoundWait`], see
+//!   deadlock; from its transaction's third attempt on (`WOUND_WAIT_FROM_ATTEMPT`) it
+//!   follows **wound-wait** ([`LockPolicy::WoundWait`], see
 //!   `meridian_types::txn_rank`): it *wounds* a holder it outranks — recovers the holder's
 //!   transaction at once, which aborts it unless every participant had prepared already (then
 //!   it is committed and resolved), resolves the lock and sends the prepare again — and waits
 //!   for a holder that outranks it, as above. Waits go only from junior to senior, so none
 //!   form a cycle. A transaction keeps its rank across attempts, so a loser grows senior;
-//! - resolves, and the prepares of transactions run with [`TxnOptions::no_wait`], fail at once
-//!   ([`LockPolicy::Fail`]); such a transaction aborts and runs again after a backoff.
+//! - resolves, the prepares of a transaction's first two attempts, and those of transactions
+//!   run with [`TxnOptions::no_wait`], fail at once ([`LockPolicy::Fail`]); such a
+//!   transaction aborts and runs again after a backoff. Under ordinary contention that is
+//!   cheaper than wounding (a recovery: several consensus rounds), and a transaction that
+//!   keeps losing switches to wound-wait.
 //!
 //! [`TxnOptions::no_wait`]: crate::TxnOptions::no_wait
 

@@ -117,17 +117,23 @@ pub struct TxnOptions {
     /// conflict has already committed, so the next attempt usually reads its result.
     pub backoff_initial: Duration,
     pub backoff_max: Duration,
-    /// Who gives way in a lock conflict between multi-shard commits (*wound-wait*, see
-    /// `locks`): a higher priority wins; within a priority the transaction whose first
-    /// attempt began earlier wins, and it keeps that age across attempts, so a transaction
-    /// that keeps losing eventually wins.
+    /// Who gives way in a lock conflict between multi-shard commits from the
+    /// [`WOUND_WAIT_FROM_ATTEMPT`]th attempt on (*wound-wait*, see `locks`): a higher
+    /// priority wins; within a priority the transaction whose first attempt began earlier
+    /// wins, and it keeps that age across attempts, so a transaction that keeps losing
+    /// eventually wins. Earlier attempts fail at once on a lock, like `no_wait`: wounding
+    /// costs a recovery, more than a retry under ordinary contention.
     pub priority: TxnPriority,
-    /// A multi-shard commit that meets another transaction's lock fails at once (a
-    /// conflict: the closure runs again after the backoff) instead of wounding or waiting.
-    /// Off by default: without wound-wait a large transaction can lose every attempt to a
-    /// stream of small ones.
+    /// Every attempt's multi-shard commit fails at once when it meets another
+    /// transaction's lock (a conflict: the closure runs again after the backoff), never
+    /// wounding or waiting. Off by default: without wound-wait a large transaction can lose
+    /// every attempt to a stream of small ones.
     pub no_wait: bool,
 }
+
+/// The first attempt of a transaction whose multi-shard commit follows wound-wait (see
+/// [`TxnOptions::priority`]); earlier attempts fail at once on a lock.
+pub const WOUND_WAIT_FROM_ATTEMPT: u32 = 3;
 
 impl Default for TxnOptions {
     fn default() -> TxnOptions {
@@ -167,10 +173,11 @@ pub struct Txn {
     /// Set when a read was uncertain: the attempt is over, and the next one reads here.
     restart: Option<Timestamp>,
     isolation: Isolation,
-    /// The transaction's rank in lock conflicts (kept across attempts), and whether its
-    /// prepares give up at once instead (see [`TxnOptions::no_wait`]).
+    /// The transaction's rank in lock conflicts (kept across attempts), and whether this
+    /// attempt's prepares follow wound-wait rather than fail at once (see
+    /// [`TxnOptions::priority`]).
     rank: TxnRank,
-    no_wait: bool,
+    wound_wait: bool,
 }
 
 /// The closure type of [`Client::txn`]: it borrows the attempt's [`Txn`] for the future it
@@ -226,7 +233,7 @@ impl Client {
             }
             let mut txn = self.begin_at(snapshot, options.isolation);
             txn.rank = rank;
-            txn.no_wait = options.no_wait;
+            txn.wound_wait = !options.no_wait && attempt >= WOUND_WAIT_FROM_ATTEMPT;
             let value = body(&mut txn).await;
             snapshot = txn.snapshot.clone();
             if let Some(version_ts) = txn.restart {
@@ -293,7 +300,7 @@ impl Client {
             restart: None,
             isolation,
             rank: TxnRank::new(TxnPriority::Normal, wall_ts()),
-            no_wait: false,
+            wound_wait: false,
         }
     }
 }
@@ -579,9 +586,9 @@ impl Txn {
             }
             Plan::Many { groups, anchor } => {
                 let txn = (txn_id, self.start_ts());
-                let locks = match self.no_wait {
-                    true => LockPolicy::Fail,
-                    false => LockPolicy::WoundWait(txn_id, self.rank),
+                let locks = match self.wound_wait {
+                    true => LockPolicy::WoundWait(txn_id, self.rank),
+                    false => LockPolicy::Fail,
                 };
                 crate::txn_2pc::commit(&self.client, txn, self.rank, locks, anchor, groups).await
             }

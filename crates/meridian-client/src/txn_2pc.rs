@@ -22,12 +22,12 @@
 //!   prepare, because from then on every recovery finds every participant prepared and commits
 //!   at the same `C` (see `locks`). Making the commit explicit and resolving the intents take
 //!   two more rounds, after the acknowledgement; readers that meet a lock meanwhile wait.
-//! - A prepare that meets another transaction's lock follows wound-wait (see `locks`): it
-//!   recovers a holder it outranks and sends the prepare again, and waits for a holder that
-//!   outranks it (waits go only from junior to senior: no deadlock). With
-//!   [`TxnOptions::no_wait`](crate::TxnOptions::no_wait) it fails at once instead; the
+//! - A prepare that meets another transaction's lock fails at once in the transaction's first
+//!   two attempts (and always with [`TxnOptions::no_wait`](crate::TxnOptions::no_wait)): the
 //!   transaction is settled and [`Client::txn`](crate::Client::txn) runs it again after a
-//!   backoff, like any conflict.
+//!   backoff, like any conflict. From the third attempt on it follows wound-wait (see
+//!   `locks`): it recovers a holder it outranks and sends the prepare again, and waits for a
+//!   holder that outranks it (waits go only from junior to senior: no deadlock).
 //! - A failed commit is settled by a recovery before it is reported: a prepare answered as
 //!   failed may still land from an earlier attempt, so the coordinator cannot just abort. If
 //!   the recovery finds the transaction committed, the commit succeeded; if it aborts it, the
