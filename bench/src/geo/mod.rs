@@ -33,7 +33,7 @@
 //! - **LINE**: in 3 and 4, HLC transaction p50 within ±10% and p99 within ±20% of 2's HLC run.
 //! - Transactions append nothing to the metadata shard's log.
 //! - **Harness**: in 2 and 3, the oracle must cost every client outside its region at least
-//!   0.8 × the round trip to it (p50 against HLC's). If it does not, the WAN or the oracle mode
+//!   half the round trip to it (p50 against HLC's; `report::HARNESS_RTT_FRACTION`). If it does not, the WAN or the oracle mode
 //!   is broken, and the run exits non-zero; the other verdicts are reported, not enforced
 //!   (timings on a 2-core machine are noisy).
 //!

@@ -282,17 +282,29 @@ async fn unlocked(endpoints: &[String], key: &str) -> proto::GetResponse {
     }
 }
 
-async fn sweeper_scenario() {
-    let dir = tempfile::tempdir().unwrap();
-    let sweep: &[&str] = &["--txn-sweep-after-ms", SWEEP_AFTER_MS];
+/// A ready 3-node cluster with 4 shards whose nodes settle transactions prepared
+/// `sweep_after_ms` ago ("0": no sweeper), its client endpoints and a client.
+async fn cluster_with_sweeper(
+    port: u16,
+    dir: &std::path::Path,
+    sweep_after_ms: &str,
+) -> (meridian_cli::LocalCluster, Vec<String>, Client) {
+    let sweep: &[&str] = &["--txn-sweep-after-ms", sweep_after_ms];
     let per_node: Vec<(u64, &[&str])> = (1..=3).map(|id| (id, sweep)).collect();
-    let cluster = start_cluster(SWEEPER_PORT, dir.path(), 4, &per_node);
+    let cluster = start_cluster(port, dir, 4, &per_node);
     cluster
         .wait_ready(READY_TIMEOUT)
         .await
         .expect("cluster ready");
     let endpoints = cluster.endpoints();
     let client = connect_client(endpoints.clone()).await;
+    (cluster, endpoints, client)
+}
+
+async fn sweeper_scenario() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_cluster, endpoints, client) =
+        cluster_with_sweeper(SWEEPER_PORT, dir.path(), SWEEP_AFTER_MS).await;
     for key in [ANCHOR, OTHER] {
         client.put(key, "old").await.expect("put");
     }
@@ -333,15 +345,7 @@ async fn sweeper_scenario() {
 
 async fn scenario() {
     let dir = tempfile::tempdir().unwrap();
-    let no_sweeper: &[&str] = &["--txn-sweep-after-ms", "0"];
-    let per_node: Vec<(u64, &[&str])> = (1..=3).map(|id| (id, no_sweeper)).collect();
-    let cluster = start_cluster(BASE_PORT, dir.path(), 4, &per_node);
-    cluster
-        .wait_ready(READY_TIMEOUT)
-        .await
-        .expect("cluster ready");
-    let endpoints = cluster.endpoints();
-    let client = connect_client(endpoints.clone()).await;
+    let (_cluster, endpoints, client) = cluster_with_sweeper(BASE_PORT, dir.path(), "0").await;
     let shard = |key: &str| client.route(key.as_bytes()).expect("routed").shard_id;
     assert_ne!(shard(ANCHOR), shard(OTHER), "two shards");
     for key in [ANCHOR, OTHER] {
