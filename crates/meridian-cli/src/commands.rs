@@ -169,7 +169,8 @@ pub enum KvOp {
     /// as `KEY<TAB>VALUE` (or `KEY<TAB>(absent)`), then the commit timestamp and the attempts.
     /// Reads and writes may span shards (a parallel commit); a read-only one commits nothing.
     Txn {
-        /// The steps, e.g. 'get a' 'put b 1' 'del c'.
+        /// The steps, e.g. 'get a' 'put b 1' 'del c'; 'get a for update' reads a key the
+        /// commit checks even under snapshot isolation.
         steps: Vec<String>,
         /// Read the steps from this file (one per line; `#` starts a comment line).
         #[arg(long, conflicts_with = "steps")]
@@ -332,7 +333,7 @@ impl KvCommand {
         let mut ops: Vec<(Step, Bytes, Option<Bytes>)> = Vec::with_capacity(steps.len());
         for step in steps {
             let (key, value) = match &step {
-                Step::Get(k) | Step::Del(k) => (self.bytes(k)?, None),
+                Step::Get(k) | Step::GetForUpdate(k) | Step::Del(k) => (self.bytes(k)?, None),
                 Step::Put(k, v) => (self.bytes(k)?, Some(self.bytes(v)?)),
             };
             ops.push((step, key, value));
@@ -347,6 +348,9 @@ impl KvCommand {
                     for (step, key, value) in ops.iter() {
                         match step {
                             Step::Get(_) => reads.push((key.clone(), txn.get(key.clone()).await?)),
+                            Step::GetForUpdate(_) => {
+                                reads.push((key.clone(), txn.get_for_update(key.clone()).await?))
+                            }
                             Step::Put(..) => {
                                 txn.put(key.clone(), value.clone().unwrap_or_default())?
                             }

@@ -9,8 +9,9 @@
 //!    all 16 accounts across the 4 shards.
 //!    The leader of one shard is SIGKILLed in the middle. Every committed sum must equal the
 //!    total, no balance may go negative, and the final sum must equal the total.
-//! 3. Write skew, interleaved by hand: under snapshot isolation two transactions that read the
-//!    same two keys and each write one both commit (the control); serializable ones do not.
+//! 3. Write skew, interleaved by hand, in one shard and across two: under snapshot isolation
+//!    two transactions that read the same two keys and each write one both commit (the
+//!    control); serializable ones do not, nor snapshot ones that read with `get_for_update`.
 //! 4. Negative control: transfers done with plain gets and puts (no transaction) between two
 //!    accounts lose updates, so the balances end away from their exact values. If they do
 //!    not, the workload is too gentle to show anything and the test fails.
@@ -100,11 +101,15 @@ fn check_cli(endpoints: &[String]) {
             "--isolation",
             "snapshot",
             "get user1cli/a",
+            "get user8cli/a for update",
             "put user1cli/s 1",
         ],
     );
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
-    assert!(text(&out.stdout).contains("OK commit_ts="), "{out:?}");
+    assert!(
+        text(&out.stdout).starts_with("user1cli/a\t5\nuser8cli/a\t6\nOK commit_ts="),
+        "{out:?}"
+    );
     let out = cli(endpoints, &["--isolation", "repeatable", "get user1cli/a"]);
     assert_eq!(out.status.code(), Some(2), "bad isolation: {out:?}");
 
@@ -226,26 +231,46 @@ async fn unprotected_worker(client: Client, keys: [String; 2], rounds: usize) {
     }
 }
 
-/// Two on-call doctors (keys of one shard), interleaved by hand: each reads both, then goes off
-/// call. Under `Snapshot` both commit (write skew: nobody on call); under `Serializable` the
-/// second conflicts. The control is the snapshot half: if it did not skew, the workload would
-/// show nothing about serializability.
+/// Two on-call doctors, interleaved by hand: each reads both, then goes off call. Under
+/// `Snapshot` both commit (write skew: nobody on call); under `Serializable`, or under
+/// `Snapshot` with both keys read by `get_for_update`, the second conflicts. Each is run with
+/// both doctors in one shard (a one-shard commit) and in two (a parallel commit whose other
+/// participant is only read). The controls are the plain snapshot rounds: if they did not
+/// skew, the workload would show nothing.
 async fn write_skew(client: &Client) {
-    for (round, isolation) in [Isolation::Snapshot, Isolation::Serializable]
-        .into_iter()
-        .enumerate()
-    {
+    let mut rounds = Vec::new();
+    for two_shards in [false, true] {
+        for (isolation, for_update) in [
+            (Isolation::Snapshot, false),
+            (Isolation::Serializable, false),
+            (Isolation::Snapshot, true),
+        ] {
+            rounds.push((isolation, for_update, two_shards));
+        }
+    }
+    for (round, (isolation, for_update, two_shards)) in rounds.into_iter().enumerate() {
+        let y_prefix = if two_shards { "user4" } else { "user1" };
         let (x, y) = (
             format!("user1oncall{round}/x"),
-            format!("user1oncall{round}/y"),
+            format!("{y_prefix}oncall{round}/y"),
+        );
+        assert_eq!(
+            client.route(x.as_bytes()).unwrap().shard_id
+                != client.route(y.as_bytes()).unwrap().shard_id,
+            two_shards
         );
         client.put(x.clone(), "on").await.expect("put");
         client.put(y.clone(), "on").await.expect("put");
         let mut a = client.begin_with(isolation);
         let mut b = client.begin_with(isolation);
         for txn in [&mut a, &mut b] {
-            txn.get(x.clone()).await.expect("read x");
-            txn.get(y.clone()).await.expect("read y");
+            for key in [&x, &y] {
+                match for_update {
+                    true => txn.get_for_update(key.clone()).await,
+                    false => txn.get(key.clone()).await,
+                }
+                .expect("read");
+            }
         }
         a.put(x.clone(), "off").unwrap();
         b.put(y.clone(), "off").unwrap();
@@ -257,15 +282,16 @@ async fn write_skew(client: &Client) {
             .into_iter()
             .filter(|v| v.as_ref().expect("get").as_deref() == Some(&b"on"[..]))
             .count();
-        eprintln!("{isolation:?}: second commit {second:?}; doctors on call: {on_call}");
-        match isolation {
-            Isolation::Snapshot => assert!(
+        let case = format!("{isolation:?}, for update: {for_update}, two shards: {two_shards}");
+        eprintln!("{case}: second commit {second:?}; doctors on call: {on_call}");
+        match (isolation, for_update) {
+            (Isolation::Snapshot, false) => assert!(
                 second.is_ok() && on_call == 0,
-                "control: snapshot isolation must show write skew"
+                "control ({case}): snapshot isolation must show write skew"
             ),
-            Isolation::Serializable => assert!(
+            _ => assert!(
                 matches!(second, Err(Error::TxnConflict { .. })) && on_call == 1,
-                "serializable: no write skew"
+                "{case}: no write skew"
             ),
         }
     }

@@ -27,6 +27,11 @@
 //!   without being read are read at the snapshot first): first committer wins on every
 //!   written key, so no lost update, but two transactions that read the same keys and write
 //!   different ones can both commit (write skew).
+//! - **[`Txn::get_for_update`]** reads a key that the commit checks under either isolation,
+//!   as if the transaction wrote it: under `Snapshot`, reading the keys a decision depends on
+//!   with it rules out write skew over them (as `SELECT ... FOR UPDATE` does under
+//!   PostgreSQL's repeatable read); under `Serializable` it is a plain `get`. It does not lock
+//!   the key early: the check happens at commit (or prepare), like every other.
 //!
 //! On a conflict the *whole closure* runs again with an empty read set and write buffer (never
 //! a replay of the old writes) at a new snapshot, after a jittered backoff, up to
@@ -79,7 +84,7 @@ use meridian_types::limits::{
     DEFAULT_TXN_MAX_ATTEMPTS, MAX_BATCH_BYTES, MAX_BATCH_KEYS, MAX_SCAN_LIMIT, MAX_TXN_READ_KEYS,
 };
 use meridian_types::{Timestamp, TxnPriority, TxnRank};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
 use std::pin::Pin;
 use std::time::{Duration, Instant};
@@ -165,6 +170,8 @@ pub struct Txn {
     /// Every key read, with what it read: `None` = absent.
     reads: BTreeMap<Bytes, Option<(Bytes, u64)>>,
     ranges: Vec<ScannedRange>,
+    /// Keys read with [`Txn::get_for_update`]: checked at commit under either isolation.
+    for_update: BTreeSet<Bytes>,
     /// The write buffer: `None` = delete.
     writes: BTreeMap<Bytes, Option<Bytes>>,
     write_bytes: usize,
@@ -294,6 +301,7 @@ impl Client {
             client: self.clone(),
             reads: BTreeMap::new(),
             ranges: Vec::new(),
+            for_update: BTreeSet::new(),
             writes: BTreeMap::new(),
             write_bytes: 0,
             snapshot,
@@ -321,6 +329,18 @@ impl Txn {
         self.read_keys(vec![key.clone()]).await?;
         let read = self.reads.get(&key).cloned().flatten();
         Ok(read.map(|(value, _)| value))
+    }
+
+    /// [`Txn::get`], and the commit checks that `key` still holds what this transaction read
+    /// of it under either isolation, as it checks a key it writes: under
+    /// [`Isolation::Snapshot`] this rules out write skew over the keys read this way. A key
+    /// this transaction wrote before reading it is checked at its snapshot version. Nothing
+    /// is locked before the commit.
+    pub async fn get_for_update(&mut self, key: impl Into<Bytes>) -> Result<Option<Bytes>> {
+        let key: Bytes = key.into();
+        let value = self.get(key.clone()).await?;
+        self.for_update.insert(key);
+        Ok(value)
     }
 
     /// Snapshot-reads `keys` (sorted, not yet read) into the read set.
@@ -523,15 +543,17 @@ impl Txn {
             return Ok(None);
         }
         if self.isolation == Isolation::Snapshot {
-            // First committer wins on every written key: read the ones written blind (at the
-            // snapshot) so the commit can check them too.
+            // First committer wins on every written key (and every key read for update):
+            // read the ones not yet read (at the snapshot) so the commit can check them too.
             let mut blind: Vec<Bytes> = self
                 .writes
                 .keys()
+                .chain(&self.for_update)
                 .filter(|k| !self.reads.contains_key(*k))
                 .cloned()
                 .collect();
             blind.sort();
+            blind.dedup();
             if !blind.is_empty() {
                 self.read_keys(blind).await?;
             }
@@ -564,6 +586,7 @@ impl Txn {
         let parts = CommitParts {
             reads: &self.reads,
             ranges: &self.ranges,
+            for_update: &self.for_update,
             writes: &self.writes,
             isolation: self.isolation,
             write_id: self.client.next_write_id(),

@@ -11,7 +11,7 @@ use bytes::Bytes;
 use meridian_proto::kv::{self as proto, txn_write};
 use meridian_types::limits::MAX_TXN_RANGES;
 use meridian_types::Timestamp;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 /// A range a transaction scanned: every live key of `[start, end)` (`end = None`: +inf) and
@@ -27,6 +27,8 @@ pub(crate) struct ScannedRange {
 pub(crate) struct CommitParts<'a> {
     pub reads: &'a BTreeMap<Bytes, Option<(Bytes, u64)>>,
     pub ranges: &'a [ScannedRange],
+    /// Keys read with `Txn::get_for_update`: checked under either isolation.
+    pub for_update: &'a BTreeSet<Bytes>,
     pub writes: &'a BTreeMap<Bytes, Option<Bytes>>,
     pub isolation: Isolation,
     pub write_id: proto::WriteId,
@@ -45,8 +47,8 @@ pub(crate) enum Plan {
 }
 
 /// Groups the read set and the writes by shard. Under [`Isolation::Snapshot`] only the reads
-/// of written keys are checked (first committer wins on every written key: the caller has read
-/// each one), and no range.
+/// of written keys and of keys read for update are checked (first committer wins on each: the
+/// caller has read each one), and no range.
 pub(crate) fn plan(map: &ShardMap, parts: CommitParts<'_>) -> Result<Plan> {
     let mut groups = match parts.isolation {
         Isolation::Serializable => group(map, parts.reads, parts.ranges)?,
@@ -54,7 +56,9 @@ pub(crate) fn plan(map: &ShardMap, parts: CommitParts<'_>) -> Result<Plan> {
             let written: BTreeMap<Bytes, Option<(Bytes, u64)>> = parts
                 .reads
                 .iter()
-                .filter(|(key, _)| parts.writes.contains_key(*key))
+                .filter(|(key, _)| {
+                    parts.writes.contains_key(*key) || parts.for_update.contains(*key)
+                })
                 .map(|(key, read)| (key.clone(), read.clone()))
                 .collect();
             group(map, &written, &[])?
