@@ -470,3 +470,96 @@ fn one_shard_commits_and_cas_meet_locks_too() {
     };
     assert!(s.one(scan).locked.is_some(), "scans over an intent");
 }
+
+/// Everything a shard stores, for comparing two shards.
+fn dump(s: &Shard) -> Vec<(meridian_storage::Cf, Vec<u8>, Vec<u8>)> {
+    use meridian_storage::Cf;
+    let mut out = Vec::new();
+    for cf in [Cf::RaftMeta, Cf::Data, Cf::Intents, Cf::TxnRecords] {
+        for row in s.engine.scan(cf, &[], None, false) {
+            let (k, v) = row.expect("scan");
+            out.push((cf, k.to_vec(), v.to_vec()));
+        }
+    }
+    out
+}
+
+#[test]
+fn resolves_in_one_entry_apply_exactly_as_consecutive_entries() {
+    use crate::types::ResolveItem;
+    // The same prepares on two shards: 1 and 2 as participants, 3 as an anchor.
+    let setup = |s: &mut Shard| {
+        s.one(put(10, "a", "old"));
+        s.one(prepare(20, 1, false, &[("a", Some(10))], &[("a", "new")]));
+        s.one(prepare(21, 2, false, &[], &[("b", "x")]));
+        s.one(prepare(22, 3, true, &[], &[("c", "y")]));
+    };
+    let steps = [
+        (1, false, Decision::Commit(40)),
+        (2, false, Decision::Abort),
+        (3, true, Decision::Abort),
+        (3, false, Decision::Commit(45)),
+        (3, true, Decision::Commit(45)),
+        (3, false, Decision::Commit(45)),
+        (3, true, Decision::Finish),
+        (1, false, Decision::Commit(40)),
+        (9, false, Decision::Prevent),
+    ];
+    let mut alone = Shard::new();
+    setup(&mut alone);
+    let one_by_one: Vec<CommandResult> = steps
+        .iter()
+        .map(|&(txn, anchor, decision)| alone.one(resolve(txn, anchor, decision)))
+        .collect();
+    let mut grouped = Shard::new();
+    setup(&mut grouped);
+    let items = steps
+        .iter()
+        .map(|&(txn, anchor, decision)| ResolveItem {
+            txn: id(txn),
+            txn_ts: TXN_TS,
+            anchor,
+            decision,
+        })
+        .collect();
+    let result = grouped.one(Command::Resolves { ts: 0, items });
+    assert_eq!(
+        result.batch, one_by_one,
+        "each item answers as it would alone"
+    );
+    assert!(
+        one_by_one.iter().any(|r| r.rejected.is_some()),
+        "the steps include a refused resolve (the anchor's shard as a participant while staging)"
+    );
+    assert_eq!(dump(&grouped), dump(&alone), "the same stored state");
+    assert_eq!(grouped.floor, alone.floor);
+    assert_eq!(grouped.locks.len(), alone.locks.len());
+    assert_eq!(grouped.latest("a"), Some((40, b"new".to_vec())));
+    assert_eq!(grouped.latest("b"), None);
+    assert_eq!(grouped.latest("c"), Some((45, b"y".to_vec())));
+}
+
+#[test]
+fn a_resolves_entry_is_validated_as_a_whole() {
+    use crate::types::{ResolveItem, MAX_RESOLVES_PER_ENTRY};
+    let item = |decision| ResolveItem {
+        txn: id(1),
+        txn_ts: TXN_TS,
+        anchor: false,
+        decision,
+    };
+    let cmd = |items: Vec<ResolveItem>| Command::Resolves { ts: 0, items };
+    assert!(cmd(vec![]).validate().is_err(), "empty");
+    assert!(cmd(vec![item(Decision::Abort); MAX_RESOLVES_PER_ENTRY])
+        .validate()
+        .is_ok());
+    assert!(cmd(vec![item(Decision::Abort); MAX_RESOLVES_PER_ENTRY + 1])
+        .validate()
+        .is_err());
+    assert!(
+        cmd(vec![item(Decision::Abort), item(Decision::Commit(0))])
+            .validate()
+            .is_err(),
+        "one bad item refuses the entry"
+    );
+}
