@@ -236,20 +236,6 @@ impl<'a> ApplyBatch<'a> {
                 decision,
                 ..
             } => self.resolve((txn, txn_ts), anchor, decision),
-            Command::Resolves { items, .. } => {
-                let mut batch = Vec::with_capacity(items.len());
-                for item in items {
-                    batch.push(self.resolve(
-                        (item.txn, item.txn_ts),
-                        item.anchor,
-                        item.decision,
-                    )?);
-                }
-                Ok(CommandResult {
-                    batch,
-                    ..Default::default()
-                })
-            }
             Command::Gc { threshold, from } => self.gc(threshold, from),
             Command::GcRecords { from } => self.gc_records(from),
         }

@@ -59,10 +59,7 @@ pub fn outside_span(cmd: &Command, span: &Span) -> Option<String> {
         } => {
             reads_outside(reads, ranges).or_else(|| writes.iter().find_map(|(k, _)| key_outside(k)))
         }
-        Command::Resolve { .. }
-        | Command::Resolves { .. }
-        | Command::Gc { .. }
-        | Command::GcRecords { .. } => None,
+        Command::Resolve { .. } | Command::Gc { .. } | Command::GcRecords { .. } => None,
     }
 }
 

@@ -142,28 +142,6 @@ pub enum Command {
     /// "Collecting records"). Like [`Command::Gc`], it starts an apply batch of its own and is
     /// never fenced. Appended last (bincode variant indices).
     GcRecords { from: Option<RequestId> },
-    /// Several [`Command::Resolve`]s of one shard in one entry, applied in order exactly as
-    /// consecutive entries would be, each with its own result (in
-    /// [`CommandResult::batch`]). The `Kv` service groups the resolves that reach a shard's
-    /// leader while an earlier group is still in Raft (see `meridian-server`'s
-    /// `resolve_batch`): a multi-shard transaction's explicit commit, resolutions and finish
-    /// are three entries after its acknowledgement, and under load they dominate a shard's
-    /// log. `ts` is the proposal's issued timestamp, as for a lone resolve. At most
-    /// [`MAX_RESOLVES_PER_ENTRY`]. Appended last (bincode variant indices).
-    Resolves { ts: u64, items: Vec<ResolveItem> },
-}
-
-/// Most resolves one [`Command::Resolves`] carries.
-pub const MAX_RESOLVES_PER_ENTRY: usize = 256;
-
-/// One resolve of a [`Command::Resolves`]: the fields of a [`Command::Resolve`] but its
-/// proposal timestamp.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ResolveItem {
-    pub txn: RequestId,
-    pub txn_ts: u64,
-    pub anchor: bool,
-    pub decision: crate::locks::Decision,
 }
 
 /// What one [`Command::Gc`] page did.
@@ -228,19 +206,6 @@ impl Expect {
     }
 }
 
-impl ResolveItem {
-    /// The lone [`Command::Resolve`] this item stands for, proposed at `ts`.
-    pub fn into_command(self, ts: u64) -> Command {
-        Command::Resolve {
-            ts,
-            txn: self.txn,
-            txn_ts: self.txn_ts,
-            anchor: self.anchor,
-            decision: self.decision,
-        }
-    }
-}
-
 impl Command {
     /// This command with its proposed version timestamp set to `new_ts`.
     pub fn with_ts(mut self, new_ts: u64) -> Command {
@@ -249,8 +214,7 @@ impl Command {
             | Command::Cas { ts, .. }
             | Command::Txn { ts, .. }
             | Command::Prepare { ts, .. }
-            | Command::Resolve { ts, .. }
-            | Command::Resolves { ts, .. } => *ts = new_ts,
+            | Command::Resolve { ts, .. } => *ts = new_ts,
             Command::Fenced { cmd, .. } | Command::Closed { cmd, .. } => {
                 let inner = std::mem::replace(&mut **cmd, Command::placeholder());
                 **cmd = inner.with_ts(new_ts);
@@ -411,18 +375,6 @@ impl Command {
                     return Err("a commit decision needs a timestamp".into());
                 }
                 Ok(())
-            }
-            Command::Resolves { ts, items } => {
-                if items.is_empty() || items.len() > MAX_RESOLVES_PER_ENTRY {
-                    return Err(format!(
-                        "{} resolves in one entry: want 1 to MAX_RESOLVES_PER_ENTRY \
-                         ({MAX_RESOLVES_PER_ENTRY})",
-                        items.len()
-                    ));
-                }
-                items
-                    .iter()
-                    .try_for_each(|item| item.clone().into_command(*ts).validate())
             }
             Command::GcRecords { .. } => Ok(()),
             Command::Gc { threshold, from } => {
@@ -600,7 +552,6 @@ impl std::fmt::Display for Command {
                 from.as_ref().map(|(k, ts)| (k.len(), ts))
             ),
             Command::GcRecords { from } => write!(f, "GcRecords(from={from:?})"),
-            Command::Resolves { items, .. } => write!(f, "Resolves({} items)", items.len()),
         }
     }
 }
@@ -644,8 +595,6 @@ pub struct CommandResult {
     pub gc: Option<GcResult>,
     /// A [`Command::GcRecords`]: what its page did.
     pub gc_records: Option<GcRecordsResult>,
-    /// A [`Command::Resolves`]: each item's result, in order.
-    pub batch: Vec<CommandResult>,
 }
 
 openraft::declare_raft_types!(

@@ -9,7 +9,7 @@ use meridian_types::error::{ERROR_CODE_HEADER, LEADER_HINT_HEADER, LOCK_HEADER};
 use meridian_types::{ErrorCode, NodeId, ShardId};
 use tonic::Status;
 
-#[derive(Clone, Debug, thiserror::Error)]
+#[derive(Debug, thiserror::Error)]
 pub enum ServerError {
     #[error("{0}")]
     InvalidArgument(String),

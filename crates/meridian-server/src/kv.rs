@@ -82,11 +82,8 @@ pub(crate) fn request_id(write_id: Option<WriteId>) -> Option<RequestId> {
     })
 }
 
-#[derive(Clone)]
 pub struct KvService {
     pub(crate) node: Arc<Node>,
-    /// Resolves waiting to be grouped into entries (see `resolve_batch`).
-    pub(crate) resolves: Arc<crate::resolve_batch::ResolveQueues>,
     admission: Admission,
     /// How long after the last quorum acknowledgement lease reads are used (see
     /// [`KvService::lease_has_margin`]).
@@ -99,7 +96,6 @@ impl KvService {
         let lease_read_window = lease_read_window(node.config.raft.election_timeout_max_ms);
         KvService {
             node,
-            resolves: Arc::default(),
             admission: Admission::new(
                 permits,
                 MAX_INFLIGHT_REQUEST_BYTES_PER_NODE,

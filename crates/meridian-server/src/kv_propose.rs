@@ -116,12 +116,11 @@ impl KvService {
 }
 
 /// What snapshot reads must wait for in `cmd` (see `meridian_raft::issued`): the user keys it
-/// writes, or nothing for a resolution or a group of them (their intents answer for them);
-/// anything else is assumed
+/// writes, or nothing for a resolution (its intents answer for it); anything else is assumed
 /// to touch the whole shard.
 fn issue_kind(cmd: &Command) -> IssueKind {
     let footprint = match cmd {
-        Command::Resolve { .. } | Command::Resolves { .. } => return IssueKind::Resolution,
+        Command::Resolve { .. } => return IssueKind::Resolution,
         Command::Write { puts, deletes, .. } => Footprint::keys(
             puts.iter()
                 .map(|(key, _)| key.clone())

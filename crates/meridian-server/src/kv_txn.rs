@@ -29,7 +29,7 @@ use meridian_proto::kv::{
     ResolveResponse, TxnRead, TxnState,
 };
 use meridian_raft::locks::{Decision, TxnStatus};
-use meridian_raft::types::{check_txn_reads, ResolveItem};
+use meridian_raft::types::check_txn_reads;
 use meridian_raft::{Command, RangeCheck, ReadCheck, RequestId};
 use meridian_types::limits::{MAX_BATCH_BYTES, MAX_BATCH_KEYS, MAX_TXN_PARTICIPANTS};
 use meridian_types::Timestamp;
@@ -312,14 +312,15 @@ impl KvService {
             }
             self.wait_past(Timestamp(c), "commit timestamp").await?;
         }
-        let item = ResolveItem {
+        let cmd = Command::Resolve {
+            ts: 0,
             txn,
             txn_ts: req.txn_ts,
             anchor: req.anchor,
             decision,
         };
         let result = self
-            .propose_resolve(desc.id, &replica, item, permit)
+            .propose_for_result(desc.id, &replica, cmd, permit)
             .await?;
         let state = match result.status {
             None => TxnState::Unknown,

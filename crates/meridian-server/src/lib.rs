@@ -8,8 +8,7 @@
 //! - [`kv`]: the public `Kv` service (its write path in `kv_propose`, read barrier and guarded
 //!   reads in `kv_read`, transactions' snapshot
 //!   reads in [`kv_snapshot`], stale (follower) reads in [`kv_follower`], commits in
-//!   [`kv_txn`] (resolves grouped into entries in `resolve_batch`), admission in
-//!   [`admission`]);
+//!   [`kv_txn`], admission in [`admission`]);
 //!   [`cluster`]: the `Cluster` status service.
 //! - [`error`]: the node's error type and its single mapping to gRPC statuses.
 //! - [`hlc_ceiling`]: the persisted bound on issued HLC timestamps, waited out on restart and
@@ -43,7 +42,6 @@ mod leader_follow;
 pub mod membership;
 pub mod metrics;
 pub mod node;
-mod resolve_batch;
 pub mod shard_map;
 pub mod shard_map_store;
 pub mod sweeper;
