@@ -193,6 +193,7 @@ impl ClusterView {
             "LAG (node:entries)",
             "CLOSED LAG (node:s)",
             "HOME",
+            "MOVES",
         ]);
         for shard in self.shards() {
             let range = if shard.shard_id == 0 {
@@ -225,6 +226,7 @@ impl ClusterView {
                 } else {
                     shard.home_region.clone()
                 },
+                format_moves(&shard),
             ]);
         }
         out.push_str(&shards.render());
@@ -283,6 +285,45 @@ fn yes_no(value: bool) -> &'static str {
         "yes"
     } else {
         "no"
+    }
+}
+
+/// Replica moves in progress on `shard`, from its Raft membership against the shard map's
+/// replica list (see `meridian-server`'s `membership`): `N learning` (added as a learner, not
+/// yet voting), `N listed only` (in the map, not yet in the group: an add before its learner
+/// step, or a removal after its Raft change), `N unlisted voter` (in the group, not in the
+/// map), and `joint` while a voter change is half done; `-` when the two agree, `?` when the
+/// answering node hosts no replica of the shard (no membership known).
+pub fn format_moves(shard: &ShardInfo) -> String {
+    if shard.voters.is_empty() && shard.learners.is_empty() {
+        return "?".into();
+    }
+    let mut moves: BTreeMap<u64, &str> = BTreeMap::new();
+    for node in &shard.learners {
+        moves.insert(*node, "learning");
+    }
+    for node in &shard.replicas {
+        if !shard.voters.contains(node) && !shard.learners.contains(node) {
+            moves.insert(*node, "listed only");
+        }
+    }
+    for node in &shard.voters {
+        if !shard.replicas.contains(node) {
+            moves.insert(*node, "unlisted voter");
+        }
+    }
+    let mut parts: Vec<String> = Vec::new();
+    if shard.joint {
+        parts.push("joint".into());
+    }
+    parts.extend(
+        moves
+            .into_iter()
+            .map(|(node, what)| format!("{node} {what}")),
+    );
+    match parts.is_empty() {
+        true => "-".into(),
+        false => parts.join(", "),
     }
 }
 
@@ -423,6 +464,43 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(format_lag(&shard), "1:0 2:7 3:?");
+    }
+
+    /// Moves are the differences between the group and the map.
+    #[test]
+    fn moves_in_progress() {
+        let shard = |replicas: Vec<u64>, voters: Vec<u64>, learners: Vec<u64>, joint| ShardInfo {
+            shard_id: 1,
+            replicas,
+            voters,
+            learners,
+            joint,
+            ..Default::default()
+        };
+        assert_eq!(
+            format_moves(&shard(vec![1, 2, 3], vec![3, 1, 2], vec![], false)),
+            "-"
+        );
+        assert_eq!(
+            format_moves(&shard(vec![1, 2, 3], vec![], vec![], false)),
+            "?"
+        );
+        assert_eq!(
+            format_moves(&shard(vec![1, 2, 3, 4], vec![1, 2, 3], vec![], false)),
+            "4 listed only"
+        );
+        assert_eq!(
+            format_moves(&shard(vec![1, 2, 3, 4], vec![1, 2, 3], vec![4], false)),
+            "4 learning"
+        );
+        assert_eq!(
+            format_moves(&shard(vec![1, 2, 3, 4], vec![1, 2, 3, 4], vec![], true)),
+            "joint"
+        );
+        assert_eq!(
+            format_moves(&shard(vec![1, 2, 3], vec![2, 3, 5], vec![], false)),
+            "1 listed only, 5 unlisted voter"
+        );
     }
 
     /// The leader's own row wins over a follower's.

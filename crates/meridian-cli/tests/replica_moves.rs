@@ -19,6 +19,11 @@
 //! writes: the command reports it safe to stop, no shard lists it any more, and with it killed
 //! every shard still takes writes and every acknowledged key reads back.
 //!
+//! Another stops a move half way: the target node is down, so the add leaves it a learner that
+//! cannot catch up (the call is abandoned after a few seconds). `meridian cluster status`
+//! shows the move in its MOVES column (`T learning`); with the node back, asking again
+//! finishes the move and the column shows `-`.
+//!
 //! A second scenario removes a shard's *leader* from its group (it steps down once the change
 //! commits; the other two elect a new leader and keep taking writes), then adds that node
 //! back: its replica was deleted, so it starts empty and catches up, and reads everything.
@@ -40,6 +45,7 @@ use std::time::{Duration, Instant};
 const BASE_PORT: u16 = 28_400;
 const READD_PORT: u16 = 28_600;
 const DECOMMISSION_PORT: u16 = 28_800;
+const HALF_WAY_PORT: u16 = 31_400;
 const SHARDS: u32 = 2;
 const STOP_TIMEOUT: Duration = Duration::from_secs(20);
 
@@ -51,6 +57,11 @@ fn a_replica_moves_to_another_node_under_writes() {
 #[test]
 fn a_decommissioned_node_can_be_stopped_without_losing_anything() {
     run_scenario(decommission_scenario());
+}
+
+#[test]
+fn a_move_stopped_half_way_shows_in_status_and_asking_again_finishes_it() {
+    run_scenario(half_way_scenario());
 }
 
 #[test]
@@ -465,4 +476,84 @@ async fn decommission_scenario() {
             "acknowledged key {key}"
         );
     }
+}
+
+/// The MOVES cell of `shard`'s row in `meridian cluster status` (the row's last column).
+fn moves_column(cluster: &LocalCluster, shard: u64) -> String {
+    let out = run_bounded(
+        std::process::Command::new(binary())
+            .args(["cluster", "status", "--endpoints"])
+            .arg(cluster.endpoints().join(",")),
+        Duration::from_secs(30),
+    );
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "cluster status: {out:?}");
+    let shards = text
+        .split("\nSHARDS\n")
+        .nth(1)
+        .expect("a SHARDS table")
+        .lines()
+        .take_while(|line| !line.trim().is_empty());
+    let header = shards.clone().next().expect("a header").to_string();
+    let at = header.find("MOVES").expect("a MOVES column");
+    let row = shards
+        .skip(1)
+        .find(|line| line.split_whitespace().next() == Some(&shard.to_string()))
+        .unwrap_or_else(|| panic!("shard {shard} in:\n{text}"));
+    row.get(at..).unwrap_or("").trim().to_string()
+}
+
+async fn half_way_scenario() {
+    let dir = tempfile::tempdir().unwrap();
+    let (cluster, client) = four_nodes(HALF_WAY_PORT, dir.path()).await;
+    let status = client.status().await.unwrap();
+    let (shard, target) = status
+        .shards
+        .iter()
+        .filter(|s| s.shard_id != 0)
+        .find_map(|s| Some((s.shard_id, (1..=4).find(|n| !s.replicas.contains(n))?)))
+        .expect("a shard one node does not host");
+    assert_eq!(moves_column(&cluster, shard), "-", "no move yet");
+    cluster.stop(target, STOP_TIMEOUT).expect("stopping T");
+
+    // T cannot catch up: the add lists it and makes it a learner, then waits; give up on it.
+    let abandoned =
+        tokio::time::timeout(Duration::from_secs(3), client.add_replica(shard, target)).await;
+    assert!(
+        !matches!(abandoned, Ok(Ok(_))),
+        "an add to a stopped node cannot finish: {abandoned:?}"
+    );
+    let give_up = Instant::now() + Duration::from_secs(20);
+    let learning = format!("{target} learning");
+    loop {
+        let moves = moves_column(&cluster, shard);
+        if moves == learning {
+            break;
+        }
+        assert!(
+            Instant::now() < give_up,
+            "the half-done move never showed as {learning:?}: {moves:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+
+    // With T back, asking again finishes the move.
+    cluster.restart(target).expect("restarting T");
+    let give_up = Instant::now() + Duration::from_secs(60);
+    let done = loop {
+        match client.add_replica(shard, target).await {
+            Ok(done) => break done,
+            Err(e) if Instant::now() < give_up => {
+                eprintln!("finishing the add: not yet: {e}");
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+            Err(e) => panic!("the add never finished: {e}"),
+        }
+    };
+    assert!(
+        done.voters.contains(&target) && done.learners.is_empty(),
+        "{done:?}"
+    );
+    assert_eq!(moves_column(&cluster, shard), "-", "the move is done");
+    cluster.stop_all(STOP_TIMEOUT);
 }

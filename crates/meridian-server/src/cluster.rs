@@ -58,6 +58,10 @@ impl Cluster for ClusterService {
                 info.last_log_index = m.last_log_index.unwrap_or(0);
                 info.quiesced = replica.is_quiesced();
                 info.closed_ts = replica.sm.closed_ts();
+                let membership = m.membership_config.membership();
+                info.voters = membership.voter_ids().collect();
+                info.learners = membership.learner_ids().collect();
+                info.joint = membership.get_joint_config().len() > 1;
                 if let Some(repl) = &m.replication {
                     info.replica_status = repl
                         .iter()

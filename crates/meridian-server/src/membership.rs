@@ -17,6 +17,8 @@
 //!
 //!   Stopped after 1, a node hosts an idle empty replica; after 2, a learner that follows
 //!   the log but does not vote. Asking again finishes the move: every step is idempotent.
+//!   `Cluster.Status` reports each shard's voters, learners and joint state next to the map's
+//!   replica list, so `cluster status` shows a move stopped half way (its MOVES column).
 //! - **Remove** (`remove_replica`, run by the shard's leader):
 //!   1. the leader removes the node from the voters and from the group (committed by the
 //!      remaining quorum);
