@@ -335,7 +335,8 @@ impl Txn {
     /// of it under either isolation, as it checks a key it writes: under
     /// [`Isolation::Snapshot`] this rules out write skew over the keys read this way. A key
     /// this transaction wrote before reading it is checked at its snapshot version. Nothing
-    /// is locked before the commit.
+    /// is locked before the commit, and a transaction that writes nothing commits nothing,
+    /// so there it is a plain `get` (its reads are one snapshot either way).
     pub async fn get_for_update(&mut self, key: impl Into<Bytes>) -> Result<Option<Bytes>> {
         let key: Bytes = key.into();
         let value = self.get(key.clone()).await?;
