@@ -25,6 +25,12 @@
 //! whose resolutions this replica never saw), reads below what was dropped fall back to the
 //! coarse rule: widen to the largest commit timestamp this replica ever knew of.
 //!
+//! Each entry also keeps the largest commit timestamp recorded up to and including it (a
+//! running maximum, so non-decreasing along the queue). [`Resolutions::widen`] scans from the
+//! newest entry and stops at the first whose running maximum is at most `read_ts`: no entry
+//! at or before it can have a commit above `read_ts`. A read at a recent timestamp looks at
+//! the few entries resolved since, not at all [`MAX_RECENT_RESOLUTIONS`].
+//!
 //! # Invariants
 //! - Every version this replica wrote from a resolution since it opened is either an entry,
 //!   or has `commit_ts <= dropped_max`.
@@ -39,7 +45,8 @@ pub const MAX_RECENT_RESOLUTIONS: usize = 4_096;
 /// See the module docs.
 #[derive(Debug, Default)]
 pub struct Resolutions {
-    recent: VecDeque<(u64, u64)>,
+    /// `(prepare_ts, commit_ts, running max commit_ts)`, oldest first.
+    recent: VecDeque<(u64, u64, u64)>,
     /// The largest commit timestamp no longer in `recent` (0: none dropped).
     dropped_max: u64,
     /// The largest commit timestamp ever recorded or dropped.
@@ -49,10 +56,10 @@ pub struct Resolutions {
 impl Resolutions {
     /// Notes that an intent prepared at `prepare_ts` became a version at `commit_ts`.
     pub fn record(&mut self, prepare_ts: u64, commit_ts: u64) {
-        self.recent.push_back((prepare_ts, commit_ts));
         self.max = self.max.max(commit_ts);
+        self.recent.push_back((prepare_ts, commit_ts, self.max));
         while self.recent.len() > MAX_RECENT_RESOLUTIONS {
-            if let Some((_, dropped)) = self.recent.pop_front() {
+            if let Some((_, dropped, _)) = self.recent.pop_front() {
                 self.dropped_max = self.dropped_max.max(dropped);
             }
         }
@@ -76,8 +83,12 @@ impl Resolutions {
         }
         self.recent
             .iter()
-            .filter(|(prepared, commit)| *prepared <= seen && *commit > read_ts && *commit <= limit)
-            .map(|(_, commit)| *commit)
+            .rev()
+            .take_while(|(_, _, running_max)| *running_max > read_ts)
+            .filter(|(prepared, commit, _)| {
+                *prepared <= seen && *commit > read_ts && *commit <= limit
+            })
+            .map(|(_, commit, _)| *commit)
             .max()
     }
 }
@@ -97,6 +108,30 @@ mod tests {
         assert_eq!(r.widen(30, 60, 9), None, "prepared after a first look at 9");
         assert_eq!(r.widen(30, 60, 30), Some(40), "35 is also in, 40 is larger");
         assert_eq!(r.widen(45, 60, 100), None);
+    }
+
+    proptest::proptest! {
+        /// The early stop changes nothing: `widen` answers what a scan of every entry would.
+        #[test]
+        fn widen_matches_a_full_scan(
+            entries in proptest::collection::vec((0u64..200, 0u64..200), 0..300),
+            read_ts in 0u64..200,
+            window in 0u64..100,
+            seen in 0u64..200,
+        ) {
+            let mut r = Resolutions::default();
+            for (prepared, extra) in &entries {
+                r.record(*prepared, prepared + extra);
+            }
+            let limit = read_ts + window;
+            let full = entries
+                .iter()
+                .map(|(prepared, extra)| (*prepared, prepared + extra))
+                .filter(|(p, c)| *p <= seen && *c > read_ts && *c <= limit)
+                .map(|(_, c)| c)
+                .max();
+            proptest::prop_assert_eq!(r.widen(read_ts, limit, seen), full);
+        }
     }
 
     #[test]
