@@ -333,8 +333,10 @@ impl Txn {
 
     /// [`Txn::get`], and the commit checks that `key` still holds what this transaction read
     /// of it under either isolation, as it checks a key it writes: under
-    /// [`Isolation::Snapshot`] this rules out write skew over the keys read this way. A key
-    /// this transaction wrote before reading it is checked at its snapshot version. Nothing
+    /// [`Isolation::Snapshot`] this rules out write skew over the keys read this way. Under
+    /// `Snapshot` a key this transaction wrote before reading it is checked at its snapshot
+    /// version, as every written key is; under `Serializable` such a key is not checked (its
+    /// value here is this transaction's own write, which depends on no one). Nothing
     /// is locked before the commit, and a transaction that writes nothing commits nothing,
     /// so there it is a plain `get` (its reads are one snapshot either way).
     pub async fn get_for_update(&mut self, key: impl Into<Bytes>) -> Result<Option<Bytes>> {
