@@ -11,6 +11,9 @@
 //!   labels       region = us-east, eu-west, ap-south (cycling), zone = a
 //! ```
 //!
+//! The last `joining` nodes (0 by default) are not founding members: they start later
+//! ([`LocalCluster::launch`]) with `--join` naming node 1.
+//!
 //! # Process hygiene
 //! Leaving no process behind is the point of this module:
 //! - each child runs in its own process group, so a Ctrl-C in the terminal reaches only the
@@ -70,6 +73,10 @@ pub struct LocalClusterConfig {
     pub extra_args_per_node: Vec<Vec<String>>,
     /// Extra environment variables per node, index 0 = node 1 (e.g. a libfaketime preload).
     pub env_per_node: Vec<Vec<(String, String)>>,
+    /// How many of the last nodes are not founding members: they are laid out with
+    /// `--join <node 1's client address>` instead of `--initial-cluster`, and are not started
+    /// with the others ([`LocalCluster::launch`] starts one).
+    pub joining: usize,
 }
 
 impl LocalClusterConfig {
@@ -87,7 +94,14 @@ impl LocalClusterConfig {
             common_args: LOOPBACK_RAFT_ARGS.iter().map(|s| s.to_string()).collect(),
             extra_args_per_node: Vec::new(),
             env_per_node: Vec::new(),
+            joining: 0,
         }
+    }
+
+    /// Makes the last `count` nodes join the cluster the others found (see `joining`).
+    pub fn joining(mut self, count: usize) -> Self {
+        self.joining = count;
+        self
     }
 
     /// Adds arguments for every node.
@@ -175,6 +189,14 @@ impl LocalCluster {
         ensure_ports_free(config.base_port, config.nodes)?;
         std::fs::create_dir_all(&config.data_dir)
             .with_context(|| format!("creating {}", config.data_dir.display()))?;
+        if config.joining >= config.nodes {
+            bail!(
+                "joining ({}) must leave at least one founding member of {} nodes",
+                config.joining,
+                config.nodes
+            );
+        }
+        let founders = config.nodes - config.joining;
         let members: Vec<(u64, String, String, String)> = (1..=config.nodes as u64)
             .map(|id| {
                 let region = REGIONS[(id as usize - 1) % REGIONS.len()].to_string();
@@ -182,7 +204,7 @@ impl LocalCluster {
                 (id, peer, region, "a".to_string())
             })
             .collect();
-        let initial_cluster = members
+        let initial_cluster = members[..founders]
             .iter()
             .map(|(id, peer, region, zone)| format!("{id}={peer}@{region}/{zone}"))
             .collect::<Vec<_>>()
@@ -206,9 +228,15 @@ impl LocalCluster {
                     peer.clone(),
                     "--data-dir".into(),
                     data_dir.display().to_string(),
-                    "--initial-cluster".into(),
-                    initial_cluster.clone(),
                 ];
+                if *id as usize <= founders {
+                    args.extend(["--initial-cluster".into(), initial_cluster.clone()]);
+                } else {
+                    args.extend([
+                        "--join".into(),
+                        format!("127.0.0.1:{}", config.base_port as u64 + 1),
+                    ]);
+                }
                 args.extend(config.common_args.iter().cloned());
                 if let Some(extra) = config.extra_args_per_node.get(*id as usize - 1) {
                     args.extend(extra.iter().cloned());
@@ -236,11 +264,17 @@ impl LocalCluster {
             children: Mutex::new((0..specs.len()).map(|_| None).collect()),
             specs,
         };
-        for spec in &cluster.specs {
+        for spec in &cluster.specs[..founders] {
             // On error, `cluster` is dropped here and kills the nodes already spawned.
             cluster.spawn(spec.node_id)?;
         }
         Ok(cluster)
+    }
+
+    /// Starts node `node_id`, one not started yet (a joining node) or stopped; the same as
+    /// [`LocalCluster::restart`].
+    pub fn launch(&self, node_id: u64) -> anyhow::Result<()> {
+        self.restart(node_id)
     }
 
     /// The directory holding every node's data and log.

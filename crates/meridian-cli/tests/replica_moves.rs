@@ -38,8 +38,8 @@ use meridian_storage::{Cf, Engine, EngineOptions, RocksEngine};
 use meridian_types::ShardId;
 use nix::sys::signal::Signal;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 const BASE_PORT: u16 = 28_400;
@@ -101,32 +101,6 @@ async fn four_nodes(port: u16, dir: &Path) -> (Arc<LocalCluster>, Client) {
         .expect("cluster ready");
     let client = connect_client(cluster.endpoints()).await;
     (cluster, client)
-}
-
-/// Writes each of `keys` (value = key), one after another, until stopped; remembers the
-/// acknowledged ones.
-fn spawn_writer(
-    client: &Client,
-    keys: Vec<String>,
-) -> (
-    Arc<Mutex<Vec<String>>>,
-    Arc<AtomicBool>,
-    tokio::task::JoinHandle<()>,
-) {
-    let acked = Arc::new(Mutex::new(Vec::new()));
-    let stop = Arc::new(AtomicBool::new(false));
-    let (c, a, s) = (client.clone(), acked.clone(), stop.clone());
-    let handle = tokio::spawn(async move {
-        for key in keys {
-            if s.load(Ordering::Relaxed) {
-                break;
-            }
-            if c.put(key.clone(), key.clone()).await.is_ok() {
-                a.lock().unwrap().push(key);
-            }
-        }
-    });
-    (acked, stop, handle)
 }
 
 /// The shard's replicas and leader as node `node` reports them.

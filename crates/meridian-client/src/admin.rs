@@ -110,6 +110,7 @@ impl Client {
                     .iter()
                     .find(|n| n.node_id == id && id != 0)
                     .map(|n| n.client_addr.clone())
+                    .filter(|a| !a.is_empty())
             };
             let mut leader = info.leader_id;
             // A node without a replica of the shard does not know its leader: ask the replicas.

@@ -291,6 +291,12 @@ impl ClockFence {
         ClockFence { policy, streak: 0 }
     }
 
+    /// The cluster now has `cluster_size` nodes (one joined); a streak of failed checks goes
+    /// on, judged by the new majority from the next check.
+    pub fn resize(&mut self, cluster_size: usize) {
+        self.policy.cluster_size = cluster_size.max(1);
+    }
+
     pub fn check(&mut self, measurements: &[PeerOffset]) -> Verdict {
         let assessment = self.policy.assess(measurements);
         if !assessment.fails() {
@@ -319,22 +325,30 @@ pub fn exit_process() -> FailStop {
     })
 }
 
-/// Starts the fence of `host`, whose cluster is `members` (`host` itself may be listed).
-pub fn spawn_for(host: &MultiRaft, members: &[(NodeId, String)]) {
-    let cluster_size = 1 + members.iter().filter(|(id, _)| *id != host.node_id).count();
-    let policy = FencePolicy::new(cluster_size, host.clock.max_offset());
-    spawn(host.pool.offsets.clone(), policy, exit_process());
+/// Starts the fence of `host`, whose cluster is its peers (`set_peers`) and itself; the
+/// cluster's size is read at every check, so a node that joins counts from then on.
+pub fn spawn_for(host: &Arc<MultiRaft>) {
+    let weak = Arc::downgrade(host);
+    let size: ClusterSize = Arc::new(move || weak.upgrade().map(|h| 1 + h.peers().len()));
+    let policy = FencePolicy::new(1 + host.peers().len(), host.clock.max_offset());
+    spawn(host.pool.offsets.clone(), policy, size, exit_process());
 }
 
+/// The cluster's size now, this node included; `None` once the node is gone.
+pub type ClusterSize = Arc<dyn Fn() -> Option<usize> + Send + Sync>;
+
 /// Starts the node's check loop over `offsets` (what its pings measure): every
-/// [`CHECK_INTERVAL`], and `stop` once the policy says so (then the loop ends).
-pub fn spawn(offsets: Arc<PeerOffsets>, policy: FencePolicy, stop: FailStop) {
+/// [`CHECK_INTERVAL`], with the cluster's size as `size` says then, and `stop` once the
+/// policy says so (then the loop ends).
+pub fn spawn(offsets: Arc<PeerOffsets>, policy: FencePolicy, size: ClusterSize, stop: FailStop) {
     tokio::spawn(async move {
         let mut fence = ClockFence::new(policy);
         let mut interval = tokio::time::interval(CHECK_INTERVAL);
         interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             interval.tick().await;
+            let Some(now) = size() else { return };
+            fence.resize(now);
             if check_once(&mut fence, &offsets, &stop) {
                 return;
             }
@@ -508,6 +522,19 @@ mod tests {
             assessment.describe(),
             "this node's clock is 449 ms off from 2 of 2 peers (more than 80% of max_offset = 400 ms)"
         );
+    }
+
+    /// A node that joins grows the majority: two out-of-step peers are a majority of three
+    /// nodes, not of five, so after the resize the same view no longer counts as failed.
+    #[test]
+    fn a_joined_node_grows_the_majority_the_fence_needs() {
+        let mut fence = ClockFence::new(FencePolicy::new(3, MAX_OFFSET));
+        let skewed = measured(&[(1, -450), (2, -450)]);
+        assert!(matches!(fence.check(&skewed), Verdict::OutOfStep { streak: 1, .. }));
+        fence.resize(5);
+        assert_eq!(fence.check(&skewed), Verdict::InStep);
+        fence.resize(3);
+        assert!(matches!(fence.check(&skewed), Verdict::OutOfStep { streak: 1, .. }));
     }
 
     #[test]

@@ -45,12 +45,11 @@
 //! - Learners (non-voting replicas) get no rounds; there are none yet.
 
 use crate::closed_ts::publishable;
-use crate::host::{MultiRaft, ShardReplica};
+use crate::host::{InFlight, MultiRaft, ShardReplica};
 use crate::types::{LogId, NodeId, RaftMetrics};
 use openraft::type_config::async_runtime::WatchReceiver;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -126,32 +125,22 @@ pub fn follower_accepts(
 }
 
 impl MultiRaft {
-    /// Starts the side channel's sender: every `interval_ms`, one round to each of `peers`
-    /// (which may include this node) for the data shards this node leads. Does nothing when
-    /// `lag_ms` is 0 (closed timestamps off).
-    pub fn spawn_closed_ts(
-        self: &Arc<Self>,
-        peers: Vec<(NodeId, String)>,
-        lag_ms: u64,
-        interval_ms: u64,
-    ) {
+    /// Starts the side channel's sender: every `interval_ms`, one round to each of the node's
+    /// peers (`set_peers`, read each round) for the data shards this node leads. Does nothing
+    /// when `lag_ms` is 0 (closed timestamps off).
+    pub fn spawn_closed_ts(self: &Arc<Self>, lag_ms: u64, interval_ms: u64) {
         if lag_ms == 0 {
             return;
         }
         let host = self.clone();
-        let peers: Vec<(NodeId, String)> = peers
-            .into_iter()
-            .filter(|(id, _)| *id != self.node_id)
-            .collect();
-        let in_flight: Arc<Vec<AtomicBool>> =
-            Arc::new(peers.iter().map(|_| AtomicBool::new(false)).collect());
+        let in_flight = Arc::new(InFlight::default());
         tokio::spawn(async move {
             let mut interval = tokio::time::interval(Duration::from_millis(interval_ms.max(1)));
             interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             let mut cursor = 0usize;
             loop {
                 interval.tick().await;
-                cursor = host.closed_ts_round(&peers, &in_flight, lag_ms, cursor);
+                cursor = host.closed_ts_round(&in_flight, lag_ms, cursor);
             }
         });
     }
@@ -160,8 +149,7 @@ impl MultiRaft {
     /// more than [`MAX_ROUND_SHARDS`]).
     fn closed_ts_round(
         self: &Arc<Self>,
-        peers: &[(NodeId, String)],
-        in_flight: &Arc<Vec<AtomicBool>>,
+        in_flight: &Arc<InFlight>,
         lag_ms: u64,
         cursor: usize,
     ) -> usize {
@@ -188,20 +176,20 @@ impl MultiRaft {
                 per_peer.entry(voter).or_default().push(entry);
             }
         }
-        for (i, (peer, addr)) in peers.iter().enumerate() {
-            let Some(entries) = per_peer.remove(peer) else {
+        for (peer, addr) in self.peers() {
+            let Some(entries) = per_peer.remove(&peer) else {
                 continue;
             };
-            if in_flight[i].swap(true, SeqCst) {
+            if !in_flight.start(peer) {
                 continue;
             }
-            let (host, addr, peer, flags) = (self.clone(), addr.clone(), *peer, in_flight.clone());
+            let (host, flags) = (self.clone(), in_flight.clone());
             tokio::spawn(async move {
                 let sent_at = Instant::now();
                 if let Ok(confirmed) = host.pool.close_timestamps(&addr, &entries).await {
                     host.note_confirmed(peer, &entries, &confirmed, sent_at);
                 }
-                flags[i].store(false, SeqCst);
+                flags.done(peer);
             });
         }
         next

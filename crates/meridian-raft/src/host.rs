@@ -70,6 +70,28 @@ pub struct MultiRaft {
     votes_from: std::time::Instant,
     /// What a peer's shard map record is handed to (the server's `membership`); set once.
     map_listener: std::sync::OnceLock<MapListener>,
+    /// The cluster's nodes and their peer addresses (this node may be listed): whom the pings,
+    /// the closed-timestamp side channel and the clock fence cover. Replaced whole when a
+    /// node joins ([`MultiRaft::set_peers`]).
+    peers: RwLock<Arc<Vec<(NodeId, String)>>>,
+    /// This node's client address, sent in ping replies (set once by the server).
+    pub client_addr: std::sync::OnceLock<String>,
+}
+
+/// Peers with a message of one kind in flight: at most one each, so a slow peer costs one
+/// outstanding call, not one per round.
+#[derive(Default)]
+pub(crate) struct InFlight(std::sync::Mutex<std::collections::HashSet<NodeId>>);
+
+impl InFlight {
+    /// Marks `peer` busy; false if it was already.
+    pub(crate) fn start(&self, peer: NodeId) -> bool {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).insert(peer)
+    }
+
+    pub(crate) fn done(&self, peer: NodeId) {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).remove(&peer);
+    }
 }
 
 /// Takes a shard map record a peer sent; answers the version the node routes by afterwards.
@@ -109,7 +131,23 @@ impl MultiRaft {
             transport_stats: TransportStats::default(),
             votes_from: std::time::Instant::now() + vote_quarantine,
             map_listener: std::sync::OnceLock::new(),
+            peers: RwLock::new(Arc::new(Vec::new())),
+            client_addr: std::sync::OnceLock::new(),
         }))
+    }
+
+    /// Replaces the cluster's node list (see the `peers` field); `peers` may include this node.
+    pub fn set_peers(&self, peers: Vec<(NodeId, String)>) {
+        *self.peers.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(peers);
+    }
+
+    /// The cluster's nodes other than this one, with their peer addresses.
+    pub fn peers(&self) -> Vec<(NodeId, String)> {
+        let all = self.peers.read().unwrap_or_else(|p| p.into_inner()).clone();
+        all.iter()
+            .filter(|(id, _)| *id != self.node_id)
+            .cloned()
+            .collect()
     }
 
     /// Hands peers' shard map records to `listener` from now on (once; later calls are ignored).
@@ -317,6 +355,7 @@ impl TransportService {
         Ok(Response::new(RaftReply {
             hlc: self.host.clock.now().0,
             payload: payload.into(),
+            ..Default::default()
         }))
     }
 }
@@ -453,6 +492,7 @@ impl RaftTransport for TransportService {
                 Ok(RaftReply {
                     hlc: clock.now().0,
                     payload: payload.into(),
+                    ..Default::default()
                 })
             });
             // Boxed here: the opaque stream type names `replica`'s lifetime.
@@ -592,6 +632,7 @@ impl RaftTransport for TransportService {
         Ok(Response::new(RaftReply {
             hlc: 0,
             payload: payload.into(),
+            client_addr: self.host.client_addr.get().cloned().unwrap_or_default(),
         }))
     }
 

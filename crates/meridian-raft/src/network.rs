@@ -94,9 +94,11 @@ pub struct PeerPool {
     channels: Mutex<HashMap<String, Channel>>,
     /// Peer address (as the membership names it) → the address to dial instead (a WAN proxy
     /// link); set once at startup.
-    dial: std::sync::OnceLock<HashMap<String, String>>,
+    dial: std::sync::RwLock<HashMap<String, String>>,
     /// When each peer last answered us or sent us a message (liveness for status).
     last_seen: Mutex<HashMap<NodeId, Instant>>,
+    /// Each peer's client address, as its last ping reply gave it.
+    client_addrs: Mutex<HashMap<NodeId, String>>,
     /// Each peer's clock offset, as the last ping measured it (read by `clock_fence`).
     pub offsets: Arc<PeerOffsets>,
     pub self_id: NodeId,
@@ -117,8 +119,9 @@ impl PeerPool {
     ) -> Arc<PeerPool> {
         Arc::new(PeerPool {
             channels: Mutex::new(HashMap::new()),
-            dial: std::sync::OnceLock::new(),
+            dial: std::sync::RwLock::new(HashMap::new()),
             last_seen: Mutex::new(HashMap::new()),
+            client_addrs: Mutex::new(HashMap::new()),
             offsets: Arc::default(),
             self_id,
             clock,
@@ -129,11 +132,10 @@ impl PeerPool {
     }
 
     /// Dial `overrides` (peer address → address to dial) instead of the peers' own addresses.
-    /// Once, before any peer is dialled; a second call is an error.
-    pub fn set_dial_overrides(&self, overrides: HashMap<String, String>) -> Result<(), String> {
-        self.dial
-            .set(overrides)
-            .map_err(|_| "peer dial overrides are already set".to_string())
+    /// Replaces the previous set (a node that joined adds its entry); applies to peers not
+    /// dialled yet, so it is called before the first dial and again only to add peers.
+    pub fn set_dial_overrides(&self, overrides: HashMap<String, String>) {
+        *self.dial.write().unwrap_or_else(|p| p.into_inner()) = overrides;
     }
 
     pub fn client(&self, addr: &str) -> Result<RaftTransportClient<Channel>, String> {
@@ -141,11 +143,8 @@ impl PeerPool {
         let channel = match channels.get(addr) {
             Some(c) => c.clone(),
             None => {
-                let target = self
-                    .dial
-                    .get()
-                    .and_then(|d| d.get(addr))
-                    .map_or(addr, String::as_str);
+                let dial = self.dial.read().unwrap_or_else(|p| p.into_inner());
+                let target = dial.get(addr).map_or(addr, String::as_str);
                 let c = Channel::from_shared(format!("http://{target}"))
                     .map_err(|e| format!("bad peer address {addr:?}: {e}"))?
                     .connect_timeout(self.rpc_timeout)
@@ -223,6 +222,20 @@ impl PeerPool {
         shard: u64,
         payload: Vec<u8>,
     ) -> Result<Resp, String> {
+        let reply = self.node_reply(addr, kind, shard, payload).await?;
+        let result: Result<Resp, String> =
+            codec::decode(&reply.payload).map_err(|e| e.to_string())?;
+        result
+    }
+
+    /// One node-level call's reply, its clock merged (pings carry none).
+    async fn node_reply(
+        &self,
+        addr: &str,
+        kind: &'static str,
+        shard: u64,
+        payload: Vec<u8>,
+    ) -> Result<RaftReply, String> {
         let clocked = kind != "ping";
         let mut client = self.client(addr)?;
         let mut request = tonic::Request::new(crate::quiesce::envelope(
@@ -244,18 +257,41 @@ impl PeerPool {
         if clocked {
             self.merge_reply_clock(reply.hlc)?;
         }
-        let result: Result<Resp, String> =
-            codec::decode(&reply.payload).map_err(|e| e.to_string())?;
-        result
+        Ok(reply)
     }
 
     /// Node-level liveness: one round trip, which also measures the peer's clock offset (the
     /// reply carries the peer's physical clock), whatever the two HLCs say.
-    pub async fn ping(&self, addr: &str) -> Result<ClockOffset, String> {
+    /// Pings the node at `addr`: its clock offset, and its client address (empty from a node
+    /// that does not send it).
+    pub async fn ping(&self, addr: &str) -> Result<(ClockOffset, String), String> {
         let sent = self.clock.physical_now();
-        let remote: u64 = self.node_call(addr, "ping", 0, Vec::new()).await?;
+        let reply = self.node_reply(addr, "ping", 0, Vec::new()).await?;
         let received = self.clock.physical_now();
-        Ok(ClockOffset::estimate(sent, Timestamp(remote), received))
+        let remote: Result<u64, String> =
+            codec::decode(&reply.payload).map_err(|e| e.to_string())?;
+        let offset = ClockOffset::estimate(sent, Timestamp(remote?), received);
+        Ok((offset, reply.client_addr))
+    }
+
+    /// Notes `node`'s client address, as its ping reply gave it.
+    pub fn note_client_addr(&self, node: NodeId, client_addr: String) {
+        if client_addr.is_empty() {
+            return;
+        }
+        self.client_addrs
+            .lock()
+            .expect("client_addrs lock poisoned")
+            .insert(node, client_addr);
+    }
+
+    /// `node`'s client address, if a ping reply gave it.
+    pub fn client_addr_of(&self, node: NodeId) -> Option<String> {
+        self.client_addrs
+            .lock()
+            .expect("client_addrs lock poisoned")
+            .get(&node)
+            .cloned()
     }
 
     /// Asks the follower at `addr` to park `shard`; whether it did.

@@ -48,7 +48,7 @@
 //! - Pings carry liveness and the peer's physical clock, no HLC (`clock_fence` acts on the
 //!   offsets); CockroachDB also piggybacks the awake groups' heartbeats on them.
 
-use crate::host::{MultiRaft, ShardReplica};
+use crate::host::{InFlight, MultiRaft, ShardReplica};
 use crate::types::{LogId, NodeId, RaftMetrics, Vote};
 use meridian_proto::raft::RaftRequest;
 use openraft::type_config::async_runtime::WatchReceiver;
@@ -299,22 +299,21 @@ impl ShardReplica {
 }
 
 impl MultiRaft {
-    /// Starts the node's quiescence loop: pings to `peers`, quiesce rounds for idle shards this
-    /// node leads (unless `enabled` is false: then only the pings, which also feed liveness in
-    /// the cluster status), and the dead-leader watchdog for parked followers. Also starts the
-    /// clock fence over what the pings measure (`peers` may include this node).
-    pub fn spawn_quiescence(self: &Arc<Self>, peers: Vec<(NodeId, String)>, enabled: bool) {
-        crate::clock_fence::spawn_for(self, &peers);
+    /// Starts the node's quiescence loop: pings to its peers (`set_peers`, read each round),
+    /// quiesce rounds for idle shards this node leads (unless `enabled` is false: then only the
+    /// pings, which also feed liveness in the cluster status), and the dead-leader watchdog for
+    /// parked followers. Also starts the clock fence over what the pings measure.
+    pub fn spawn_quiescence(self: &Arc<Self>, enabled: bool) {
+        crate::clock_fence::spawn_for(self);
         let host = self.clone();
-        let in_flight: Arc<Vec<AtomicBool>> =
-            Arc::new(peers.iter().map(|_| AtomicBool::new(false)).collect());
+        let in_flight = Arc::new(InFlight::default());
         tokio::spawn(async move {
             let period = Duration::from_millis(host.raft_config.heartbeat_interval.max(10));
             let mut interval = tokio::time::interval(period);
             interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
                 interval.tick().await;
-                host.ping_peers(&peers, &in_flight);
+                host.ping_peers(&in_flight);
                 if enabled {
                     host.quiescence_round();
                 }
@@ -322,18 +321,18 @@ impl MultiRaft {
         });
     }
 
-    fn ping_peers(&self, peers: &[(NodeId, String)], in_flight: &Arc<Vec<AtomicBool>>) {
-        for (i, (peer, addr)) in peers.iter().enumerate() {
-            if *peer == self.node_id || in_flight[i].swap(true, SeqCst) {
+    fn ping_peers(&self, in_flight: &Arc<InFlight>) {
+        for (peer, addr) in self.peers() {
+            if !in_flight.start(peer) {
                 continue;
             }
-            let (pool, addr, peer, flags) =
-                (self.pool.clone(), addr.clone(), *peer, in_flight.clone());
+            let (pool, flags) = (self.pool.clone(), in_flight.clone());
             tokio::spawn(async move {
-                if let Ok(offset) = pool.ping(&addr).await {
+                if let Ok((offset, client_addr)) = pool.ping(&addr).await {
                     pool.note_ping(peer, offset);
+                    pool.note_client_addr(peer, client_addr);
                 }
-                flags[i].store(false, SeqCst);
+                flags.done(peer);
             });
         }
     }

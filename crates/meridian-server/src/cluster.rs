@@ -1,6 +1,6 @@
 //! The public `Cluster` service: nodes, shards, leaders, terms, applied index and lag, as this
 //! node sees them (clients use it as their shard map); an operator's leader transfer
-//! (see `transfer`) and replica moves (see `membership`); and, for the geo benchmark's
+//! (see `transfer`), replica moves (see `membership`) and joins (see `join`); and, for the geo benchmark's
 //! oracle mode only, a timestamp from the metadata shard's leader.
 
 use crate::node::Node;
@@ -163,6 +163,11 @@ impl Cluster for ClusterService {
             ts: node.clock.now().0,
             node_id: me,
         }))
+    }
+
+    async fn join(&self, request: Request<JoinRequest>) -> Result<Response<JoinResponse>, Status> {
+        let reply = crate::join::admit(&self.node, request.into_inner()).await?;
+        Ok(Response::new(reply))
     }
 }
 

@@ -232,7 +232,8 @@ pub struct StartArgs {
     /// Founding members, comma-separated `id=peer_addr@region/zone` (same list on every node).
     #[arg(long, value_delimiter = ',')]
     pub initial_cluster: Option<Vec<String>>,
-    /// Address of a running member to join (not supported yet: rejected with a clear error).
+    /// A running member's client address: join its cluster instead of founding one (no
+    /// initial_cluster). The node hosts no replicas until moves place some on it.
     #[arg(long)]
     pub join: Option<String>,
     /// Data shards a new cluster is pre-split into.
@@ -298,7 +299,11 @@ pub struct NodeConfig {
     pub peer_addr: SocketAddr,
     pub metrics_addr: Option<SocketAddr>,
     pub data_dir: PathBuf,
+    /// The founding members (for a joined node: as the cluster answered, see `join`).
     pub initial_cluster: Vec<Member>,
+    /// A member's client address to join through (`--join`; see `join`), for a node that is
+    /// not a founding member.
+    pub join: Option<String>,
     /// Peers dialled at another address than their `initial_cluster` one (a WAN proxy).
     pub peer_dial: std::collections::BTreeMap<NodeId, SocketAddr>,
     pub clock_offset_ms: i64,
@@ -398,11 +403,17 @@ impl NodeConfig {
         if node_id == 0 {
             return Err(err("node_id", "0 is reserved; use an id > 0"));
         }
-        if let Some(join) = file.join {
-            return Err(err(
-                "join",
-                format!("joining a running cluster ({join}) is not supported yet; start every founding member with the same initial_cluster"),
-            ));
+        let join = file.join.clone();
+        if let Some(via) = &join {
+            if file.initial_cluster.is_some() {
+                return Err(err(
+                    "join",
+                    format!("a founding member lists initial_cluster, a joining node names a member to join ({via}); give one, not both"),
+                ));
+            }
+            if via.trim().is_empty() {
+                return Err(err("join", "is empty; give a member's client address (host:port)"));
+            }
         }
         let client_addr = parse_addr("client_addr", file.client_addr)?;
         let peer_addr = parse_addr("peer_addr", file.peer_addr)?;
@@ -413,12 +424,16 @@ impl NodeConfig {
         let data_dir = file
             .data_dir
             .ok_or_else(|| err("data_dir", "is required"))?;
-        let raw = file.initial_cluster.ok_or_else(|| {
-            err(
-                "initial_cluster",
-                "is required (id=peer_addr@region/zone,...)",
-            )
-        })?;
+        // A joining node learns the founding members when it joins (`join::prepare`).
+        let raw = match (&join, file.initial_cluster) {
+            (Some(_), _) => Vec::new(),
+            (None, raw) => raw.ok_or_else(|| {
+                err(
+                    "initial_cluster",
+                    "is required (id=peer_addr@region/zone,...), unless the node joins a running cluster (join)",
+                )
+            })?,
+        };
         let mut initial_cluster = Vec::new();
         for (i, s) in raw.iter().enumerate() {
             let m = Member::parse(s).map_err(|e| err(format!("initial_cluster[{i}]"), e))?;
@@ -433,26 +448,34 @@ impl NodeConfig {
             }
             initial_cluster.push(m);
         }
-        let me = initial_cluster
-            .iter()
-            .find(|m| m.node_id == node_id)
-            .ok_or_else(|| {
-                err(
-                    "initial_cluster",
-                    format!("does not list this node ({node_id})"),
-                )
-            })?;
-        if me.peer_addr != peer_addr {
-            return Err(err(
-                "peer_addr",
-                format!(
-                    "{peer_addr} differs from this node's entry in initial_cluster ({})",
-                    me.peer_addr
-                ),
-            ));
-        }
-        let region = file.region.unwrap_or_else(|| me.region.clone());
-        let zone = file.zone.unwrap_or_else(|| me.zone.clone());
+        let (region, zone) = if join.is_some() {
+            // As `initial_cluster` defaults a member's location.
+            let or_default = |v: Option<String>| v.filter(|v| !v.is_empty()).unwrap_or_else(|| "default".into());
+            (or_default(file.region), or_default(file.zone))
+        } else {
+            let me = initial_cluster
+                .iter()
+                .find(|m| m.node_id == node_id)
+                .ok_or_else(|| {
+                    err(
+                        "initial_cluster",
+                        format!("does not list this node ({node_id})"),
+                    )
+                })?;
+            if me.peer_addr != peer_addr {
+                return Err(err(
+                    "peer_addr",
+                    format!(
+                        "{peer_addr} differs from this node's entry in initial_cluster ({})",
+                        me.peer_addr
+                    ),
+                ));
+            }
+            (
+                file.region.unwrap_or_else(|| me.region.clone()),
+                file.zone.unwrap_or_else(|| me.zone.clone()),
+            )
+        };
         let c = &file.cluster;
         if c.split_points.is_empty() && !(1..=MAX_INITIAL_SHARDS).contains(&c.initial_shards) {
             return Err(err(
@@ -516,7 +539,11 @@ impl NodeConfig {
                 ),
             ));
         }
-        let home_regions = crate::home::parse_home_regions(&c.home_regions, &initial_cluster)?;
+        // A joining node takes the cluster's rules when it joins.
+        let home_regions = match join {
+            Some(_) => Vec::new(),
+            None => crate::home::parse_home_regions(&c.home_regions, &initial_cluster)?,
+        };
         let r = &file.raft;
         if r.heartbeat_interval_ms == 0 || r.heartbeat_interval_ms * 3 > r.election_timeout_min_ms {
             return Err(err(
@@ -543,7 +570,8 @@ impl NodeConfig {
                 .trim()
                 .parse()
                 .map_err(|_| err(&field, format!("{id:?} is not a node id")))?;
-            if !initial_cluster.iter().any(|m| m.node_id == id) {
+            // A joining node does not know the members yet; an entry naming no member is unused.
+            if join.is_none() && !initial_cluster.iter().any(|m| m.node_id == id) {
                 return Err(err(&field, format!("node {id} is not in initial_cluster")));
             }
             let addr: SocketAddr = addr
@@ -561,6 +589,7 @@ impl NodeConfig {
             peer_addr,
             data_dir,
             initial_cluster,
+            join,
             clock_offset_ms: file.clock_offset_ms.unwrap_or(0),
             peer_dial,
             home_regions,
@@ -680,6 +709,26 @@ mod tests {
                 assert!(e.to_string().contains("cluster.closed_ts_"), "{e}");
             }
         }
+    }
+
+    /// A joining node names a member instead of listing the founders; giving both is an error,
+    /// and the location it does not give defaults as an `initial_cluster` entry's does.
+    #[test]
+    fn join_replaces_initial_cluster() {
+        let mut a = test_args();
+        a.join = Some("127.0.0.1:7001".into());
+        let e = NodeConfig::load(&a).unwrap_err().to_string();
+        assert!(e.contains("\"join\"") && e.contains("not both"), "{e}");
+        a.initial_cluster = None;
+        a.node_id = Some(4);
+        a.region = Some("eu".into());
+        let c = NodeConfig::load(&a).unwrap();
+        assert_eq!(c.join.as_deref(), Some("127.0.0.1:7001"));
+        assert!(c.initial_cluster.is_empty());
+        assert_eq!((c.region.as_str(), c.zone.as_str()), ("eu", "default"));
+        a.join = None;
+        let e = NodeConfig::load(&a).unwrap_err().to_string();
+        assert!(e.contains("initial_cluster") && e.contains("join"), "{e}");
     }
 
     #[test]

@@ -94,7 +94,7 @@ async fn step(node: &Node, led: &mut HashMap<ShardId, Led>, period: Duration) {
         };
         let target = voters
             .into_iter()
-            .find(|id| *id != me && region_of(node, *id) == Some(home) && caught_up(id));
+            .find(|id| *id != me && region_of(node, *id).as_deref() == Some(home) && caught_up(id));
         let Some(target) = target else {
             continue;
         };
@@ -110,10 +110,6 @@ async fn step(node: &Node, led: &mut HashMap<ShardId, Led>, period: Duration) {
     }
 }
 
-fn region_of(node: &Node, id: NodeId) -> Option<&str> {
-    node.config
-        .initial_cluster
-        .iter()
-        .find(|m| m.node_id == id)
-        .map(|m| m.region.as_str())
+fn region_of(node: &Node, id: NodeId) -> Option<String> {
+    node.member(id).map(|m| m.region)
 }

@@ -4,7 +4,8 @@
 //! - [`config`]: TOML + flags, validated with errors naming the field.
 //! - [`shard_map`]: the founding shard map and region/zone-aware replica placement;
 //!   [`shard_map_store`]: the map as one versioned record in the metadata shard.
-//! - [`node`]: startup (storage, Raft groups, bootstrap, registration) and shutdown.
+//! - [`node`]: startup (storage, Raft groups, bootstrap, registration) and shutdown;
+//!   [`join`]: a node joining a running cluster (`--join`).
 //! - [`kv`]: the public `Kv` service (its write path in `kv_propose`, read barrier and guarded
 //!   reads in `kv_read`, transactions' snapshot
 //!   reads in [`kv_snapshot`], stale (follower) reads in [`kv_follower`], commits in
@@ -31,6 +32,7 @@ pub mod error;
 pub mod gc;
 pub mod hlc_ceiling;
 pub mod home;
+pub mod join;
 pub mod kv;
 pub mod kv_check;
 pub mod kv_follower;
@@ -92,7 +94,7 @@ pub async fn run_start(args: StartArgs) -> anyhow::Result<()> {
 
 /// Runs a node until `shutdown` completes.
 pub async fn run_node(
-    config: NodeConfig,
+    mut config: NodeConfig,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> anyhow::Result<()> {
     let client_listener = tokio::net::TcpListener::bind(config.client_addr)
@@ -109,6 +111,8 @@ pub async fn run_node(
         ),
         None => None,
     };
+    // A joining node joins once its listeners are bound (see `join`).
+    join::prepare(&mut config).await?;
     let node = node::Node::start(config).await?;
     tracing::info!(
         node = node.config.node_id,

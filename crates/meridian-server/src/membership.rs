@@ -29,10 +29,14 @@
 //!   group still counts on. Stopped after 1, the node keeps an idle, unused replica until the
 //!   removal is asked again.
 //!
+//! Members are the founding ones and those that joined (`join`, recorded in the same map):
+//! either can receive replicas.
+//!
 //! # How nodes learn the map
 //! The node that changed the map sends the new record to every member over the peer transport
 //! (`RaftTransport.ShardMap`). A node **adopts** a record only if it is newer than its own
-//! and has the founding layout (moves change replica lists, nothing else). Adopting persists
+//! and has the founding layout (moves change replica lists and joins the member list, nothing
+//! else). Adopting persists
 //! the record in the node's own keyspace ([`SHARD_MAP_CACHE_KEY`]) before acting on it, then
 //! opens the replicas the map adds to this node and retires those it takes away. At start a
 //! node hosts the replicas of the newest map it knows: its metadata replica's record, its
@@ -47,7 +51,6 @@
 //! - A shard keeps at least one voter: removing the last one is refused.
 //!
 //! # Not done yet
-//! - Only founding members (`initial_cluster`) can receive replicas: `--join` is not built.
 //! - No placement check: a move may put two replicas in one region, or leave a region none.
 //! - A node that is up but missed a push (a partition) learns the map at its next start or
 //!   the next push; no node polls for it.
@@ -93,8 +96,7 @@ pub async fn add_replica(node: &Node, shard: ShardId, target: NodeId) -> Result<
     let member = node.member(target).ok_or_else(|| {
         ServerError::InvalidArgument(format!(
             "node {target} is not a member of this cluster (members: {:?})",
-            node.config
-                .initial_cluster
+            node.members_now()
                 .iter()
                 .map(|m| m.node_id)
                 .collect::<Vec<_>>()
@@ -107,7 +109,7 @@ pub async fn add_replica(node: &Node, shard: ShardId, target: NodeId) -> Result<
             "node {target} is a voter of shard {shard} already"
         )));
     }
-    change_map(node, |map| map.with_replica_added(shard, target)).await?;
+    change_map(node, |map| Ok(map.with_replica_added(shard, target))).await?;
     tracing::info!(%shard, target, "adding a replica: learner first");
     replica
         .raft
@@ -155,7 +157,7 @@ pub async fn remove_replica(node: &Node, shard: ShardId, target: NodeId) -> Resu
             .await
             .map_err(|e| raft_error(node, shard, e))?;
     }
-    change_map(node, |map| map.with_replica_removed(shard, target)).await?;
+    change_map(node, |map| Ok(map.with_replica_removed(shard, target))).await?;
     Ok(outcome(node, &replica))
 }
 
@@ -248,11 +250,14 @@ async fn wait_caught_up(
 
 /// Stores the map `edit` makes of the current one (compare-and-swap on the stored record),
 /// adopts it and tells every member. `edit` returning `None` means the change is in the map
-/// already. Returns the version that holds the change.
-async fn change_map(node: &Node, edit: impl Fn(&ShardMap) -> Option<ShardMap>) -> Result<u64> {
+/// already, an error that it cannot be made. Returns the version that holds the change.
+pub(crate) async fn change_map(
+    node: &Node,
+    edit: impl Fn(&ShardMap) -> Result<Option<ShardMap>>,
+) -> Result<u64> {
     for _ in 0..MAX_MAP_ROUNDS {
         let current = node.map();
-        let Some(next) = edit(&current) else {
+        let Some(next) = edit(&current)? else {
             return Ok(current.version);
         };
         let expect = shard_map_store::encode(&current).map_err(ServerError::Internal)?;
@@ -306,9 +311,8 @@ async fn change_map(node: &Node, edit: impl Fn(&ShardMap) -> Option<ShardMap>) -
 /// map later (its next start, or the next push).
 async fn push(node: &Node, record: &Bytes) {
     let me = node.config.node_id;
-    let sends = node
-        .config
-        .initial_cluster
+    let members = node.members_now();
+    let sends = members
         .iter()
         .filter(|m| m.node_id != me)
         .map(|m| async move {
@@ -373,6 +377,7 @@ pub async fn adopt(node: &Node, map: ShardMap) -> bool {
     }
     let version = map.version;
     node.shard_map.adopt(map);
+    node.refresh_peers();
     tracing::info!(version, "adopted a new shard map");
     reconcile(node).await;
     true

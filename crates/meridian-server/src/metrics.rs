@@ -284,7 +284,7 @@ pub fn render(node: &Node, admission: &Admission) -> String {
 
     let mut offsets = Vec::new();
     let mut uncertainties = Vec::new();
-    for member in &config.initial_cluster {
+    for member in &node.members_now() {
         if member.node_id == config.node_id {
             continue;
         }

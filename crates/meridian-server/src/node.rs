@@ -105,6 +105,28 @@ pub fn cluster_id(members: &[Member], map: &ShardMap) -> String {
     format!("mer-{h:016x}")
 }
 
+/// The founding shard map `config` gives (see `shard_map`).
+pub fn founding_map(config: &NodeConfig) -> ShardMap {
+    let splits: Vec<Vec<u8>> = config
+        .cluster
+        .split_points
+        .iter()
+        .map(|s| s.as_bytes().to_vec())
+        .collect();
+    ShardMap::founding(
+        &config.initial_cluster,
+        config.cluster.replication_factor as usize,
+        &splits,
+        config.cluster.initial_shards,
+    )
+    .with_homes(&config.home_regions, &config.initial_cluster)
+}
+
+/// The cluster id `config`'s founding members and map make (see [`cluster_id`]).
+pub fn founding_cluster_id(config: &NodeConfig) -> String {
+    cluster_id(&config.initial_cluster, &founding_map(config))
+}
+
 fn raft_config(cfg: &NodeConfig) -> openraft::Config {
     let r = &cfg.raft;
     openraft::Config {
@@ -149,21 +171,7 @@ impl Node {
         })?;
         let engine = Arc::new(engine);
 
-        let splits: Vec<Vec<u8>> = config
-            .cluster
-            .split_points
-            .iter()
-            .map(|s| s.as_bytes().to_vec())
-            .collect();
-        let founding = Arc::new(
-            ShardMap::founding(
-                &config.initial_cluster,
-                config.cluster.replication_factor as usize,
-                &splits,
-                config.cluster.initial_shards,
-            )
-            .with_homes(&config.home_regions, &config.initial_cluster),
-        );
+        let founding = Arc::new(founding_map(&config));
         let id = cluster_id(&config.initial_cluster, &founding);
         match engine.read_cluster_id()? {
             None => engine.write_cluster_id(&id)?,
@@ -237,18 +245,6 @@ impl Node {
             config.data_dir.clone(),
         )
         .map_err(|e| anyhow::anyhow!(e))?;
-        let overrides = config
-            .initial_cluster
-            .iter()
-            .filter_map(|m| {
-                let via = config.peer_dial.get(&m.node_id)?;
-                tracing::info!(peer = m.node_id, addr = %m.peer_addr, %via, "dialling a peer through an override");
-                Some((m.peer_addr.to_string(), via.to_string()))
-            })
-            .collect();
-        host.pool
-            .set_dial_overrides(overrides)
-            .map_err(|e| anyhow::anyhow!(e))?;
         let node = Arc::new(Node {
             cluster_id: id,
             engine,
@@ -263,6 +259,9 @@ impl Node {
             config,
             ceiling_keeper,
         });
+        // Before any replica opens: the transport dials peers through their overrides.
+        node.refresh_peers();
+        let _ = node.host.client_addr.set(node.config.client_addr.to_string());
         node.open_and_bootstrap().await?;
         let weak = Arc::downgrade(&node);
         node.host.set_map_listener(Arc::new(move |raw: Vec<u8>| {
@@ -272,18 +271,11 @@ impl Node {
                 crate::membership::on_pushed(&node, &raw).await
             })
         }));
-        let peers: Vec<(NodeId, String)> = node
-            .config
-            .initial_cluster
-            .iter()
-            .map(|m| (m.node_id, m.peer_addr.to_string()))
-            .collect();
         node.host.spawn_closed_ts(
-            peers.clone(),
             node.config.cluster.closed_ts_lag_ms,
             node.config.cluster.closed_ts_interval_ms,
         );
-        node.host.spawn_quiescence(peers, node.config.raft.quiesce);
+        node.host.spawn_quiescence(node.config.raft.quiesce);
         // The loop holds only a weak reference and ends with the node.
         crate::gc::spawn(&node);
         crate::sweeper::spawn(&node);
@@ -306,8 +298,40 @@ impl Node {
         self.shard_map.get()
     }
 
-    pub(crate) fn member(&self, id: NodeId) -> Option<&Member> {
-        self.config.initial_cluster.iter().find(|m| m.node_id == id)
+    /// Every member: the founding ones (`initial_cluster`), then those that joined since (the
+    /// map's `joined`).
+    pub fn members_now(&self) -> Vec<Member> {
+        let mut all = self.config.initial_cluster.clone();
+        all.extend(self.map().joined.iter().cloned());
+        all
+    }
+
+    pub(crate) fn member(&self, id: NodeId) -> Option<Member> {
+        self.members_now().into_iter().find(|m| m.node_id == id)
+    }
+
+    /// Hands the Raft host the members (whom it pings, sends closed timestamps to and counts in
+    /// the clock fence) and the dial overrides `peer_dial` gives for them. Called at start and
+    /// whenever an adopted map may have added a member.
+    pub(crate) fn refresh_peers(&self) {
+        let members = self.members_now();
+        let overrides = members
+            .iter()
+            .filter_map(|m| {
+                let via = self.config.peer_dial.get(&m.node_id)?;
+                Some((m.peer_addr.to_string(), via.to_string()))
+            })
+            .collect::<HashMap<String, String>>();
+        for (addr, via) in &overrides {
+            tracing::info!(%addr, %via, "dialling a peer through an override");
+        }
+        self.host.pool.set_dial_overrides(overrides);
+        self.host.set_peers(
+            members
+                .iter()
+                .map(|m| (m.node_id, m.peer_addr.to_string()))
+                .collect(),
+        );
     }
 
     async fn open_and_bootstrap(&self) -> anyhow::Result<()> {
@@ -537,13 +561,13 @@ impl Node {
         Ok((desc, replica))
     }
 
-    /// Registered nodes, read from the local metadata replica (falls back to the founding list
-    /// for nodes that have not registered yet).
+    /// Registered nodes, read from the local metadata replica; members not found there (a
+    /// node without a metadata replica, or one not registered yet) get what this node read
+    /// before, or the client address their ping replies gave.
     pub async fn registry(&self) -> BTreeMap<NodeId, NodeRecord> {
         let mut out: BTreeMap<NodeId, NodeRecord> = self
-            .config
-            .initial_cluster
-            .iter()
+            .members_now()
+            .into_iter()
             .map(|m| {
                 (
                     m.node_id,
@@ -587,8 +611,25 @@ impl Node {
                 cache.insert(*id, rec.clone());
             }
         }
+        // A node that no longer (or never) holds a metadata replica fills the gaps from the
+        // registrations it read while it did, then from its pings' replies.
         for (id, rec) in cache.iter() {
-            out.entry(*id).or_insert_with(|| rec.clone());
+            let entry = out.entry(*id).or_insert_with(|| rec.clone());
+            if entry.client_addr.is_empty() {
+                *entry = rec.clone();
+            }
+        }
+        for (id, rec) in out.iter_mut() {
+            if rec.client_addr.is_empty() {
+                if let Some(addr) = self.host.pool.client_addr_of(*id) {
+                    rec.client_addr = addr;
+                }
+            }
+        }
+        if let Some(me) = out.get_mut(&self.config.node_id) {
+            if me.client_addr.is_empty() {
+                me.client_addr = self.config.client_addr.to_string();
+            }
         }
         out
     }

@@ -54,13 +54,18 @@ impl ShardDescriptor {
     }
 }
 
-/// Data shards sorted by start key, plus the metadata group's replicas.
+/// Data shards sorted by start key, plus the metadata group's replicas, plus the nodes that
+/// joined the cluster after its founding.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ShardMap {
     /// Bumped by every change to the map (the founding map is version 1).
     pub version: u64,
     pub meta: ShardDescriptor,
     pub data: Vec<ShardDescriptor>,
+    /// Members that joined a running cluster (`--join`), in the order they joined; the
+    /// founding members are the configuration's `initial_cluster`. A member is never taken
+    /// off this list (its id is never reused).
+    pub joined: Vec<Member>,
 }
 
 /// Split keys for `n` shards over YCSB-style `user<u63>` keys: exactly `n - 1` distinct,
@@ -167,6 +172,7 @@ impl ShardMap {
             version: 1,
             meta,
             data,
+            joined: Vec::new(),
         }
     }
 
@@ -255,8 +261,39 @@ impl ShardMap {
         Some(next)
     }
 
+    /// The next version of this map, with `member` joined. `Ok(None)` if it joined already
+    /// with the same address and location (a joining node asking again); an error if its id
+    /// or peer address is taken by a founding member (`founders`) or another joined one.
+    pub fn with_member_joined(
+        &self,
+        member: &Member,
+        founders: &[Member],
+    ) -> Result<Option<ShardMap>, String> {
+        if self.joined.contains(member) {
+            return Ok(None);
+        }
+        for other in founders.iter().chain(&self.joined) {
+            if other.node_id == member.node_id {
+                return Err(format!(
+                    "node id {} is taken (by {}@{}/{}); ids are never reused",
+                    member.node_id, other.peer_addr, other.region, other.zone
+                ));
+            }
+            if other.peer_addr == member.peer_addr {
+                return Err(format!(
+                    "peer address {} is node {}'s",
+                    member.peer_addr, other.node_id
+                ));
+            }
+        }
+        let mut next = self.clone();
+        next.joined.push(member.clone());
+        next.version += 1;
+        Ok(Some(next))
+    }
+
     /// Whether `other` has the same shards with the same ranges, homes and generations: it
-    /// differs from this map in replica lists (and version) only.
+    /// differs from this map in replica lists, joined members (and version) only.
     pub fn same_layout(&self, other: &ShardMap) -> bool {
         let layout = |d: &ShardDescriptor| {
             (

@@ -10,7 +10,7 @@
 //! - **Founded once.** Every node proposes its founding map as a compare-and-swap that
 //!   succeeds only while the key is absent; the first one applied wins and every later one
 //!   is a mismatch that returns the stored map, which that node compares with its own.
-//! - **Changed by compare-and-swap.** A replica move (`membership`) writes the next version
+//! - **Changed by compare-and-swap.** A replica move (`membership`) or a join (`join`) writes the next version
 //!   only if the stored record is still the one it started from, so two moves at once never
 //!   lose one another; the loser re-reads and tries again.
 //! - **Read at start.** A node holding a replica of the metadata shard reads the stored map
@@ -24,6 +24,10 @@
 //!   `shard_map`); clients route with a shard's generation and a node whose map disagrees
 //!   answers `WRONG_SHARD`.
 //!
+//! - **Members that joined** (`ShardMap::joined`) are stored after the shards; a map without
+//!   any is stored exactly as before joins existed, so clusters founded earlier keep their
+//!   record's bytes (a compare-and-swap compares bytes).
+//!
 //! # Invariants
 //! - The record is exact: keys are stored as bytes, not as text, and decoding rejects trailing
 //!   bytes.
@@ -31,13 +35,14 @@
 //!
 //! # Not done yet
 //! - No split or merge changes the map, so ranges and generations stay as founded; only
-//!   replica lists change (and the version with them).
+//!   replica lists and joined members change (and the version with them).
 //! - Once the replica lists changed, a restarted node's configuration is checked against the
 //!   stored layout (ranges, homes) but no longer against its replica lists, so a changed
 //!   `replication_factor` in one node's configuration goes unnoticed.
 //! - A node without a metadata replica cannot read the map before it starts serving; it
 //!   checks it as soon as its registration is applied (normally within a second).
 
+use crate::config::Member;
 use crate::shard_map::{ShardDescriptor, ShardMap};
 use bytes::Bytes;
 use meridian_raft::types::codec;
@@ -69,6 +74,25 @@ struct StoredMap {
     shards: Vec<StoredShard>,
 }
 
+/// A member that joined after the founding (`ShardMap::joined`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+struct StoredMember {
+    node_id: NodeId,
+    peer_addr: String,
+    region: String,
+    zone: String,
+}
+
+/// The record of a map with joined members: [`StoredMap`]'s fields, then the members. A map
+/// without any is stored as a [`StoredMap`], byte for byte as before members could join, so
+/// the compare-and-swap of a cluster founded by an older version still matches.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+struct StoredMapWithMembers {
+    version: u64,
+    shards: Vec<StoredShard>,
+    joined: Vec<StoredMember>,
+}
+
 fn stored_shard(d: &ShardDescriptor) -> StoredShard {
     StoredShard {
         id: d.id.0,
@@ -93,11 +117,29 @@ fn descriptor(s: StoredShard) -> ShardDescriptor {
 
 /// The record of `map`, or why it cannot be stored (larger than a value may be).
 pub fn encode(map: &ShardMap) -> Result<Bytes, String> {
-    let stored = StoredMap {
-        version: map.version,
-        shards: map.all().map(stored_shard).collect(),
-    };
-    let raw = codec::encode(&stored).map_err(|e| format!("encoding the shard map: {e}"))?;
+    let shards: Vec<StoredShard> = map.all().map(stored_shard).collect();
+    let raw = if map.joined.is_empty() {
+        codec::encode(&StoredMap {
+            version: map.version,
+            shards,
+        })
+    } else {
+        codec::encode(&StoredMapWithMembers {
+            version: map.version,
+            shards,
+            joined: map
+                .joined
+                .iter()
+                .map(|m| StoredMember {
+                    node_id: m.node_id,
+                    peer_addr: m.peer_addr.to_string(),
+                    region: m.region.clone(),
+                    zone: m.zone.clone(),
+                })
+                .collect(),
+        })
+    }
+    .map_err(|e| format!("encoding the shard map: {e}"))?;
     if raw.len() > MAX_VALUE_BYTES {
         return Err(format!(
             "the shard map encodes to {} bytes, over MAX_VALUE_BYTES ({MAX_VALUE_BYTES}); \
@@ -110,8 +152,28 @@ pub fn encode(map: &ShardMap) -> Result<Bytes, String> {
 
 /// Decodes a stored record.
 pub fn decode(raw: &[u8]) -> Result<ShardMap, String> {
-    let stored: StoredMap =
-        codec::decode(raw).map_err(|e| format!("the stored shard map does not decode: {e}"))?;
+    // Exact decoding tells the two apart: a record with members has bytes after a
+    // `StoredMap`'s, and one without ends before a `StoredMapWithMembers`'s member list.
+    let stored: StoredMapWithMembers = match codec::decode::<StoredMap>(raw) {
+        Ok(m) => StoredMapWithMembers {
+            version: m.version,
+            shards: m.shards,
+            joined: Vec::new(),
+        },
+        Err(_) => codec::decode(raw)
+            .map_err(|e| format!("the stored shard map does not decode: {e}"))?,
+    };
+    let mut joined = Vec::with_capacity(stored.joined.len());
+    for m in stored.joined {
+        joined.push(Member {
+            node_id: m.node_id,
+            peer_addr: m.peer_addr.parse().map_err(|e| {
+                format!("the stored shard map's member {} has a bad address: {e}", m.node_id)
+            })?,
+            region: m.region,
+            zone: m.zone,
+        });
+    }
     let mut shards = stored.shards.into_iter().map(descriptor);
     let meta = shards
         .next()
@@ -121,6 +183,7 @@ pub fn decode(raw: &[u8]) -> Result<ShardMap, String> {
         version: stored.version,
         meta,
         data: shards.collect(),
+        joined,
     })
 }
 
@@ -171,7 +234,6 @@ pub fn difference(stored: &ShardMap, ours: &ShardMap) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::Member;
 
     fn members() -> Vec<Member> {
         (1..=3)
@@ -194,6 +256,47 @@ mod tests {
         extra.push(0);
         assert!(decode(&extra).is_err(), "trailing bytes");
         assert!(decode(&raw[..raw.len() - 1]).is_err(), "truncated");
+    }
+
+    /// A map without joined members keeps the record's old bytes (a stored record of a
+    /// cluster founded earlier must still match a compare-and-swap computed today); one with
+    /// members round-trips them and is a later version of the same founding map.
+    #[test]
+    fn joined_members_round_trip_and_leave_a_map_without_them_as_it_was() {
+        let map = ShardMap::founding(&members(), 3, &[], 4);
+        let old_bytes = codec::encode(&StoredMap {
+            version: map.version,
+            shards: map.all().map(stored_shard).collect(),
+        })
+        .unwrap();
+        assert_eq!(encode(&map).unwrap().to_vec(), old_bytes);
+        let newcomer = Member {
+            node_id: 4,
+            peer_addr: "127.0.0.1:7104".parse().unwrap(),
+            region: "r1".into(),
+            zone: "b".into(),
+        };
+        let joined = map
+            .with_member_joined(&newcomer, &members())
+            .unwrap()
+            .expect("a new member");
+        assert_eq!(joined.version, 2);
+        let raw = encode(&joined).unwrap();
+        assert_eq!(decode(&raw).unwrap(), joined);
+        assert_eq!(founding_difference(&joined, &map), None);
+        assert_eq!(joined.with_member_joined(&newcomer, &members()), Ok(None));
+        let mut taken = newcomer.clone();
+        taken.node_id = 2;
+        assert!(map
+            .with_member_joined(&taken, &members())
+            .unwrap_err()
+            .contains("node id 2 is taken"));
+        let mut same_addr = newcomer.clone();
+        same_addr.node_id = 5;
+        assert!(joined
+            .with_member_joined(&same_addr, &members())
+            .unwrap_err()
+            .contains("is node 4's"));
     }
 
     #[test]

@@ -10,7 +10,8 @@ use meridian_cli::{LocalCluster, LocalClusterConfig};
 use meridian_client::{Client, ClientConfig};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 /// Bound on a cluster electing every shard's leader.
@@ -193,4 +194,30 @@ pub fn field(line: &str, name: &str) -> Option<u64> {
         .take_while(char::is_ascii_digit)
         .collect();
     digits.parse().ok()
+}
+
+/// Writes each of `keys` (value = key), one after another, until stopped; remembers the
+/// acknowledged ones.
+pub fn spawn_writer(
+    client: &Client,
+    keys: Vec<String>,
+) -> (
+    Arc<std::sync::Mutex<Vec<String>>>,
+    Arc<AtomicBool>,
+    tokio::task::JoinHandle<()>,
+) {
+    let acked = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let stop = Arc::new(AtomicBool::new(false));
+    let (c, a, s) = (client.clone(), acked.clone(), stop.clone());
+    let handle = tokio::spawn(async move {
+        for key in keys {
+            if s.load(Ordering::Relaxed) {
+                break;
+            }
+            if c.put(key.clone(), key.clone()).await.is_ok() {
+                a.lock().unwrap().push(key);
+            }
+        }
+    });
+    (acked, stop, handle)
 }

@@ -586,6 +586,11 @@ impl Cluster for FakeNode {
         }))
     }
 
+    /// The client never asks a node to join; a node does (`meridian-server`'s `join`).
+    async fn join(&self, _: Request<JoinRequest>) -> Result<Response<JoinResponse>, Status> {
+        Err(Status::unimplemented("the fake cluster takes no joins"))
+    }
+
     async fn status(&self, _: Request<StatusRequest>) -> Result<Response<StatusResponse>, Status> {
         let addresses = self.world.addresses.lock().unwrap().clone();
         Ok(Response::new(StatusResponse {

@@ -1,0 +1,194 @@
+//! Cluster test: a node joins a running cluster (`meridian start --join`) under a write load,
+//! takes over a founding member's replicas (`meridian cluster decommission`), and serves them
+//! after the founding member is gone and after its own restart.
+//!
+//! 1. Three founding members (3 replicas of each of 3 shards: the metadata shard and two data
+//!    shards) take writes from a writer that remembers every acknowledged key.
+//! 2. A node whose id the cluster already has is refused at once (exit status non-zero, the
+//!    reason named), and nothing changes.
+//! 3. Node 4 starts with `--join` naming node 1 (in node 1's region). Every founding member's
+//!    status lists it with its client address, and the shard map's version went up; node 4's
+//!    own status, with no metadata replica to read registrations from, lists every member's
+//!    client address (from ping replies).
+//! 4. `cluster decommission 1` moves node 1's three replicas to node 4 (the only node without
+//!    one), then node 1 is killed. Every shard lists nodes 2, 3 and 4.
+//! 5. Node 4 is killed and started again: it rejoins from its `joined.json`, asking nobody,
+//!    and reopens its replicas from the map it adopted. Then node 3 is killed: every write
+//!    now needs node 4's vote (nodes 2 and 4 are the only ones up), and writes still succeed.
+//! 6. Every acknowledged key reads back.
+
+mod common;
+
+use common::*;
+use meridian_cli::{LocalCluster, LocalClusterConfig};
+use nix::sys::signal::Signal;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+const PORT: u16 = 31_600;
+
+#[test]
+fn a_joined_node_takes_over_a_decommissioned_nodes_replicas_under_writes() {
+    run_scenario(scenario());
+}
+
+/// `meridian cluster ...` against `endpoints`; panics unless it succeeds; its stdout.
+fn cli(endpoints: &[String], args: &[&str]) -> String {
+    let output = run_bounded(
+        std::process::Command::new(binary())
+            .args(args)
+            .arg("--endpoints")
+            .arg(endpoints.join(",")),
+        Duration::from_secs(300),
+    );
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    eprintln!("{stdout}{}", String::from_utf8_lossy(&output.stderr));
+    assert!(output.status.success(), "meridian {args:?} failed");
+    stdout
+}
+
+async fn scenario() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = LocalClusterConfig::new(binary(), 4, PORT, dir.path())
+        .common_args(["--initial-shards", "2"])
+        .joining(1);
+    let cluster = LocalCluster::start(config).expect("spawning the founding members");
+    eprintln!("cluster at ports {PORT}+, logs in {}", dir.path().display());
+    cluster.wait_ready(READY_TIMEOUT).await.expect("cluster ready");
+    let founders: Vec<String> = (1..=3).map(|n| cluster.client_addr(n).unwrap()).collect();
+    let client = connect_client(founders.clone()).await;
+    let before = client.status().await.unwrap();
+    assert_eq!(before.nodes.len(), 3, "three founding members");
+    assert_eq!(before.shards.len(), 3);
+
+    let keys = (0..100_000).map(|i| format!("j-{i:06}")).collect();
+    let (acked, stop, writer) = spawn_writer(&client, keys);
+    let give_up = Instant::now() + Duration::from_secs(30);
+    while acked.lock().unwrap().len() < 50 {
+        assert!(Instant::now() < give_up, "the writer is stuck");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    // A node whose id is taken is refused, and says why.
+    let taken = dir.path().join("taken");
+    let refused = tokio::task::spawn_blocking({
+        let via = founders[0].clone();
+        move || {
+            run_bounded(
+                std::process::Command::new(binary()).args([
+                    "start",
+                    "--node-id",
+                    "2",
+                    "--client-addr",
+                    &format!("127.0.0.1:{}", PORT + 9),
+                    "--peer-addr",
+                    &format!("127.0.0.1:{}", PORT + 109),
+                    "--data-dir",
+                    &taken.display().to_string(),
+                    "--join",
+                    &via,
+                ]),
+                Duration::from_secs(90),
+            )
+        }
+    })
+    .await
+    .unwrap();
+    let said = String::from_utf8_lossy(&refused.stderr).into_owned();
+    assert!(!refused.status.success(), "a taken id must be refused: {said}");
+    assert!(said.contains("node id 2 is taken"), "{said}");
+    assert_eq!(
+        client.status().await.unwrap().shard_map_version,
+        before.shard_map_version,
+        "a refused join changes nothing"
+    );
+
+    // Node 4 joins.
+    cluster.launch(4).expect("starting node 4");
+    let give_up = Instant::now() + Duration::from_secs(60);
+    'listed: loop {
+        assert!(
+            Instant::now() < give_up,
+            "node 4 never showed in every member's status:\n{}",
+            cluster.log_tail(4, 30)
+        );
+        let mut everywhere = true;
+        for addr in &founders {
+            let status = client.node_status(addr).await;
+            everywhere &= status.is_ok_and(|s| {
+                s.shard_map_version > before.shard_map_version
+                    && s.nodes
+                        .iter()
+                        .any(|n| n.node_id == 4 && !n.client_addr.is_empty() && n.live)
+            });
+        }
+        if everywhere {
+            break 'listed;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let shown = cli(&founders, &["cluster", "status"]);
+    assert!(shown.contains(&cluster.client_addr(4).unwrap()), "{shown}");
+    // Node 4 holds no metadata replica, so no registration: it knows the members' client
+    // addresses from their ping replies, and a client that asks it first can route.
+    let give_up = Instant::now() + Duration::from_secs(10);
+    loop {
+        let seen = client.node_status(&cluster.client_addr(4).unwrap()).await.unwrap();
+        let addressed: Vec<u64> = seen
+            .nodes
+            .iter()
+            .filter(|n| !n.client_addr.is_empty())
+            .map(|n| n.node_id)
+            .collect();
+        if addressed == [1, 2, 3, 4] {
+            break;
+        }
+        assert!(Instant::now() < give_up, "node 4's status gives addresses of {addressed:?} only");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
+    // Node 1's replicas move to node 4, then node 1 goes.
+    let stdout = cli(
+        &founders,
+        &["cluster", "decommission", "1", "--timeout-ms", "60000"],
+    );
+    assert!(
+        stdout.contains("node 1 holds no replicas (3 moved): safe to stop"),
+        "{stdout}"
+    );
+    cluster.kill(1, Signal::SIGKILL).expect("stopping node 1");
+    let survivors: Vec<String> = (2..=4).map(|n| cluster.client_addr(n).unwrap()).collect();
+    let client = connect_client(survivors.clone()).await;
+    for s in &client.status().await.unwrap().shards {
+        let mut replicas = s.replicas.clone();
+        replicas.sort_unstable();
+        assert_eq!(replicas, [2, 3, 4], "shard {}", s.shard_id);
+    }
+
+    // Node 4 restarts from what it recorded, then carries every write with node 2.
+    cluster.kill(4, Signal::SIGKILL).expect("killing node 4");
+    cluster.launch(4).expect("restarting node 4");
+    let log = cluster.log_contents(4).unwrap();
+    assert_eq!(
+        log.matches("joined the cluster through").count(),
+        1,
+        "node 4 joined once and restarted from its record"
+    );
+    cluster.kill(3, Signal::SIGKILL).expect("killing node 3");
+    stop.store(true, Ordering::Relaxed);
+    writer.await.unwrap();
+    let mut written = acked.lock().unwrap().clone();
+    eprintln!("{} writes acknowledged before node 3 went", written.len());
+    for i in 0..20 {
+        let key = format!("after-{i}");
+        client
+            .put(key.clone(), key.clone())
+            .await
+            .expect("a write that needs node 4's vote");
+        written.push(key);
+    }
+    for key in &written {
+        let got = client.get(key.clone()).await.expect("read");
+        assert_eq!(got.as_deref(), Some(key.as_bytes()), "acknowledged key {key}");
+    }
+}
