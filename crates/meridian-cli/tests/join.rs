@@ -54,7 +54,10 @@ async fn scenario() {
         .joining(1);
     let cluster = LocalCluster::start(config).expect("spawning the founding members");
     eprintln!("cluster at ports {PORT}+, logs in {}", dir.path().display());
-    cluster.wait_ready(READY_TIMEOUT).await.expect("cluster ready");
+    cluster
+        .wait_ready(READY_TIMEOUT)
+        .await
+        .expect("cluster ready");
     let founders: Vec<String> = (1..=3).map(|n| cluster.client_addr(n).unwrap()).collect();
     let client = connect_client(founders.clone()).await;
     let before = client.status().await.unwrap();
@@ -95,7 +98,10 @@ async fn scenario() {
     .await
     .unwrap();
     let said = String::from_utf8_lossy(&refused.stderr).into_owned();
-    assert!(!refused.status.success(), "a taken id must be refused: {said}");
+    assert!(
+        !refused.status.success(),
+        "a taken id must be refused: {said}"
+    );
     assert!(said.contains("node id 2 is taken"), "{said}");
     assert_eq!(
         client.status().await.unwrap().shard_map_version,
@@ -133,7 +139,10 @@ async fn scenario() {
     // addresses from their ping replies, and a client that asks it first can route.
     let give_up = Instant::now() + Duration::from_secs(10);
     loop {
-        let seen = client.node_status(&cluster.client_addr(4).unwrap()).await.unwrap();
+        let seen = client
+            .node_status(&cluster.client_addr(4).unwrap())
+            .await
+            .unwrap();
         let addressed: Vec<u64> = seen
             .nodes
             .iter()
@@ -143,7 +152,10 @@ async fn scenario() {
         if addressed == [1, 2, 3, 4] {
             break;
         }
-        assert!(Instant::now() < give_up, "node 4's status gives addresses of {addressed:?} only");
+        assert!(
+            Instant::now() < give_up,
+            "node 4's status gives addresses of {addressed:?} only"
+        );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 
@@ -189,6 +201,10 @@ async fn scenario() {
     }
     for key in &written {
         let got = client.get(key.clone()).await.expect("read");
-        assert_eq!(got.as_deref(), Some(key.as_bytes()), "acknowledged key {key}");
+        assert_eq!(
+            got.as_deref(),
+            Some(key.as_bytes()),
+            "acknowledged key {key}"
+        );
     }
 }

@@ -530,11 +530,17 @@ mod tests {
     fn a_joined_node_grows_the_majority_the_fence_needs() {
         let mut fence = ClockFence::new(FencePolicy::new(3, MAX_OFFSET));
         let skewed = measured(&[(1, -450), (2, -450)]);
-        assert!(matches!(fence.check(&skewed), Verdict::OutOfStep { streak: 1, .. }));
+        assert!(matches!(
+            fence.check(&skewed),
+            Verdict::OutOfStep { streak: 1, .. }
+        ));
         fence.resize(5);
         assert_eq!(fence.check(&skewed), Verdict::InStep);
         fence.resize(3);
-        assert!(matches!(fence.check(&skewed), Verdict::OutOfStep { streak: 1, .. }));
+        assert!(matches!(
+            fence.check(&skewed),
+            Verdict::OutOfStep { streak: 1, .. }
+        ));
     }
 
     #[test]

@@ -86,11 +86,17 @@ pub(crate) struct InFlight(std::sync::Mutex<std::collections::HashSet<NodeId>>);
 impl InFlight {
     /// Marks `peer` busy; false if it was already.
     pub(crate) fn start(&self, peer: NodeId) -> bool {
-        self.0.lock().unwrap_or_else(|p| p.into_inner()).insert(peer)
+        self.0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(peer)
     }
 
     pub(crate) fn done(&self, peer: NodeId) {
-        self.0.lock().unwrap_or_else(|p| p.into_inner()).remove(&peer);
+        self.0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&peer);
     }
 }
 

@@ -412,7 +412,10 @@ impl NodeConfig {
                 ));
             }
             if via.trim().is_empty() {
-                return Err(err("join", "is empty; give a member's client address (host:port)"));
+                return Err(err(
+                    "join",
+                    "is empty; give a member's client address (host:port)",
+                ));
             }
         }
         let client_addr = parse_addr("client_addr", file.client_addr)?;
@@ -450,7 +453,10 @@ impl NodeConfig {
         }
         let (region, zone) = if join.is_some() {
             // As `initial_cluster` defaults a member's location.
-            let or_default = |v: Option<String>| v.filter(|v| !v.is_empty()).unwrap_or_else(|| "default".into());
+            let or_default = |v: Option<String>| {
+                v.filter(|v| !v.is_empty())
+                    .unwrap_or_else(|| "default".into())
+            };
             (or_default(file.region), or_default(file.zone))
         } else {
             let me = initial_cluster

@@ -112,7 +112,11 @@ fn requested_member(req: &JoinRequest) -> std::result::Result<Member, String> {
         .parse::<std::net::SocketAddr>()
         .map_err(|e| format!("client address {:?}: {e}", req.client_addr))?;
     let field = |what: &str, v: &str| -> std::result::Result<(), String> {
-        if v.is_empty() || v.len() > 64 || v.contains(['@', '/', ',', '=']) || v.contains(char::is_whitespace) {
+        if v.is_empty()
+            || v.len() > 64
+            || v.contains(['@', '/', ',', '='])
+            || v.contains(char::is_whitespace)
+        {
             return Err(format!(
                 "{what} {v:?} must be 1 to 64 characters without spaces, '@', '/', ',' or '='"
             ));
@@ -238,7 +242,10 @@ async fn ask(config: &NodeConfig, via: &str) -> anyhow::Result<JoinedRecord> {
                 });
             }
             Err((tonic::Code::InvalidArgument, why)) => {
-                anyhow::bail!("the cluster refused to let node {} join: {why}", config.node_id)
+                anyhow::bail!(
+                    "the cluster refused to let node {} join: {why}",
+                    config.node_id
+                )
             }
             Err((code, why)) if Instant::now() + delay < give_up => {
                 eprintln!("joining through {via}: {code:?}: {why}; asking again in {delay:?}");
@@ -297,13 +304,17 @@ mod tests {
     #[test]
     fn a_join_request_with_bad_fields_is_refused_with_the_field_named() {
         assert!(requested_member(&request(4)).is_ok());
-        assert!(requested_member(&request(0)).unwrap_err().contains("reserved"));
+        assert!(requested_member(&request(0))
+            .unwrap_err()
+            .contains("reserved"));
         let mut bad = request(4);
         bad.peer_addr = "nowhere".into();
         assert!(requested_member(&bad).unwrap_err().contains("peer address"));
         let mut bad = request(4);
         bad.client_addr = "nowhere".into();
-        assert!(requested_member(&bad).unwrap_err().contains("client address"));
+        assert!(requested_member(&bad)
+            .unwrap_err()
+            .contains("client address"));
         let mut bad = request(4);
         bad.region = "us/east".into();
         assert!(requested_member(&bad).unwrap_err().contains("region"));
@@ -330,6 +341,9 @@ mod tests {
         write_record(&path, &record).unwrap();
         assert_eq!(read_record(&path).unwrap(), Some(record));
         std::fs::write(&path, b"{").unwrap();
-        assert!(read_record(&path).unwrap_err().to_string().contains("does not parse"));
+        assert!(read_record(&path)
+            .unwrap_err()
+            .to_string()
+            .contains("does not parse"));
     }
 }

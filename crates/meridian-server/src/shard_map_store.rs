@@ -160,15 +160,19 @@ pub fn decode(raw: &[u8]) -> Result<ShardMap, String> {
             shards: m.shards,
             joined: Vec::new(),
         },
-        Err(_) => codec::decode(raw)
-            .map_err(|e| format!("the stored shard map does not decode: {e}"))?,
+        Err(_) => {
+            codec::decode(raw).map_err(|e| format!("the stored shard map does not decode: {e}"))?
+        }
     };
     let mut joined = Vec::with_capacity(stored.joined.len());
     for m in stored.joined {
         joined.push(Member {
             node_id: m.node_id,
             peer_addr: m.peer_addr.parse().map_err(|e| {
-                format!("the stored shard map's member {} has a bad address: {e}", m.node_id)
+                format!(
+                    "the stored shard map's member {} has a bad address: {e}",
+                    m.node_id
+                )
             })?,
             region: m.region,
             zone: m.zone,
