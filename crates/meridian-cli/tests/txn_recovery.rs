@@ -18,6 +18,13 @@
 //! That cluster runs without the sweeper (`--txn-sweep-after-ms 0`), and ends with the
 //! sweeper test's control: a lock nobody reads stays `SWEEP_CONTROL_WAIT` later.
 //!
+//! The third leaves a committed record that nothing leads to: the coordinator resolved the
+//! other shard's lock and decided the anchor, then stopped before finishing the record, so no
+//! lock is left for a reader or the sweeper to meet. With a 2 s GC TTL, the GC passes over
+//! the anchor's records report it stuck, the sweeper finishes it, and a later pass collects
+//! it: the anchor answers `Forgotten`. The control, on a cluster without the sweeper: after a
+//! GC pass reported it, the record is still there, committed and unfinished.
+//!
 //! The second test runs the sweeper (`--txn-sweep-after-ms 1000`) and no reader at all: a
 //! transaction staged on the anchor only, then one prepared on both shards, are each settled
 //! by the shard leaders' sweepers (aborted, and committed at the acknowledged timestamp) —
@@ -29,10 +36,16 @@ use bytes::Bytes;
 use common::*;
 use meridian_client::proto::{self, kv_client::KvClient, resolve_request, TxnState};
 use meridian_client::{Client, Error, TxnOptions};
+use std::sync::atomic::Ordering::SeqCst;
 use std::time::Duration;
 
 const BASE_PORT: u16 = 24_800;
 const SWEEPER_PORT: u16 = 31_200;
+const STUCK_PORT: u16 = 31_800;
+const STUCK_CONTROL_PORT: u16 = 32_000;
+/// Bound on GC passes reporting a stuck record, and on the sweeper finishing it and GC
+/// collecting it.
+const STUCK_TIMEOUT: Duration = Duration::from_secs(40);
 /// The sweeper test's age of an abandoned transaction, and how long a lock stays without it.
 const SWEEP_AFTER_MS: &str = "1000";
 const SWEEP_CONTROL_WAIT: Duration = Duration::from_secs(3);
@@ -54,6 +67,11 @@ fn readers_resolve_the_locks_of_a_vanished_coordinator() {
 #[test]
 fn the_sweeper_settles_abandoned_transactions_without_readers() {
     run_scenario(sweeper_scenario());
+}
+
+#[test]
+fn a_committed_record_nothing_leads_to_is_finished_and_collected() {
+    run_scenario(stuck_record_scenario());
 }
 
 fn b(s: &str) -> Bytes {
@@ -130,10 +148,23 @@ async fn prepare(endpoints: &[String], txn: proto::WriteId, key: &str, value: &s
     reply.commit_ts
 }
 
-/// Every hand-made transaction's start timestamp: this process's start.
+/// Hand-made transactions' start timestamp (see [`txn_ts`]); 0 until first asked.
+static TXN_TS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Every hand-made transaction's start timestamp: when it was first asked for, or last
+/// [`restart_txn_ts`].
 fn txn_ts() -> u64 {
-    static START: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
-    *START.get_or_init(|| meridian_types::Timestamp::from_physical_ms(now_ms()).0)
+    let now = meridian_types::Timestamp::from_physical_ms(now_ms()).0;
+    match TXN_TS.compare_exchange(0, now, SeqCst, SeqCst) {
+        Ok(_) => now,
+        Err(set) => set,
+    }
+}
+
+/// Starts later hand-made transactions now: on a cluster with a short GC TTL, a start
+/// timestamp from before the cluster was up may already be below a shard's GC threshold.
+fn restart_txn_ts() {
+    TXN_TS.store(0, SeqCst);
 }
 
 /// The coordinator's decision at the anchor.
@@ -142,11 +173,22 @@ async fn decide(
     txn: proto::WriteId,
     commit_ts: u64,
 ) -> proto::ResolveResponse {
+    let decision = resolve_request::Decision::CommitTs(commit_ts);
+    raw_resolve(endpoints, txn, ANCHOR, decision).await
+}
+
+/// A raw `Kv.Resolve` of `txn` on `key`'s shard (as the anchor when `key` is [`ANCHOR`]).
+async fn raw_resolve(
+    endpoints: &[String],
+    txn: proto::WriteId,
+    key: &str,
+    decision: resolve_request::Decision,
+) -> proto::ResolveResponse {
     let message = proto::ResolveRequest {
         txn: Some(txn),
-        key: b(ANCHOR),
-        anchor: true,
-        decision: Some(resolve_request::Decision::CommitTs(commit_ts)),
+        key: b(key),
+        anchor: key == ANCHOR,
+        decision: Some(decision),
         txn_ts: txn_ts(),
         ..Default::default()
     };
@@ -155,7 +197,7 @@ async fn decide(
         async move { kv.resolve(message).await.map(|r| r.into_inner()) }
     })
     .await
-    .expect("decide")
+    .expect("resolve")
 }
 
 async fn value(client: &Client, key: &str) -> (String, u64) {
@@ -289,8 +331,16 @@ async fn cluster_with_sweeper(
     dir: &std::path::Path,
     sweep_after_ms: &str,
 ) -> (meridian_cli::LocalCluster, Vec<String>, Client) {
-    let sweep: &[&str] = &["--txn-sweep-after-ms", sweep_after_ms];
-    let per_node: Vec<(u64, &[&str])> = (1..=3).map(|id| (id, sweep)).collect();
+    cluster_with(port, dir, &["--txn-sweep-after-ms", sweep_after_ms]).await
+}
+
+/// [`cluster_with_sweeper`] with any node arguments.
+async fn cluster_with(
+    port: u16,
+    dir: &std::path::Path,
+    args: &[&str],
+) -> (meridian_cli::LocalCluster, Vec<String>, Client) {
+    let per_node: Vec<(u64, &[&str])> = (1..=3).map(|id| (id, args)).collect();
     let cluster = start_cluster(port, dir, 4, &per_node);
     cluster
         .wait_ready(READY_TIMEOUT)
@@ -369,4 +419,133 @@ async fn scenario() {
         matches!(raw_get(&endpoints, ANCHOR).await, Err(Error::Locked { .. })),
         "with no sweeper, nothing settles a lock nobody reads"
     );
+}
+
+/// Leaves `txn` committed at both shards with its record unfinished and no lock anywhere (see
+/// the module docs); returns its commit timestamp.
+async fn leave_stuck_record(endpoints: &[String], client: &Client, txn: proto::WriteId) -> u64 {
+    for key in [ANCHOR, OTHER] {
+        client.put(key, "old").await.expect("put");
+    }
+    restart_txn_ts();
+    let prepared = [
+        prepare(endpoints, txn, ANCHOR, "stuck").await,
+        prepare(endpoints, txn, OTHER, "stuck").await,
+    ];
+    let c = prepared[0].max(prepared[1]);
+    let commit = resolve_request::Decision::CommitTs(c);
+    // A participant keeps no record: its answer states nothing; the read below shows it.
+    raw_resolve(endpoints, txn, OTHER, commit).await;
+    let decided = decide(endpoints, txn, c).await;
+    assert_eq!(TxnState::try_from(decided.state), Ok(TxnState::Committed));
+    for key in [ANCHOR, OTHER] {
+        let reply = raw_get(endpoints, key).await.expect("no lock is left");
+        assert_eq!((reply.value, reply.version_ts), (b("stuck"), c), "{key}");
+    }
+    assert_eq!(record_state(endpoints, txn).await, (TxnState::Committed, 1));
+    c
+}
+
+/// The anchor's record of `txn`: its state, and how many participants it still lists (an
+/// unfinished committed record lists them).
+async fn record_state(endpoints: &[String], txn: proto::WriteId) -> (TxnState, usize) {
+    let asked = raw_resolve(
+        endpoints,
+        txn,
+        ANCHOR,
+        resolve_request::Decision::Abort(true),
+    )
+    .await;
+    (
+        TxnState::try_from(asked.state).expect("a state"),
+        asked.participants.len(),
+    )
+}
+
+/// Writes to the anchor's shard every 200 ms until stopped: a GC pass runs only while its
+/// shard has a version above the threshold.
+fn keep_writing(
+    client: &Client,
+) -> (
+    std::sync::Arc<std::sync::atomic::AtomicBool>,
+    tokio::task::JoinHandle<()>,
+) {
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (flag, client) = (stop.clone(), client.clone());
+    let task = tokio::spawn(async move {
+        while !flag.load(std::sync::atomic::Ordering::Relaxed) {
+            let _ = client.put("user1rec/tick", "t").await;
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    });
+    (stop, task)
+}
+
+async fn stuck_record_scenario() {
+    let gc = ["--gc-ttl-ms", "2000", "--gc-interval-ms", "300"];
+    let txn = proto::WriteId {
+        client_id: 79,
+        seq: 1,
+    };
+    // The control: no sweeper, so the record stays once a pass reported it.
+    let dir = tempfile::tempdir().unwrap();
+    let args: Vec<&str> = gc
+        .iter()
+        .copied()
+        .chain(["--txn-sweep-after-ms", "0"])
+        .collect();
+    let (cluster, endpoints, client) = cluster_with(STUCK_CONTROL_PORT, dir.path(), &args).await;
+    leave_stuck_record(&endpoints, &client, txn).await;
+    let (stop, writer) = keep_writing(&client);
+    let started = std::time::Instant::now();
+    while !cluster.node_ids().into_iter().any(|id| {
+        cluster
+            .log_contents(id)
+            .unwrap_or_default()
+            .contains("queued for the sweeper")
+    }) {
+        assert!(
+            started.elapsed() < STUCK_TIMEOUT,
+            "no GC pass reported the stuck record"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(
+        record_state(&endpoints, txn).await,
+        (TxnState::Committed, 1),
+        "without the sweeper, the record stays unfinished"
+    );
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    writer.await.unwrap();
+    drop(cluster);
+
+    // With the sweeper: finished, then collected.
+    let dir = tempfile::tempdir().unwrap();
+    let args: Vec<&str> = gc
+        .iter()
+        .copied()
+        .chain(["--txn-sweep-after-ms", SWEEP_AFTER_MS])
+        .collect();
+    let (_cluster, endpoints, client) = cluster_with(STUCK_PORT, dir.path(), &args).await;
+    let c = leave_stuck_record(&endpoints, &client, txn).await;
+    let (stop, writer) = keep_writing(&client);
+    let started = std::time::Instant::now();
+    loop {
+        let state = record_state(&endpoints, txn).await;
+        if state.0 == TxnState::Forgotten {
+            break;
+        }
+        assert!(
+            started.elapsed() < STUCK_TIMEOUT,
+            "the stuck record is still {state:?} after {STUCK_TIMEOUT:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    eprintln!("finished and collected after {:?}", started.elapsed());
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    writer.await.unwrap();
+    for key in [ANCHOR, OTHER] {
+        assert_eq!(value(&client, key).await, ("stuck".to_string(), c), "{key}");
+    }
 }

@@ -129,9 +129,38 @@ impl Client {
         self.recover_lock(lock, &self.deadline()).await
     }
 
+    /// Finishes the record of a transaction (its id and start timestamp) committed on the
+    /// shard of `anchor` (any key of that shard) that nothing leads to any more: a record a
+    /// GC pass found committed but unfinished (see `meridian-raft`'s `StuckRecord`), whose
+    /// coordinator stopped after resolving its locks. Runs a recovery, which resolves every
+    /// other participant at the commit timestamp and finishes the record, so a later GC pass
+    /// collects it. For a node's sweeper; `Ok(false)` if some participant or the anchor did
+    /// not answer (the record stays unfinished; asking again is safe).
+    pub async fn finish_stuck_record(
+        &self,
+        anchor: &Bytes,
+        txn: proto::WriteId,
+        txn_ts: u64,
+    ) -> Result<bool> {
+        let deadline = self.deadline();
+        let first = self
+            .resolve_txn(anchor, (txn, txn_ts), true, Resolution::Abort, &deadline)
+            .await?;
+        match decided(&first) {
+            Some(Settled::Committed(c)) => Ok(self
+                .finish_committed((txn, txn_ts), anchor, &first.participants, c, &deadline)
+                .await),
+            Some(_) => Ok(true),
+            None => Err(Error::Internal {
+                message: format!("an anchor answered a stuck record's abort with {first:?}"),
+            }),
+        }
+    }
+
     /// For a transaction committed at `c`: resolves every participant in `others` at `c` and,
     /// if all of them answered, finishes the record at `anchor` so GC can collect it. Best
-    /// effort: a failure leaves the record unfinished (and kept) for a later recovery.
+    /// effort: a failure leaves the record unfinished (and kept) for a later recovery; returns
+    /// whether the record is finished.
     pub(crate) async fn finish_committed(
         &self,
         txn: (proto::WriteId, u64),
@@ -139,9 +168,9 @@ impl Client {
         others: &[Bytes],
         c: u64,
         deadline: &Deadline,
-    ) {
+    ) -> bool {
         if others.is_empty() {
-            return;
+            return true;
         }
         let parallel = self.config().max_parallel_shard_requests.max(1);
         let resolves: Vec<_> = others
@@ -154,13 +183,15 @@ impl Client {
             .await;
         if let Some(error) = answers.into_iter().find_map(Result::err) {
             tracing::debug!(%error, "resolving a participant failed; the record stays unfinished");
-            return;
+            return false;
         }
         if let Err(error) = self
             .resolve_txn(anchor, txn, true, Resolution::Finish, deadline)
             .await
         {
             tracing::debug!(%error, "finishing a committed record failed; it stays unfinished");
+            return false;
         }
+        true
     }
 }

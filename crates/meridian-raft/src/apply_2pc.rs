@@ -16,7 +16,7 @@ use crate::locks::{
     Decision, LockInfo, TxnId, TxnLocks, TxnRecord, TxnStatus, MAX_PREPARED_TXNS_PER_SHARD,
 };
 use crate::txn_check::first_conflict;
-use crate::types::{codec, CommandResult, GcRecordsResult, RangeCheck, ReadCheck};
+use crate::types::{codec, CommandResult, GcRecordsResult, RangeCheck, ReadCheck, StuckRecord};
 use bytes::Bytes;
 use meridian_storage::keys::{self, TxnKeyKind};
 use meridian_storage::Cf;
@@ -396,9 +396,20 @@ impl ApplyBatch<'_> {
             let (_, client_id, seq) = keys::decode_txn_key(&key).map_err(io::Error::other)?;
             last = Some(TxnId { client_id, seq });
             let record: TxnRecord = codec::decode(&raw)?;
-            if record.finished && record.txn_ts < threshold {
+            if record.txn_ts >= threshold {
+                continue;
+            }
+            if record.finished {
                 self.batch.delete(Cf::Data, key.to_vec());
                 page.deleted += 1;
+            } else if let TxnStatus::Committed(commit_ts) = record.status {
+                if page.stuck.len() < STUCK_PER_GC_PAGE {
+                    page.stuck.push(StuckRecord {
+                        txn: TxnId { client_id, seq },
+                        txn_ts: record.txn_ts,
+                        commit_ts,
+                    });
+                }
             }
         }
         Ok(CommandResult {
@@ -410,6 +421,9 @@ impl ApplyBatch<'_> {
 
 /// Most records and markers one [`crate::Command::GcRecords`] page examines.
 pub const RECORDS_PER_GC_PAGE: u64 = 4_096;
+/// Most stuck records one page reports ([`crate::types::GcRecordsResult::stuck`]); a later
+/// pass reports the rest.
+pub const STUCK_PER_GC_PAGE: usize = 16;
 
 /// A decided record or marker: finished unless it is a committed anchor record (`participants`
 /// non-empty), which [`Decision::Finish`] finishes once they are resolved.

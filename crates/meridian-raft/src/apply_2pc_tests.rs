@@ -374,18 +374,28 @@ fn finished_records_and_markers_below_the_threshold_are_collected_and_stay_gone(
         .one(resolve(1, true, Decision::Finish))
         .participants
         .is_empty());
-    // Finished but not below the threshold: kept.
-    assert_eq!(gc(&mut a, TXN_TS).deleted, 0);
-    // Below it: the finished one goes, the unfinished one (5) stays.
+    // Finished but not below the threshold: kept, and nothing is reported stuck.
+    let above = gc(&mut a, TXN_TS);
+    assert_eq!((above.deleted, above.stuck.len()), (0, 0));
+    // Below it: the finished one goes, the unfinished one (5) stays and is reported stuck.
     let page = gc(&mut a, TXN_TS + 1);
     assert_eq!((page.examined, page.deleted), (2, 1));
     assert_eq!(record_count(&a), 1);
+    assert_eq!(
+        page.stuck,
+        vec![crate::types::StuckRecord {
+            txn: id(5),
+            txn_ts: TXN_TS,
+            commit_ts: 20,
+        }]
+    );
     assert_eq!(
         a.one(resolve(5, true, Decision::Abort)).status,
         Some(TxnStatus::Committed(20))
     );
     a.one(resolve(5, true, Decision::Finish));
-    assert_eq!(gc(&mut a, TXN_TS + 1).deleted, 1);
+    let finished = gc(&mut a, TXN_TS + 1);
+    assert_eq!((finished.deleted, finished.stuck.len()), (1, 0));
     assert_eq!(record_count(&a), 0);
     // Gone for good: a late prepare is refused, a recovery is told `Forgotten` and writes no
     // tombstone; the data stays.
@@ -415,7 +425,12 @@ fn finished_records_and_markers_below_the_threshold_are_collected_and_stay_gone(
         participants: vec![b("other")],
     };
     assert!(a.one(young).rejected.is_none());
-    assert_eq!(gc(&mut a, TXN_TS + 20).deleted, 0, "staging");
+    let staging = gc(&mut a, TXN_TS + 20);
+    assert_eq!(
+        (staging.deleted, staging.stuck.len()),
+        (0, 0),
+        "staging: its locks lead to it"
+    );
     assert!(a.locks.get(&id(3)).is_some());
     // A participant: its markers are finished; below the threshold none is written.
     let mut p = Shard::new();

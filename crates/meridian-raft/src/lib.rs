@@ -60,5 +60,5 @@ pub mod types;
 pub use host::{MultiRaft, ShardReplica, TransportService};
 pub use types::{
     Command, CommandResult, Expect, GcRecordsResult, GcResult, NodeId, Raft, RangeCheck, ReadCheck,
-    RequestId, TypeConfig,
+    RequestId, StuckRecord, TypeConfig,
 };

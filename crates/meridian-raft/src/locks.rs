@@ -111,7 +111,9 @@
 //! - A committed record whose coordinator died before finishing it stays until a recovery
 //!   finishes it. Recoveries happen when a reader meets one of its locks, or when a shard
 //!   leader's sweeper (`meridian-server`'s `sweeper`) finds its locks old; a record whose
-//!   participants were all resolved has no lock left to find, and stays.
+//!   participants were all resolved has no lock left to find: the record GC pass reports it
+//!   (`GcRecordsResult::stuck`) once its transaction started below the GC threshold, and the
+//!   sweeper finishes it then.
 //! - Finishing costs one more Raft entry on the anchor per multi-shard transaction (not yet
 //!   batched with other transactions' entries).
 //! - A coordinator that dies after its acknowledgement leaves its locks until readers meet

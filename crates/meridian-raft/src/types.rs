@@ -164,6 +164,20 @@ pub struct GcRecordsResult {
     /// Records and markers examined, and deleted.
     pub examined: u64,
     pub deleted: u64,
+    /// Committed anchor records still unfinished though their transaction started below the
+    /// threshold (at most [`crate::apply_2pc::STUCK_PER_GC_PAGE`] a page): their coordinator,
+    /// and every recovery since, stopped before resolving every participant and finishing
+    /// them, and no lock is left to lead a reader or the sweeper to them. The node's sweeper
+    /// finishes them, and a later pass collects them.
+    pub stuck: Vec<StuckRecord>,
+}
+
+/// A committed, unfinished anchor record a GC page found (see [`GcRecordsResult::stuck`]).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StuckRecord {
+    pub txn: RequestId,
+    pub txn_ts: u64,
+    pub commit_ts: u64,
 }
 
 /// A transaction's point read: `key` had the live version `version` (`None`: absent or

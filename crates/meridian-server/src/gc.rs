@@ -2,7 +2,8 @@
 //! leads, propose [`Command::Gc`] pages at the threshold `now - cluster.gc_ttl_ms` until a pass
 //! over the shard is done, then [`Command::GcRecords`] pages over its transaction records
 //! (the finished ones whose transaction started below the threshold go; see `meridian-raft`'s
-//! `locks`).
+//! `locks`). Committed records still unfinished below the threshold are queued for the
+//! sweeper, which finishes them (see `sweeper`).
 //!
 //! # Why the leader, and why through Raft
 //! Which versions are garbage depends on the threshold, and readers must refuse timestamps
@@ -110,6 +111,10 @@ async fn pass(node: &Node, shard: ShardId, threshold: u64) -> anyhow::Result<()>
         from = page.resume;
         if from.is_none() {
             let records = collect_records(&replica, deadline).await?;
+            if !records.stuck.is_empty() {
+                tracing::info!(%shard, stuck = records.stuck.len(), "committed records nothing leads to are still unfinished; queued for the sweeper");
+                node.stuck.offer(shard, records.stuck.clone());
+            }
             if total.versions_deleted > 0 || records.deleted > 0 {
                 tracing::info!(
                     %shard,
@@ -150,6 +155,9 @@ async fn collect_records(
             .ok_or_else(|| anyhow::anyhow!("a record GC page applied without its result"))?;
         total.examined += page.examined;
         total.deleted += page.deleted;
+        if total.stuck.len() < crate::sweeper::MAX_STUCK_QUEUED {
+            total.stuck.extend(page.stuck);
+        }
         from = page.resume;
         if from.is_none() {
             return Ok(total);

@@ -73,6 +73,8 @@ pub struct Node {
     pub(crate) reconciling: tokio::sync::Mutex<()>,
     /// Persists the HLC ceiling (see `hlc_ceiling`); aborted on shutdown.
     ceiling_keeper: tokio::task::JoinHandle<()>,
+    /// Committed records GC passes found unfinished, for the sweeper (see `sweeper`).
+    pub(crate) stuck: crate::sweeper::StuckQueue,
 }
 
 /// Stops the node: its configuration gives another shard map than the one the cluster stored.
@@ -258,10 +260,14 @@ impl Node {
             reconciling: tokio::sync::Mutex::new(()),
             config,
             ceiling_keeper,
+            stuck: Default::default(),
         });
         // Before any replica opens: the transport dials peers through their overrides.
         node.refresh_peers();
-        let _ = node.host.client_addr.set(node.config.client_addr.to_string());
+        let _ = node
+            .host
+            .client_addr
+            .set(node.config.client_addr.to_string());
         node.open_and_bootstrap().await?;
         let weak = Arc::downgrade(&node);
         node.host.set_map_listener(Arc::new(move |raw: Vec<u8>| {

@@ -27,24 +27,38 @@
 //! conflict and its transaction runs again. The age (10 s by default) is far beyond a healthy
 //! commit, even across regions.
 //!
+//! # Records nothing leads to
+//! A committed record whose coordinator stopped after resolving every participant but before
+//! finishing it holds no lock, so neither a reader nor the lock table leads to it. The GC pass
+//! over the shard's records (`gc`) meets it anyway: once its transaction started below the
+//! GC threshold, the pass reports it stuck (`meridian-raft`'s `StuckRecord`) and queues it
+//! here ([`StuckQueue`], bounded); the next sweep finishes it (a recovery: every participant
+//! resolved at the commit timestamp, the record finished), and the GC pass after that
+//! collects it. No index by age is kept: the record GC's scan, which already reads every
+//! record, is the index. Such a record is so finished within about `gc_ttl_ms` plus two GC
+//! intervals, and meanwhile costs only its bytes.
+//!
 //! # Not done yet
-//! - A committed record whose coordinator died after resolving every participant but before
-//!   finishing it holds no lock, so the sweeper does not find it: it stays (never collected).
-//!   Finding those needs an index of unfinished records by age, kept beside the lock table.
 //! - Settles run one at a time per node; a node that leads many shards with many abandoned
 //!   transactions takes several passes.
 
 use crate::node::Node;
+use bytes::Bytes;
 use meridian_client::{Client, ClientConfig, LockInfo};
 use meridian_raft::locks::{TxnId, TxnLocks};
-use meridian_raft::ShardReplica;
-use meridian_types::Timestamp;
+use meridian_raft::{ShardReplica, StuckRecord};
+use meridian_types::{ShardId, Timestamp};
 use openraft::type_config::async_runtime::WatchReceiver;
+use std::collections::VecDeque;
+use std::sync::Mutex;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 /// Most transactions one pass settles per shard.
 pub const SWEEP_BATCH: usize = 64;
+/// Most stuck records queued for the sweeper; GC passes drop the others (a later pass meets
+/// them again).
+pub const MAX_STUCK_QUEUED: usize = 1_024;
 /// The shortest pause between passes.
 const MIN_INTERVAL: Duration = Duration::from_millis(100);
 
@@ -63,6 +77,14 @@ pub(crate) fn spawn(node: &Arc<Node>) {
         loop {
             tokio::time::sleep(interval).await;
             let Some(node) = weak.upgrade() else { return };
+            if !node.stuck.is_empty() {
+                if client.is_none() {
+                    client = connect(&node).await;
+                }
+                if let Some(client) = &client {
+                    finish_stuck(&node, client).await;
+                }
+            }
             for replica in node.host.replicas() {
                 if replica.shard.is_meta() {
                     continue;
@@ -88,6 +110,75 @@ pub(crate) fn spawn(node: &Arc<Node>) {
             }
         }
     });
+}
+
+/// Stuck records (see the module docs) GC passes found, waiting for the sweeper.
+#[derive(Default)]
+pub struct StuckQueue(Mutex<VecDeque<(ShardId, StuckRecord)>>);
+
+impl StuckQueue {
+    /// Queues `found` (from a GC pass over `shard`), skipping those queued already, up to
+    /// [`MAX_STUCK_QUEUED`].
+    pub fn offer(&self, shard: ShardId, found: Vec<StuckRecord>) {
+        let mut queue = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        for record in found {
+            if queue.len() >= MAX_STUCK_QUEUED {
+                return;
+            }
+            if !queue.iter().any(|(_, r)| r.txn == record.txn) {
+                queue.push_back((shard, record));
+            }
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Takes up to `n` queued records.
+    fn take(&self, n: usize) -> Vec<(ShardId, StuckRecord)> {
+        let mut queue = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let n = n.min(queue.len());
+        queue.drain(..n).collect()
+    }
+}
+
+/// Finishes up to [`SWEEP_BATCH`] queued stuck records.
+async fn finish_stuck(node: &Node, client: &Client) {
+    for (shard, record) in node.stuck.take(SWEEP_BATCH) {
+        let Some(desc) = node.map().get(shard).cloned() else {
+            continue;
+        };
+        // Any key of the anchor's shard routes the recovery there; the first shard's range
+        // starts at the empty key, which is not a key.
+        let anchor = if desc.start.is_empty() {
+            Bytes::from_static(b"\0")
+        } else {
+            Bytes::from(desc.start)
+        };
+        let txn = meridian_client::proto::WriteId {
+            client_id: record.txn.client_id,
+            seq: record.txn.seq,
+        };
+        match client
+            .finish_stuck_record(&anchor, txn, record.txn_ts)
+            .await
+        {
+            Ok(true) => {
+                tracing::info!(%shard, txn = ?record.txn, commit_ts = %Timestamp(record.commit_ts), "finished a committed record nothing led to")
+            }
+            Ok(false) => {
+                tracing::debug!(%shard, txn = ?record.txn, "a stuck record's participants did not all answer; a later GC pass finds it again")
+            }
+            Err(error) => {
+                tracing::debug!(%shard, txn = ?record.txn, %error, "finishing a stuck record failed; a later GC pass finds it again")
+            }
+        }
+    }
 }
 
 /// A client of this node's own client address (the cluster's other nodes are learnt from its
@@ -158,7 +249,6 @@ fn lock_info(txn: &TxnId, locks: &TxnLocks) -> Option<LockInfo> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use bytes::Bytes;
     use meridian_raft::RequestId;
 
     fn b(s: &str) -> Bytes {
@@ -196,5 +286,32 @@ mod tests {
         let info = lock_info(&txn, &locks(&[], &[], &["s"])).unwrap();
         assert_eq!((info.key, info.write), (b("s"), false));
         assert!(lock_info(&txn, &locks(&[], &[], &[])).is_none());
+    }
+
+    #[test]
+    fn the_stuck_queue_skips_repeats_and_is_bounded() {
+        let stuck = |seq| StuckRecord {
+            txn: RequestId { client_id: 1, seq },
+            txn_ts: 5,
+            commit_ts: 9,
+        };
+        let queue = StuckQueue::default();
+        queue.offer(ShardId(1), vec![stuck(1), stuck(2)]);
+        queue.offer(ShardId(1), vec![stuck(2), stuck(3)]);
+        assert_eq!(
+            queue.len(),
+            3,
+            "a record a later pass reports again is queued once"
+        );
+        let taken = queue.take(2);
+        assert_eq!(
+            taken.iter().map(|(_, r)| r.txn.seq).collect::<Vec<_>>(),
+            [1, 2]
+        );
+        queue.offer(
+            ShardId(2),
+            (10..10 + MAX_STUCK_QUEUED as u64 * 2).map(stuck).collect(),
+        );
+        assert_eq!(queue.len(), MAX_STUCK_QUEUED);
     }
 }
