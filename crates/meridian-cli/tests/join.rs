@@ -64,13 +64,7 @@ async fn scenario() {
     assert_eq!(before.nodes.len(), 3, "three founding members");
     assert_eq!(before.shards.len(), 3);
 
-    let keys = (0..100_000).map(|i| format!("j-{i:06}")).collect();
-    let (acked, stop, writer) = spawn_writer(&client, keys);
-    let give_up = Instant::now() + Duration::from_secs(30);
-    while acked.lock().unwrap().len() < 50 {
-        assert!(Instant::now() < give_up, "the writer is stuck");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let (acked, stop, writer) = start_writer(&client, "j").await;
 
     // A node whose id is taken is refused, and says why.
     let taken = dir.path().join("taken");

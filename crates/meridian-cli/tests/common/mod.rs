@@ -221,3 +221,23 @@ pub fn spawn_writer(
     });
     (acked, stop, handle)
 }
+
+/// [`spawn_writer`] over keys `<prefix>-000000`, `<prefix>-000001`, ..., returned once 50 writes
+/// are acknowledged (so what is read back at the end spans whatever the test does next).
+pub async fn start_writer(
+    client: &Client,
+    prefix: &str,
+) -> (
+    Arc<std::sync::Mutex<Vec<String>>>,
+    Arc<AtomicBool>,
+    tokio::task::JoinHandle<()>,
+) {
+    let keys = (0..100_000).map(|i| format!("{prefix}-{i:06}")).collect();
+    let (acked, stop, writer) = spawn_writer(client, keys);
+    let give_up = Instant::now() + Duration::from_secs(30);
+    while acked.lock().unwrap().len() < 50 {
+        assert!(Instant::now() < give_up, "the writer is stuck");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    (acked, stop, writer)
+}
