@@ -566,7 +566,7 @@ impl RaftTransport for TransportService {
         let cmd: Command = decode_payload(&req)?;
         let result = match replica.raft.client_write(cmd).await {
             Ok(resp) => Ok(resp.data),
-            Err(e) => Err(e.to_string()),
+            Err(e) => Err(write_error_text(&e)),
         };
         self.reply(result)
     }

@@ -646,6 +646,18 @@ pub type Fatal = openraft::errors::Fatal<TypeConfig>;
 pub type ClientWriteError = openraft::errors::ClientWriteError<TypeConfig>;
 pub type RaftError<E = openraft::errors::Infallible> = openraft::errors::RaftError<TypeConfig, E>;
 
+/// A failed `client_write` in words an operator can act on: openraft's own text for a write
+/// sent to a replica that is not the leader names the leader as `None, None` when there is none.
+pub fn write_error_text(error: &RaftError<ClientWriteError>) -> String {
+    match error {
+        RaftError::APIError(ClientWriteError::ForwardToLeader(f)) => match f.leader_id {
+            Some(leader) => format!("this replica is not the leader (node {leader} is)"),
+            None => "the group has no leader right now (an election may be under way)".into(),
+        },
+        other => other.to_string(),
+    }
+}
+
 /// Binary encoding of everything Raft stores or sends (log entries, votes, messages).
 pub mod codec {
     use super::*;
@@ -686,6 +698,16 @@ pub mod codec {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_write_to_a_group_without_a_leader_says_so() {
+        let no_leader = RaftError::APIError(ClientWriteError::ForwardToLeader(
+            openraft::errors::ForwardToLeader::empty(),
+        ));
+        let text = write_error_text(&no_leader);
+        assert!(!text.contains("None"), "{text}");
+        assert!(text.contains("no leader"), "{text}");
+    }
 
     #[test]
     fn codec_round_trips_and_rejects_truncation() {

@@ -497,7 +497,7 @@ impl Node {
                     .client_write(cmd)
                     .await
                     .map(|r| r.data)
-                    .map_err(|e| e.to_string());
+                    .map_err(|e| meridian_raft::types::write_error_text(&e));
             }
         }
         let replicas = self
@@ -536,10 +536,10 @@ impl Node {
                         codec::decode(&reply.payload).map_err(|e| e.to_string())?;
                     match r {
                         Ok(v) => return Ok(v),
-                        Err(e) => last_err = e,
+                        Err(e) => last_err = format!("node {target}: {e}"),
                     }
                 }
-                Err(s) => last_err = s.message().to_string(),
+                Err(s) => last_err = format!("node {target}: {}", s.message()),
             }
         }
         Err(last_err)
