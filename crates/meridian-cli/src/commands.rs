@@ -186,6 +186,11 @@ pub enum KvOp {
         /// higher priority wins, then the older transaction (wound-wait).
         #[arg(long, value_enum, default_value = "normal")]
         priority: PriorityArg,
+        /// Commit-wait: return only once every node's clock has passed the commit timestamp,
+        /// so any transaction begun afterwards commits above it (costs max_offset to 2 x
+        /// max_offset per writing commit).
+        #[arg(long)]
+        linearizable: bool,
     },
     /// Print `key<TAB>value` lines of a key range.
     Scan {
@@ -304,11 +309,13 @@ impl KvCommand {
                 max_attempts,
                 isolation,
                 priority,
+                linearizable,
             } => {
                 let options = TxnOptions {
                     max_attempts: (*max_attempts).max(1),
                     isolation: isolation.into_client(),
                     priority: priority.into_client(),
+                    linearizable: *linearizable,
                     ..TxnOptions::default()
                 };
                 self.run_txn(steps, file.as_deref(), options).await?

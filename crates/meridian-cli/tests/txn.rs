@@ -110,6 +110,12 @@ fn check_cli(endpoints: &[String]) {
         text(&out.stdout).starts_with("user1cli/a\t5\nuser8cli/a\t6\nOK commit_ts="),
         "{out:?}"
     );
+    let out = cli(
+        endpoints,
+        &["--linearizable", "put user1cli/l 1", "put user8cli/l 1"],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).starts_with("OK commit_ts="), "{out:?}");
     let out = cli(endpoints, &["--isolation", "repeatable", "get user1cli/a"]);
     assert_eq!(out.status.code(), Some(2), "bad isolation: {out:?}");
 

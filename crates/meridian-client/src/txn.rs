@@ -50,6 +50,17 @@
 //! began, the second stamped below the first by a slower clock, can be seen in the wrong
 //! order. With clocks in step (one host) the history is strictly serializable.
 //!
+//! [`TxnOptions::linearizable`] closes that gap at a price: the commit's answer is held
+//! until the answering node's physical clock is `max_offset` past the commit timestamp (a
+//! *commit-wait*, as in Spanner and CockroachDB's `--linearizable`), so every clock has
+//! passed it and any transaction that begins afterwards gets a larger timestamp. A history
+//! in which every writing transaction uses it is strictly serializable while clocks stay
+//! within `max_offset` (read-only transactions need no wait: every transaction that
+//! finished before one began is below its read timestamp). Plain `put`/`delete`/`batch_put`
+//! never wait. In a multi-shard commit each participant waits on its own prepare timestamp,
+//! so the one that set the commit timestamp waits on it; a commit settled by a recovery
+//! sends the anchor its decision again to wait on.
+//!
 //! # What the closure may see
 //! One attempt's reads are one snapshot, but an attempt that writes may still fail its commit
 //! check, and an attempt can end at an uncertain read. The closure must not act on what it
@@ -134,6 +145,15 @@ pub struct TxnOptions {
     /// wounding or waiting. Off by default: without wound-wait a large transaction can lose
     /// every attempt to a stream of small ones.
     pub no_wait: bool,
+    /// Commit-wait: the commit is acknowledged only once every node's clock (within
+    /// `max_offset` of the others) has passed its commit timestamp, so any transaction that
+    /// begins after this one returned — through any node, on any shard — commits at a larger
+    /// timestamp. This rules out the *causal reverse* across shards that skewed clocks
+    /// otherwise allow (see the [module docs](crate::txn)); a history where every writing
+    /// transaction sets it is strictly serializable. It costs each writing commit between
+    /// `max_offset` and `2 x max_offset` of latency (500–1,000 ms at the default), during
+    /// which its locks are held. Read-only transactions do not wait. Off by default.
+    pub linearizable: bool,
 }
 
 /// The first attempt of a transaction whose multi-shard commit follows wound-wait (see
@@ -150,6 +170,7 @@ impl Default for TxnOptions {
             backoff_max: Duration::from_millis(100),
             priority: TxnPriority::Normal,
             no_wait: false,
+            linearizable: false,
         }
     }
 }
@@ -185,6 +206,8 @@ pub struct Txn {
     /// [`TxnOptions::priority`]).
     rank: TxnRank,
     wound_wait: bool,
+    /// [`TxnOptions::linearizable`].
+    commit_wait: bool,
 }
 
 /// The closure type of [`Client::txn`]: it borrows the attempt's [`Txn`] for the future it
@@ -241,6 +264,7 @@ impl Client {
             let mut txn = self.begin_at(snapshot, options.isolation);
             txn.rank = rank;
             txn.wound_wait = !options.no_wait && attempt >= WOUND_WAIT_FROM_ATTEMPT;
+            txn.commit_wait = options.linearizable;
             let value = body(&mut txn).await;
             snapshot = txn.snapshot.clone();
             if let Some(version_ts) = txn.restart {
@@ -309,6 +333,7 @@ impl Client {
             isolation,
             rank: TxnRank::new(TxnPriority::Normal, wall_ts()),
             wound_wait: false,
+            commit_wait: false,
         }
     }
 }
@@ -598,7 +623,8 @@ impl Txn {
         // The cached map's lock is held for this statement only, never across an await.
         let plan = plan(&self.client.state().map, parts)?;
         match plan {
-            Plan::One(shard, message) => {
+            Plan::One(shard, mut message) => {
+                message.commit_wait = self.commit_wait;
                 let deadline = self.client.deadline();
                 // Holding no locks of its own, a one-shard commit waits other transactions'
                 // locks out like any write.
@@ -616,7 +642,12 @@ impl Txn {
                     true => LockPolicy::WoundWait(txn_id, self.rank),
                     false => LockPolicy::Fail,
                 };
-                crate::txn_2pc::commit(&self.client, txn, self.rank, locks, anchor, groups).await
+                let rules = crate::txn_2pc::Rules {
+                    rank: self.rank,
+                    locks,
+                    commit_wait: self.commit_wait,
+                };
+                crate::txn_2pc::commit(&self.client, txn, rules, anchor, groups).await
             }
         }
     }

@@ -74,14 +74,24 @@ fn routing_key(message: &proto::CommitRequest) -> Bytes {
         .unwrap_or_default()
 }
 
+/// How one multi-shard commit behaves.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Rules {
+    /// The transaction's rank in lock conflicts.
+    pub rank: meridian_types::TxnRank,
+    /// What its prepares do when they meet a lock (see `locks`).
+    pub locks: LockPolicy,
+    /// Every prepare commit-waits on its own timestamp (`TxnOptions::linearizable`); the one
+    /// that sets the commit timestamp waits on it.
+    pub commit_wait: bool,
+}
+
 /// Commits a transaction whose reads and writes span `groups` (by shard) with a parallel
-/// commit; `txn` is its id and start timestamp, `rank` its rank in lock conflicts and `locks`
-/// what its prepares do when they meet a lock (see `locks`), `anchor` its first written key.
+/// commit; `txn` is its id and start timestamp, `anchor` its first written key.
 pub(crate) async fn commit(
     client: &Client,
     txn: (proto::WriteId, u64),
-    rank: meridian_types::TxnRank,
-    locks: LockPolicy,
+    rules: Rules,
     anchor: Bytes,
     groups: BTreeMap<u64, proto::CommitRequest>,
 ) -> Result<Timestamp> {
@@ -116,11 +126,12 @@ pub(crate) async fn commit(
         .collect();
     let prepares = groups.into_iter().map(|(shard, mut message)| {
         message.write_id = None;
+        message.commit_wait = rules.commit_wait;
         message.prepare = Some(proto::TxnPrepare {
             txn: Some(txn.0),
             txn_ts: txn.1,
-            priority: rank.priority,
-            age_ts: rank.age_ts,
+            priority: rules.rank.priority,
+            age_ts: rules.rank.age_ts,
             anchor: anchor.clone(),
             participants: match shard == anchor_shard {
                 true => others.clone(),
@@ -133,7 +144,7 @@ pub(crate) async fn commit(
                 .write_call_with(
                     Route::Shard(shard),
                     deadline,
-                    locks,
+                    rules.locks,
                     |channel, timeout, route| send_commit(channel, timeout, message.routed(route)),
                 )
                 .await
@@ -175,8 +186,21 @@ pub(crate) async fn commit(
     };
     // A deadline of its own: the prepares may have used up the call's.
     match client.recover_txn(txn, &anchor, &client.deadline()).await {
-        // The recovery resolved every participant and finished the record.
-        Ok(Settled::Committed(c)) => Ok(Timestamp(c)),
+        // The recovery resolved every participant and finished the record. The prepare that
+        // set `c` may be one whose answer (and so its commit-wait) was lost.
+        Ok(Settled::Committed(c)) => {
+            if rules.commit_wait {
+                client
+                    .commit_wait_at_anchor(txn, &anchor, c, &client.deadline())
+                    .await
+                    .map_err(|error| Error::Ambiguous {
+                        message: format!(
+                            "a multi-shard commit was settled as committed, but its commit-wait                              failed ({error}): later transactions may be stamped below it"
+                        ),
+                    })?;
+            }
+            Ok(Timestamp(c))
+        }
         Ok(Settled::Aborted) => {
             finish(
                 client,

@@ -36,10 +36,33 @@ impl KvService {
     /// Waits (at most `max_offset`) until this node's physical clock has passed `ts`, a
     /// timestamp from another node's clock (`what` names it in errors); never moves the clock.
     pub(crate) async fn wait_past(&self, ts: Timestamp, what: &str) -> Result<()> {
+        self.wait_clock_past(ts, 0, what).await
+    }
+
+    /// Commit-wait (`CommitRequest.commit_wait`): waits until this node's physical clock is
+    /// more than `max_offset` past `commit_ts`, so that every clock within `max_offset` of this
+    /// one has passed it. At most `2 x max_offset`: a commit timestamp is never more than
+    /// `max_offset` ahead of a correct node's clock.
+    pub(crate) async fn commit_wait(&self, commit_ts: Timestamp) -> Result<()> {
+        let max_offset_ms = self.node.clock.max_offset().as_millis() as u64;
+        self.wait_clock_past(commit_ts, max_offset_ms, "commit timestamp")
+            .await
+    }
+
+    /// Waits until this node's physical clock is more than `margin_ms` past `ts`; an error if
+    /// that is more than `max_offset + margin_ms` away.
+    async fn wait_clock_past(&self, ts: Timestamp, margin_ms: u64, what: &str) -> Result<()> {
         let clock = &self.node.clock;
         let max_offset_ms = clock.max_offset().as_millis() as u64;
-        let ahead_ms = |now: Timestamp| ts.physical_ms().saturating_sub(now.physical_ms());
-        let first = ahead_ms(clock.physical_now());
+        // A millisecond over, so that passing `target` is passing `ts + margin` whatever the
+        // logical bits of `ts`; none for a plain wait, which compares with `ts` itself.
+        let over_ms = margin_ms + u64::from(margin_ms > 0);
+        let target = match over_ms {
+            0 => ts,
+            _ => Timestamp::from_physical_ms(ts.physical_ms() + over_ms),
+        };
+        let ahead_ms = |now: Timestamp| target.physical_ms().saturating_sub(now.physical_ms());
+        let first = ahead_ms(clock.physical_now()).saturating_sub(over_ms);
         if first > max_offset_ms {
             return Err(ServerError::ClockOffset(format!(
                 "{what} {} is {first} ms ahead of this node's clock, beyond max_offset {max_offset_ms} ms",
@@ -48,7 +71,7 @@ impl KvService {
         }
         // Bounded: the physical clock advances, and the first wait covers the whole gap.
         for _ in 0..MAX_TOKEN_WAITS {
-            if clock.physical_now() > ts {
+            if clock.physical_now() > target {
                 return Ok(());
             }
             let ahead = ahead_ms(clock.physical_now()).max(1);

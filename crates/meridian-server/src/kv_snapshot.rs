@@ -68,7 +68,9 @@
 //! `read_ts` sees the second and not the first. Every write acknowledged before the
 //! transaction *began* is seen; the order of two writes that both finished after it began is
 //! not guaranteed to agree with real time across shards. With clocks in step (one host) no
-//! stamp is out of real-time order.
+//! stamp is out of real-time order, and a writer's commit-wait (`CommitRequest.commit_wait`,
+//! see `kv_txn`) rules the reverse out: its answer waits until every clock has passed its
+//! commit timestamp, so no write that begins after it is stamped below it.
 //!
 //! # Not done yet
 //! - Snapshot scans go forward only (`reverse` with a snapshot is `INVALID_ARGUMENT`).

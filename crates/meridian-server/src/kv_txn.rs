@@ -17,6 +17,16 @@
 //! timestamp came from a node's clock through the client: the leader waits until its own clock
 //! has passed it (at most `max_offset`, `CLOCK_OFFSET` beyond) before proposing, so the
 //! timestamp is never ahead of the clock of the node that applies it as leader.
+//!
+//! **Commit-wait** (`commit_wait` on either request): a committed or prepared answer (a resolve
+//! with a commit timestamp: any answer but aborted) is held until this node's *physical*
+//! clock is more than `max_offset` past the commit timestamp ([`KvService::commit_wait`]).
+//! Every clock within `max_offset` of this one has then passed it, so a transaction that
+//! begins after the answer draws a larger timestamp from whichever node it asks. A prepare
+//! waits on its own timestamp; the largest of them is the commit timestamp, so the
+//! participant that set it waited on it. The wait is at most `2 x max_offset` (a commit
+//! timestamp is at most `max_offset` ahead of a correct clock) and holds no lock of the
+//! node's: the transaction's own locks stay, as they would until its resolution.
 
 use crate::admission::Admitted;
 use crate::error::{invalid, Result, ServerError};
@@ -49,12 +59,15 @@ pub struct TxnCommit {
     pub prepare: Option<((RequestId, u64, TxnRank), Bytes, bool)>,
     /// The anchor's prepare only: a key of every other participant shard.
     pub participants: Vec<Bytes>,
+    /// Answer a committed (or prepared) request only after a commit-wait (see
+    /// `CommitRequest.commit_wait`).
+    pub commit_wait: bool,
 }
 
 impl TxnCommit {
     /// Validates `req` and finds its shard in `map`.
     pub fn parse(req: CommitRequest, map: &ShardMap) -> Result<TxnCommit> {
-        let route = req.route;
+        let (route, commit_wait) = (req.route, req.commit_wait);
         let prepare = match req.prepare {
             None => None,
             Some(p) => {
@@ -184,6 +197,7 @@ impl TxnCommit {
             request: request_id(req.write_id),
             prepare,
             participants,
+            commit_wait,
         })
     }
 
@@ -220,9 +234,9 @@ impl KvService {
         txn: TxnCommit,
         permit: Admitted,
     ) -> Result<CommitResponse> {
-        let shard = txn.shard;
+        let (shard, commit_wait) = (txn.shard, txn.commit_wait);
         let replica = self.node.replica(shard)?;
-        if txn.writes.is_empty() && txn.prepare.is_none() {
+        let response = if txn.writes.is_empty() && txn.prepare.is_none() {
             // Read-only: check the reads at a linearizable point, propose nothing.
             let read_ts = self
                 .linearize(shard, &replica, ReadConsistency::Linearizable as i32)
@@ -254,13 +268,18 @@ impl KvService {
                     },
                 )
                 .await?;
-            return Ok(answer(shard, read_ts.0, conflict, false));
+            answer(shard, read_ts.0, conflict, false)
+        } else {
+            let result = self
+                .propose_for_result(shard, &replica, txn.into_command(0), permit)
+                .await?;
+            let aborted = result.status == Some(TxnStatus::Aborted);
+            answer(shard, result.commit_ts, result.conflict, aborted)
+        };
+        if commit_wait && response.committed {
+            self.commit_wait(Timestamp(response.commit_ts)).await?;
         }
-        let result = self
-            .propose_for_result(shard, &replica, txn.into_command(0), permit)
-            .await?;
-        let aborted = result.status == Some(TxnStatus::Aborted);
-        Ok(answer(shard, result.commit_ts, result.conflict, aborted))
+        Ok(response)
     }
 
     /// Serves a `Kv.Resolve`.
@@ -329,6 +348,11 @@ impl KvService {
             Some(TxnStatus::Aborted) => TxnState::Aborted,
             Some(TxnStatus::Forgotten) => TxnState::Forgotten,
         };
+        if let (true, Decision::Commit(c)) = (req.commit_wait, decision) {
+            if state != TxnState::Aborted {
+                self.commit_wait(Timestamp(c)).await?;
+            }
+        }
         Ok(ResolveResponse {
             state: state as i32,
             commit_ts: result.commit_ts,
