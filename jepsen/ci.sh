@@ -53,6 +53,9 @@ RUNS=(
   # Snapshot reads under skewed clocks (checked with real-time order per key: no stale read;
   # a causal reverse across shards is allowed under skew, see the README).
   "append clock"
+  # The same with commit-wait (TxnOptions::linearizable): real-time order checked between all
+  # transactions, clocks skewed or not.
+  "append clock --linearizable --concurrency 10"
   # Five nodes under partitions; seed 24's schedule has two bridges and a ring (each node
   # reaching only its two neighbours) besides isolations (`--plan-only` prints it).
   "@45 append partition --nodes 5 --seed 24"

@@ -7,7 +7,7 @@
 #   jepsen/run.sh --workload register|set|bank|append --nemesis none|kill|pause|partition|clock|clock-chain|power-loss|membership|all
 #                 [--time-limit SECONDS] [--concurrency N] [--nodes 3|5] [--seed S]
 #                 [--negative-control lost-ack|stale-read|wrong-total|fractured-read]
-#                 [--base-port P] [--store DIR]
+#                 [--base-port P] [--store DIR] [--linearizable (append)]
 #
 # Exit status: 0 valid, 1 invalid/unknown, 2 bad arguments, 3 harness failure, 130 interrupted.
 set -euo pipefail

@@ -98,7 +98,15 @@ async fn perform(txn: &mut Txn, plan: &[Micro]) -> Result<Vec<Micro>, ClientErro
 }
 
 /// Runs `plan` as one transaction and records it.
-async fn run_txn(client: &Client, recorder: &Recorder, plan: Vec<Micro>, process: u64) -> bool {
+/// With `linearizable`, the commit waits out the clock uncertainty (see
+/// `TxnOptions::linearizable`).
+async fn run_txn(
+    client: &Client,
+    recorder: &Recorder,
+    plan: Vec<Micro>,
+    process: u64,
+    linearizable: bool,
+) -> bool {
     recorder.record(
         process,
         OpKind::Invoke,
@@ -111,6 +119,7 @@ async fn run_txn(client: &Client, recorder: &Recorder, plan: Vec<Micro>, process
     let plan = Arc::new(plan);
     let options = TxnOptions {
         deadline: Some(CALL_TIMEOUT * 2),
+        linearizable,
         ..TxnOptions::default()
     };
     let call = client.txn(options, {
@@ -145,14 +154,14 @@ fn read_everything(groups: &[Vec<String>]) -> Vec<Micro> {
         .collect()
 }
 
-/// One list-append client until `until`.
+/// One list-append client until `until`; `linearizable` as for `run_txn`.
 pub async fn append_client(
     client: Client,
     recorder: Arc<Recorder>,
     groups: Arc<Vec<Vec<String>>>,
     next: Arc<AtomicU64>,
-    process: u64,
-    seed: u64,
+    (process, seed): (u64, u64),
+    linearizable: bool,
     until: Instant,
 ) {
     let mut rng = StdRng::seed_from_u64(seed.wrapping_add(process));
@@ -178,7 +187,7 @@ pub async fn append_client(
                 })
                 .collect()
         };
-        run_txn(&client, &recorder, plan, process).await;
+        run_txn(&client, &recorder, plan, process, linearizable).await;
         tokio::time::sleep(Duration::from_millis(rng.gen_range(0..=MAX_THINK_MS))).await;
     }
 }
@@ -190,7 +199,8 @@ pub async fn final_read(
     groups: &[Vec<String>],
     process: u64,
 ) -> bool {
-    retry_final(|| run_txn(client, recorder, read_everything(groups), process)).await
+    // Read-only: nothing to commit-wait for.
+    retry_final(|| run_txn(client, recorder, read_everything(groups), process, false)).await
 }
 
 #[cfg(test)]

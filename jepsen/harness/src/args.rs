@@ -63,6 +63,11 @@ pub struct Args {
     /// Print the nemesis schedule for these arguments (as JSON) and exit, starting nothing.
     #[arg(long)]
     pub plan_only: bool,
+    /// Append only: every transaction commit-waits (`TxnOptions::linearizable`), and the
+    /// checker requires real-time order between all transactions even when the nemesis skews
+    /// clocks (without it, only between transactions that share a key).
+    #[arg(long)]
+    pub linearizable: bool,
 }
 
 #[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -170,6 +175,7 @@ pub struct RunConfig {
     pub keys: usize,
     pub meridian_bin: Option<PathBuf>,
     pub plan_only: bool,
+    pub linearizable: bool,
 }
 
 fn usage(message: impl Into<String>) -> Result<RunConfig, UsageError> {
@@ -194,6 +200,9 @@ impl Args {
                 "--concurrency must be 1..=64, got {}",
                 self.concurrency
             ));
+        }
+        if self.linearizable && self.workload != Workload::Append {
+            return usage("--linearizable applies to the append workload only");
         }
         if self.nodes != 3 && self.nodes != 5 {
             return usage(format!("--nodes must be 3 or 5, got {}", self.nodes));
@@ -254,6 +263,7 @@ impl Args {
             keys: self.keys,
             meridian_bin: self.meridian_bin.clone(),
             plan_only: self.plan_only,
+            linearizable: self.linearizable,
         })
     }
 }
@@ -312,9 +322,13 @@ mod tests {
             "--workload set --negative-control nope",
             "--workload set --negative-control stale-read",
             "--workload register --negative-control lost-ack",
+            "--workload bank --linearizable",
         ] {
             assert!(parse(line).validate(0).is_err(), "{line}");
         }
+        assert!(parse("--workload append --nemesis clock --linearizable")
+            .validate(0)
+            .is_ok_and(|c| c.linearizable));
         assert!(Args::try_parse_from(["x", "--workload", "kv"]).is_err());
         assert!(Args::try_parse_from(["x", "--workload", "set", "--nemesis", "flood"]).is_err());
     }

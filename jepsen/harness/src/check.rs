@@ -8,7 +8,8 @@
 //!   the ww/wr/rw and real-time dependency graph, a cycle = an anomaly). Real-time order is
 //!   required between all transactions (strict serializability), or, under a nemesis that
 //!   skews clocks, between transactions sharing a key (no stale reads; a causal reverse across
-//!   shards is allowed, see the README's Transactions).
+//!   shards is allowed, see the README's Transactions) unless the run commit-waits
+//!   (`--linearizable`).
 //! - bank: [`check_bank`] (every ok read of all accounts: the accounts opened, no negative
 //!   balance, the opening total).
 //! - `--negative-control NAME`: [`controls::apply`] corrupts a copy of the history (seeded), the

@@ -72,8 +72,13 @@ pub async fn run(cfg: RunConfig, meridian: PathBuf) -> anyhow::Result<u8> {
     let dir = output::create_run_dir(&store, cfg.workload.name(), cfg.nemesis.name())?;
     let data_dir = cluster::make_data_dir(cfg.base_port)?;
     eprintln!(
-        "meridian-jepsen: {} × {}, {} s, {} clients, {} nodes, {} shards, seed {}{}",
+        "meridian-jepsen: {}{} × {}, {} s, {} clients, {} nodes, {} shards, seed {}{}",
         cfg.workload.name(),
+        if cfg.linearizable {
+            " (commit-wait)"
+        } else {
+            ""
+        },
         cfg.nemesis.name(),
         cfg.time_limit_s,
         cfg.concurrency,
@@ -185,7 +190,7 @@ pub async fn run(cfg: RunConfig, meridian: PathBuf) -> anyhow::Result<u8> {
     drop(cluster);
 
     let history = recorder.snapshot();
-    let real_time = if cfg.nemesis.skews_clocks() {
+    let real_time = if cfg.nemesis.skews_clocks() && !cfg.linearizable {
         meridian_jepsen::checker::append::RealTime::PerKey
     } else {
         meridian_jepsen::checker::append::RealTime::Strict
@@ -287,6 +292,7 @@ pub async fn run(cfg: RunConfig, meridian: PathBuf) -> anyhow::Result<u8> {
         "concurrency": cfg.concurrency,
         "nodes": cfg.nodes,
         "shards": cfg.shards,
+        "linearizable": cfg.linearizable,
         "base_port": cfg.base_port,
         "keys": collected.keys,
         "negative_control": control,
@@ -444,8 +450,8 @@ async fn cluster_phase(
                 recorder,
                 append_groups.clone(),
                 next.clone(),
-                process,
-                cfg.seed,
+                (process, cfg.seed),
+                cfg.linearizable,
                 until,
             )),
             Workload::Bank => tasks.spawn(bank::bank_client(

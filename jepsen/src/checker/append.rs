@@ -32,7 +32,8 @@
 //! Indeterminate transactions get incoming `rt` edges only (they may take effect any time
 //! after their invocation); failed ones none. Two modes ([`RealTime`]):
 //! - `Strict` ([`check_append`]): between all transactions — strict serializability, what
-//!   Meridian promises while the nodes' clocks agree;
+//!   Meridian promises while the nodes' clocks agree, or under skew within `max_offset` when
+//!   every writing transaction commit-waits (`TxnOptions::linearizable`);
 //! - `PerKey` ([`check_append_with`]): only between transactions that touch a common key —
 //!   serializability with no stale read of any key, what Meridian promises under clock skew
 //!   within `max_offset` (a *causal reverse* between writes to different keys in different
