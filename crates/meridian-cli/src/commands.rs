@@ -461,6 +461,13 @@ pub enum ClusterOp {
         /// The node to empty.
         node: u64,
     },
+    /// Forget NODE, a member that holds no replica any more (after decommission): the
+    /// members stop pinging it, counting it in the clock fence and listing it in status, and
+    /// refuse its messages. Its id is never reused.
+    Forget {
+        /// The former member.
+        node: u64,
+    },
 }
 
 impl ClusterCommand {
@@ -511,6 +518,14 @@ impl ClusterCommand {
                     "node {node} holds no replicas ({} moved): safe to stop",
                     moves.len()
                 );
+            }
+            ClusterOp::Forget { node } => {
+                let client = self.connect.connect().await?;
+                let version = client
+                    .forget_member(node)
+                    .await
+                    .with_context(|| format!("forgetting node {node}"))?;
+                println!("node {node} forgotten (shard map version {version})");
             }
         }
         Ok(())

@@ -12,15 +12,20 @@
 //!    client address (from ping replies).
 //! 4. `cluster decommission 1` moves node 1's three replicas to node 4 (the only node without
 //!    one), then node 1 is killed. Every shard lists nodes 2, 3 and 4.
-//! 5. Node 4 is killed and started again: it rejoins from its `joined.json`, asking nobody,
+//! 5. `cluster forget 2` is refused (node 2 holds replicas); `cluster forget 1` succeeds:
+//!    every survivor's status stops listing node 1, and a vote request sent in node 1's name
+//!    is refused as from a forgotten member (one in node 3's name is not).
+//! 6. Node 4 is killed and started again: it rejoins from its `joined.json`, asking nobody,
 //!    and reopens its replicas from the map it adopted. Then node 3 is killed: every write
 //!    now needs node 4's vote (nodes 2 and 4 are the only ones up), and writes still succeed.
-//! 6. Every acknowledged key reads back.
+//! 7. Every acknowledged key reads back.
 
 mod common;
 
 use common::*;
 use meridian_cli::{LocalCluster, LocalClusterConfig};
+use meridian_proto::raft::raft_transport_client::RaftTransportClient;
+use meridian_proto::raft::RaftRequest;
 use nix::sys::signal::Signal;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -170,6 +175,74 @@ async fn scenario() {
         replicas.sort_unstable();
         assert_eq!(replicas, [2, 3, 4], "shard {}", s.shard_id);
     }
+
+    // Node 1 holds nothing now: it can be forgotten; node 2 cannot.
+    let survivors_cli = &survivors;
+    let refused = tokio::task::spawn_blocking({
+        let endpoints = survivors_cli.join(",");
+        move || {
+            run_bounded(
+                std::process::Command::new(binary()).args([
+                    "cluster",
+                    "forget",
+                    "2",
+                    "--endpoints",
+                    &endpoints,
+                ]),
+                Duration::from_secs(60),
+            )
+        }
+    })
+    .await
+    .unwrap();
+    let said = String::from_utf8_lossy(&refused.stderr).into_owned();
+    assert!(!refused.status.success(), "forgetting node 2: {said}");
+    assert!(said.contains("node 2 holds replicas"), "{said}");
+    let stdout = cli(&survivors, &["cluster", "forget", "1"]);
+    assert!(stdout.contains("node 1 forgotten"), "{stdout}");
+    let give_up = Instant::now() + Duration::from_secs(20);
+    for addr in &survivors {
+        loop {
+            let listed = client
+                .node_status(addr)
+                .await
+                .map(|s| s.nodes.iter().any(|n| n.node_id == 1));
+            if listed.as_ref().is_ok_and(|l| !l) {
+                break;
+            }
+            assert!(
+                Instant::now() < give_up,
+                "{addr} still lists node 1: {listed:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    let peer_of_2 = format!("127.0.0.1:{}", PORT + 102);
+    let vote_from = |from: u64| {
+        let peer = peer_of_2.clone();
+        async move {
+            let mut transport = RaftTransportClient::connect(format!("http://{peer}"))
+                .await
+                .expect("node 2's peer port");
+            let request = RaftRequest {
+                shard_id: 1,
+                hlc: 0,
+                from_node: from,
+                payload: vec![0xff; 3].into(),
+            };
+            transport.vote(request).await.map(|_| ())
+        }
+    };
+    let from_1 = vote_from(1).await;
+    assert!(
+        matches!(&from_1, Err(s) if s.code() == tonic::Code::PermissionDenied && s.message().contains("forgotten")),
+        "{from_1:?}"
+    );
+    let from_3 = vote_from(3).await;
+    assert!(
+        matches!(&from_3, Err(s) if s.code() != tonic::Code::PermissionDenied),
+        "node 3 is still a member: {from_3:?}"
+    );
 
     // Node 4 restarts from what it recorded, then carries every write with node 2.
     cluster.kill(4, Signal::SIGKILL).expect("killing node 4");

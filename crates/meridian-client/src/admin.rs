@@ -8,7 +8,9 @@
 use crate::client::{cluster_client, request, Client, ATTEMPT_GRACE};
 use crate::error::{Error, Result};
 use meridian_proto::kv::cluster_client::ClusterClient;
-use meridian_proto::kv::{ChangeReplicaRequest, ChangeReplicaResponse, TransferLeaderRequest};
+use meridian_proto::kv::{
+    ChangeReplicaRequest, ChangeReplicaResponse, ForgetRequest, TransferLeaderRequest,
+};
 use std::future::Future;
 use std::time::Duration;
 use tonic::transport::Channel;
@@ -65,6 +67,20 @@ impl Client {
     /// node deletes its data.
     pub async fn remove_replica(&self, shard: u64, node: u64) -> Result<ReplicaChange> {
         self.change_replica(shard, node, false).await
+    }
+
+    /// Forgets member `node`, which must hold no replica any more (after
+    /// [`Client::decommission`]): the members stop pinging and listing it and refuse its
+    /// messages; its id stays taken. Asked of the metadata shard's leader (any member would
+    /// do). Returns the shard map version that records it.
+    pub async fn forget_member(&self, node: u64) -> Result<u64> {
+        self.leader_call(0, |mut cluster, timeout| async move {
+            let reply = cluster
+                .forget(request(ForgetRequest { node_id: node }, timeout))
+                .await?;
+            Ok(reply.into_inner().map_version)
+        })
+        .await
     }
 
     async fn change_replica(&self, shard: u64, node: u64, add: bool) -> Result<ReplicaChange> {

@@ -74,6 +74,8 @@ pub struct MultiRaft {
     /// the closed-timestamp side channel and the clock fence cover. Replaced whole when a
     /// node joins ([`MultiRaft::set_peers`]).
     peers: RwLock<Arc<Vec<(NodeId, String)>>>,
+    /// Former members (`ShardMap::forgotten`): their messages are refused.
+    forgotten: RwLock<Arc<Vec<NodeId>>>,
     /// This node's client address, sent in ping replies (set once by the server).
     pub client_addr: std::sync::OnceLock<String>,
 }
@@ -138,6 +140,7 @@ impl MultiRaft {
             votes_from: std::time::Instant::now() + vote_quarantine,
             map_listener: std::sync::OnceLock::new(),
             peers: RwLock::new(Arc::new(Vec::new())),
+            forgotten: RwLock::new(Arc::new(Vec::new())),
             client_addr: std::sync::OnceLock::new(),
         }))
     }
@@ -145,6 +148,19 @@ impl MultiRaft {
     /// Replaces the cluster's node list (see the `peers` field); `peers` may include this node.
     pub fn set_peers(&self, peers: Vec<(NodeId, String)>) {
         *self.peers.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(peers);
+    }
+
+    /// Replaces the former members whose messages are refused.
+    pub fn set_forgotten(&self, forgotten: Vec<NodeId>) {
+        *self.forgotten.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(forgotten);
+    }
+
+    /// Whether `node` was forgotten (see [`MultiRaft::set_forgotten`]).
+    pub fn is_forgotten(&self, node: NodeId) -> bool {
+        self.forgotten
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .contains(&node)
     }
 
     /// The cluster's nodes other than this one, with their peer addresses.
@@ -333,6 +349,7 @@ impl TransportService {
 
     /// Merges a node-level message's clock and notes the sender alive.
     fn admit_node(&self, hlc: u64, from: u64) -> Result<(), Status> {
+        refuse_forgotten(&self.host, from)?;
         if let Err(e) = self.host.clock.update(Timestamp(hlc)) {
             if self.clock_log.should_log() {
                 tracing::error!(from_node = from, error = %e, "rejecting peer message");
@@ -368,6 +385,19 @@ impl TransportService {
 
 /// Admits one peer message for a shard: merges the sender's clock (rejecting it beyond
 /// `max_offset`), notes the sender alive, finds the replica, and wakes it if quiesced.
+/// PERMISSION_DENIED for a message from a forgotten member (see [`MultiRaft::set_forgotten`]),
+/// before its clock reading is merged.
+fn refuse_forgotten(host: &MultiRaft, from: u64) -> Result<(), Status> {
+    if host.is_forgotten(from) {
+        return Err(Status::permission_denied(format!(
+            "node {from} was forgotten by the cluster (meridian cluster forget): it is no longer \
+             a member; ids are never reused, so wipe its data directory and --join it with a \
+             new id"
+        )));
+    }
+    Ok(())
+}
+
 fn admit(
     host: &Arc<MultiRaft>,
     clock_log: &RateLimitedLog,
@@ -375,6 +405,7 @@ fn admit(
     hlc: u64,
     from: u64,
 ) -> Result<Arc<ShardReplica>, Status> {
+    refuse_forgotten(host, from)?;
     if let Err(e) = host.clock.update(Timestamp(hlc)) {
         if clock_log.should_log() {
             tracing::error!(from_node = from, error = %e, "rejecting peer message");

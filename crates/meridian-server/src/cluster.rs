@@ -169,6 +169,14 @@ impl Cluster for ClusterService {
         let reply = crate::join::admit(&self.node, request.into_inner()).await?;
         Ok(Response::new(reply))
     }
+
+    async fn forget(
+        &self,
+        request: Request<ForgetRequest>,
+    ) -> Result<Response<ForgetResponse>, Status> {
+        let map_version = crate::join::forget(&self.node, request.into_inner().node_id).await?;
+        Ok(Response::new(ForgetResponse { map_version }))
+    }
 }
 
 fn change_response(done: crate::membership::Outcome) -> ChangeReplicaResponse {

@@ -27,15 +27,22 @@
 //! between the join and writing the file asks again: a join is idempotent for the same id,
 //! addresses and location.
 //!
+//! **Forgetting** ([`forget`], `Cluster.Forget`, `meridian cluster forget NODE`) is the way
+//! out: a member that no shard lists as a replica, and that no Raft group hosted by the asked
+//! node still counts (a move under way), is added to the map's `forgotten` list by the same
+//! compare-and-swap. Every member then drops it from its peers (no pings, closed timestamps or
+//! clock-fence vote), from `Status`, and refuses its Raft messages (`PERMISSION_DENIED`).
+//!
 //! # Invariants
-//! - A node id is never reused: a join naming a member's id (founding or joined) is refused,
-//!   as is a peer address a member has.
+//! - A node id is never reused: a join naming a member's id (founding, joined or forgotten)
+//!   is refused, as is a peer address a member has.
 //! - A joined node never initializes a Raft group: the founding map places no replica on it,
 //!   and a replica a move places is fed by its group's leader.
 //!
 //! # Not done yet
-//! - A member is never forgotten: a decommissioned node stays in the list (pinged, counted in
-//!   the clock fence's cluster size, shown by `cluster status` as down once stopped).
+//! - A forgotten node that is still running is not told to stop: it keeps dialling its old
+//!   peers, which refuse it. Only the asked node's own Raft groups are checked for a move
+//!   still counting it; a group it does not host is trusted to the map.
 //! - The joining node's own `--max-offset-ms`, `--initial-shards`, `--home-regions` and the
 //!   like are replaced by the cluster's; its other settings (GC, closed timestamps, Raft
 //!   timing) are its own, as they are for a founding member.
@@ -46,6 +53,8 @@ use crate::config::{Member, NodeConfig};
 use crate::error::{Result, ServerError};
 use crate::node::Node;
 use meridian_proto::kv::{JoinRequest, JoinResponse};
+use meridian_raft::types::NodeId;
+use openraft::type_config::async_runtime::WatchReceiver;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -101,6 +110,44 @@ pub async fn admit(node: &Node, req: JoinRequest) -> Result<JoinResponse> {
         cluster_id: node.cluster_id.clone(),
         map_version: version,
     })
+}
+
+/// Serves a `Cluster.Forget`: lists `node` as forgotten in the stored map, once no shard lists
+/// it and no Raft group this node hosts counts it (a move still under way may).
+pub async fn forget(node: &Node, id: NodeId) -> Result<u64> {
+    if id == node.config.node_id {
+        return Err(ServerError::InvalidArgument(format!(
+            "node {id} cannot forget itself; ask another member"
+        )));
+    }
+    let founders = node.config.initial_cluster.clone();
+    // The map's reasons first (an unknown id, replicas it still lists): they name the fix.
+    node.map()
+        .with_member_forgotten(id, &founders)
+        .map_err(ServerError::InvalidArgument)?;
+    for replica in node.host.replicas() {
+        let counted = {
+            let m = replica.raft.metrics().borrow_watched().clone();
+            let membership = m.membership_config.membership();
+            let counted = membership.voter_ids().any(|n| n == id)
+                || membership.learner_ids().any(|n| n == id);
+            counted
+        };
+        if counted {
+            return Err(ServerError::InvalidArgument(format!(
+                "node {id} is still in shard {}'s Raft group (a move under way?); let it \
+                 finish (cluster status, MOVES) and ask again",
+                replica.shard
+            )));
+        }
+    }
+    let version = crate::membership::change_map(node, |map| {
+        map.with_member_forgotten(id, &founders)
+            .map_err(ServerError::InvalidArgument)
+    })
+    .await?;
+    tracing::info!(node = id, version, "forgot a member");
+    Ok(version)
 }
 
 /// The member `req` describes, or why it is not one.

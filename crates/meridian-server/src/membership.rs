@@ -30,7 +30,8 @@
 //!   removal is asked again.
 //!
 //! Members are the founding ones and those that joined (`join`, recorded in the same map):
-//! either can receive replicas.
+//! either can receive replicas. A member with no replica left can be *forgotten*
+//! (`join::forget`, listed in the same map): no longer pinged, listed or admitted as a peer.
 //!
 //! # How nodes learn the map
 //! The node that changed the map sends the new record to every member over the peer transport

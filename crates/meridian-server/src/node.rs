@@ -307,8 +307,10 @@ impl Node {
     /// Every member: the founding ones (`initial_cluster`), then those that joined since (the
     /// map's `joined`).
     pub fn members_now(&self) -> Vec<Member> {
+        let map = self.map();
         let mut all = self.config.initial_cluster.clone();
-        all.extend(self.map().joined.iter().cloned());
+        all.extend(map.joined.iter().cloned());
+        all.retain(|m| !map.forgotten.contains(&m.node_id));
         all
     }
 
@@ -332,6 +334,7 @@ impl Node {
             tracing::info!(%addr, %via, "dialling a peer through an override");
         }
         self.host.pool.set_dial_overrides(overrides);
+        self.host.set_forgotten(self.map().forgotten.clone());
         self.host.set_peers(
             members
                 .iter()
@@ -571,6 +574,7 @@ impl Node {
     /// node without a metadata replica, or one not registered yet) get what this node read
     /// before, or the client address their ping replies gave.
     pub async fn registry(&self) -> BTreeMap<NodeId, NodeRecord> {
+        let forgotten = self.map().forgotten.clone();
         let mut out: BTreeMap<NodeId, NodeRecord> = self
             .members_now()
             .into_iter()
@@ -606,7 +610,10 @@ impl Node {
             if let Ok(Ok(page)) = rows {
                 for (_, _, value) in page.rows {
                     if let Ok(rec) = serde_json::from_slice::<NodeRecord>(&value) {
-                        out.insert(rec.node_id, rec);
+                        // A forgotten member's registration stays; it is no longer listed.
+                        if !forgotten.contains(&rec.node_id) {
+                            out.insert(rec.node_id, rec);
+                        }
                     }
                 }
             }
@@ -617,6 +624,7 @@ impl Node {
                 cache.insert(*id, rec.clone());
             }
         }
+        cache.retain(|id, _| !forgotten.contains(id));
         // A node that no longer (or never) holds a metadata replica fills the gaps from the
         // registrations it read while it did, then from its pings' replies.
         for (id, rec) in cache.iter() {

@@ -66,6 +66,9 @@ pub struct ShardMap {
     /// founding members are the configuration's `initial_cluster`. A member is never taken
     /// off this list (its id is never reused).
     pub joined: Vec<Member>,
+    /// Members forgotten (`meridian cluster forget`) after every replica moved off them: no
+    /// longer pinged, listed or admitted as peers. Their ids stay taken.
+    pub forgotten: Vec<NodeId>,
 }
 
 /// Split keys for `n` shards over YCSB-style `user<u63>` keys: exactly `n - 1` distinct,
@@ -173,6 +176,7 @@ impl ShardMap {
             meta,
             data,
             joined: Vec::new(),
+            forgotten: Vec::new(),
         }
     }
 
@@ -288,6 +292,42 @@ impl ShardMap {
         }
         let mut next = self.clone();
         next.joined.push(member.clone());
+        next.version += 1;
+        Ok(Some(next))
+    }
+
+    /// The next version of this map, with member `node` forgotten. `Ok(None)` if it is
+    /// already; an error if no member (of `founders` or those who joined) has that id, or if
+    /// any shard still lists it as a replica.
+    pub fn with_member_forgotten(
+        &self,
+        node: NodeId,
+        founders: &[Member],
+    ) -> Result<Option<ShardMap>, String> {
+        if self.forgotten.contains(&node) {
+            return Ok(None);
+        }
+        if !founders
+            .iter()
+            .chain(&self.joined)
+            .any(|m| m.node_id == node)
+        {
+            return Err(format!("there is no member {node}"));
+        }
+        let holding: Vec<String> = self
+            .all()
+            .filter(|d| d.replicas.contains(&node))
+            .map(|d| d.id.to_string())
+            .collect();
+        if !holding.is_empty() {
+            return Err(format!(
+                "node {node} holds replicas of shards {} (move them first: meridian cluster \
+                 decommission {node})",
+                holding.join(", ")
+            ));
+        }
+        let mut next = self.clone();
+        next.forgotten.push(node);
         next.version += 1;
         Ok(Some(next))
     }

@@ -93,6 +93,16 @@ struct StoredMapWithMembers {
     joined: Vec<StoredMember>,
 }
 
+/// The record of a map that forgot a member (`ShardMap::forgotten`): [`StoredMapWithMembers`]'
+/// fields, then the forgotten ids. Used only when there is one, for the same reason.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+struct StoredMapWithForgotten {
+    version: u64,
+    shards: Vec<StoredShard>,
+    joined: Vec<StoredMember>,
+    forgotten: Vec<NodeId>,
+}
+
 fn stored_shard(d: &ShardDescriptor) -> StoredShard {
     StoredShard {
         id: d.id.0,
@@ -118,25 +128,34 @@ fn descriptor(s: StoredShard) -> ShardDescriptor {
 /// The record of `map`, or why it cannot be stored (larger than a value may be).
 pub fn encode(map: &ShardMap) -> Result<Bytes, String> {
     let shards: Vec<StoredShard> = map.all().map(stored_shard).collect();
-    let raw = if map.joined.is_empty() {
-        codec::encode(&StoredMap {
+    let joined = || -> Vec<StoredMember> {
+        map.joined
+            .iter()
+            .map(|m| StoredMember {
+                node_id: m.node_id,
+                peer_addr: m.peer_addr.to_string(),
+                region: m.region.clone(),
+                zone: m.zone.clone(),
+            })
+            .collect()
+    };
+    let raw = if !map.forgotten.is_empty() {
+        codec::encode(&StoredMapWithForgotten {
             version: map.version,
             shards,
+            joined: joined(),
+            forgotten: map.forgotten.clone(),
         })
-    } else {
+    } else if !map.joined.is_empty() {
         codec::encode(&StoredMapWithMembers {
             version: map.version,
             shards,
-            joined: map
-                .joined
-                .iter()
-                .map(|m| StoredMember {
-                    node_id: m.node_id,
-                    peer_addr: m.peer_addr.to_string(),
-                    region: m.region.clone(),
-                    zone: m.zone.clone(),
-                })
-                .collect(),
+            joined: joined(),
+        })
+    } else {
+        codec::encode(&StoredMap {
+            version: map.version,
+            shards,
         })
     }
     .map_err(|e| format!("encoding the shard map: {e}"))?;
@@ -152,17 +171,24 @@ pub fn encode(map: &ShardMap) -> Result<Bytes, String> {
 
 /// Decodes a stored record.
 pub fn decode(raw: &[u8]) -> Result<ShardMap, String> {
-    // Exact decoding tells the two apart: a record with members has bytes after a
-    // `StoredMap`'s, and one without ends before a `StoredMapWithMembers`'s member list.
-    let stored: StoredMapWithMembers = match codec::decode::<StoredMap>(raw) {
-        Ok(m) => StoredMapWithMembers {
+    // Exact decoding tells the three apart: each form has bytes after the shorter ones', and
+    // ends before the longer ones' next list.
+    let stored: StoredMapWithForgotten = if let Ok(m) = codec::decode::<StoredMap>(raw) {
+        StoredMapWithForgotten {
             version: m.version,
             shards: m.shards,
             joined: Vec::new(),
-        },
-        Err(_) => {
-            codec::decode(raw).map_err(|e| format!("the stored shard map does not decode: {e}"))?
+            forgotten: Vec::new(),
         }
+    } else if let Ok(m) = codec::decode::<StoredMapWithMembers>(raw) {
+        StoredMapWithForgotten {
+            version: m.version,
+            shards: m.shards,
+            joined: m.joined,
+            forgotten: Vec::new(),
+        }
+    } else {
+        codec::decode(raw).map_err(|e| format!("the stored shard map does not decode: {e}"))?
     };
     let mut joined = Vec::with_capacity(stored.joined.len());
     for m in stored.joined {
@@ -188,6 +214,7 @@ pub fn decode(raw: &[u8]) -> Result<ShardMap, String> {
         meta,
         data: shards.collect(),
         joined,
+        forgotten: stored.forgotten,
     })
 }
 
@@ -301,6 +328,52 @@ mod tests {
             .with_member_joined(&same_addr, &members())
             .unwrap_err()
             .contains("is node 4's"));
+    }
+
+    #[test]
+    fn a_forgotten_member_round_trips_and_only_one_without_replicas_can_be_forgotten() {
+        let founding = ShardMap::founding(&members(), 3, &[], 4);
+        let newcomer = Member {
+            node_id: 4,
+            peer_addr: "127.0.0.1:7104".parse().unwrap(),
+            region: "r1".into(),
+            zone: "b".into(),
+        };
+        let joined = founding
+            .with_member_joined(&newcomer, &members())
+            .unwrap()
+            .unwrap();
+        let joined_bytes = encode(&joined).unwrap();
+        // Node 1 holds replicas: refused. Moved off every shard, it can be forgotten.
+        assert!(joined
+            .with_member_forgotten(1, &members())
+            .unwrap_err()
+            .contains("holds replicas"));
+        let mut moved = joined.clone();
+        for desc in std::iter::once(&mut moved.meta).chain(moved.data.iter_mut()) {
+            for id in desc.replicas.iter_mut().filter(|id| **id == 1) {
+                *id = 4;
+            }
+        }
+        let forgot = moved.with_member_forgotten(1, &members()).unwrap().unwrap();
+        assert_eq!(forgot.forgotten, vec![1]);
+        assert_eq!(forgot.version, moved.version + 1);
+        let raw = encode(&forgot).unwrap();
+        assert_eq!(decode(&raw).unwrap(), forgot);
+        // A map that forgot nobody is stored as before.
+        assert_eq!(encode(&joined).unwrap(), joined_bytes);
+        assert_eq!(forgot.with_member_forgotten(1, &members()), Ok(None));
+        assert!(forgot
+            .with_member_forgotten(9, &members())
+            .unwrap_err()
+            .contains("no member 9"));
+        // Its id stays taken.
+        let mut again = newcomer.clone();
+        again.node_id = 1;
+        assert!(forgot
+            .with_member_joined(&again, &members())
+            .unwrap_err()
+            .contains("node id 1 is taken"));
     }
 
     #[test]

@@ -591,6 +591,10 @@ impl Cluster for FakeNode {
         Err(Status::unimplemented("the fake cluster takes no joins"))
     }
 
+    async fn forget(&self, _: Request<ForgetRequest>) -> Result<Response<ForgetResponse>, Status> {
+        Err(Status::unimplemented("the fake cluster forgets no members"))
+    }
+
     async fn status(&self, _: Request<StatusRequest>) -> Result<Response<StatusResponse>, Status> {
         let addresses = self.world.addresses.lock().unwrap().clone();
         Ok(Response::new(StatusResponse {
