@@ -52,6 +52,25 @@ fn cli(endpoints: &[String], args: &[&str]) -> String {
     stdout
 }
 
+/// Runs `meridian ARGS` (off the runtime), which must fail; its stderr.
+async fn refused(args: Vec<String>) -> String {
+    let shown = args.join(" ");
+    let output = tokio::task::spawn_blocking(move || {
+        run_bounded(
+            std::process::Command::new(binary()).args(&args),
+            Duration::from_secs(90),
+        )
+    })
+    .await
+    .unwrap();
+    let said = String::from_utf8_lossy(&output.stderr).into_owned();
+    assert!(
+        !output.status.success(),
+        "meridian {shown} must fail: {said}"
+    );
+    said
+}
+
 async fn scenario() {
     let dir = tempfile::tempdir().unwrap();
     let config = LocalClusterConfig::new(binary(), 4, PORT, dir.path())
@@ -73,34 +92,20 @@ async fn scenario() {
 
     // A node whose id is taken is refused, and says why.
     let taken = dir.path().join("taken");
-    let refused = tokio::task::spawn_blocking({
-        let via = founders[0].clone();
-        move || {
-            run_bounded(
-                std::process::Command::new(binary()).args([
-                    "start",
-                    "--node-id",
-                    "2",
-                    "--client-addr",
-                    &format!("127.0.0.1:{}", PORT + 9),
-                    "--peer-addr",
-                    &format!("127.0.0.1:{}", PORT + 109),
-                    "--data-dir",
-                    &taken.display().to_string(),
-                    "--join",
-                    &via,
-                ]),
-                Duration::from_secs(90),
-            )
-        }
-    })
-    .await
-    .unwrap();
-    let said = String::from_utf8_lossy(&refused.stderr).into_owned();
-    assert!(
-        !refused.status.success(),
-        "a taken id must be refused: {said}"
-    );
+    let said = refused(vec![
+        "start".into(),
+        "--node-id".into(),
+        "2".into(),
+        "--client-addr".into(),
+        format!("127.0.0.1:{}", PORT + 9),
+        "--peer-addr".into(),
+        format!("127.0.0.1:{}", PORT + 109),
+        "--data-dir".into(),
+        taken.display().to_string(),
+        "--join".into(),
+        founders[0].clone(),
+    ])
+    .await;
     assert!(said.contains("node id 2 is taken"), "{said}");
     assert_eq!(
         client.status().await.unwrap().shard_map_version,
@@ -177,26 +182,14 @@ async fn scenario() {
     }
 
     // Node 1 holds nothing now: it can be forgotten; node 2 cannot.
-    let survivors_cli = &survivors;
-    let refused = tokio::task::spawn_blocking({
-        let endpoints = survivors_cli.join(",");
-        move || {
-            run_bounded(
-                std::process::Command::new(binary()).args([
-                    "cluster",
-                    "forget",
-                    "2",
-                    "--endpoints",
-                    &endpoints,
-                ]),
-                Duration::from_secs(60),
-            )
-        }
-    })
-    .await
-    .unwrap();
-    let said = String::from_utf8_lossy(&refused.stderr).into_owned();
-    assert!(!refused.status.success(), "forgetting node 2: {said}");
+    let said = refused(vec![
+        "cluster".into(),
+        "forget".into(),
+        "2".into(),
+        "--endpoints".into(),
+        survivors.join(","),
+    ])
+    .await;
     assert!(said.contains("node 2 holds replicas"), "{said}");
     let stdout = cli(&survivors, &["cluster", "forget", "1"]);
     assert!(stdout.contains("node 1 forgotten"), "{stdout}");

@@ -277,6 +277,16 @@ mod tests {
             .collect()
     }
 
+    /// Node 4, joining in region r1.
+    fn newcomer() -> Member {
+        Member {
+            node_id: 4,
+            peer_addr: "127.0.0.1:7104".parse().unwrap(),
+            region: "r1".into(),
+            zone: "b".into(),
+        }
+    }
+
     #[test]
     fn the_record_round_trips_exactly() {
         let map = ShardMap::founding(&members(), 3, &[b"a\0\xff".to_vec(), b"m".to_vec()], 0);
@@ -301,12 +311,7 @@ mod tests {
         })
         .unwrap();
         assert_eq!(encode(&map).unwrap().to_vec(), old_bytes);
-        let newcomer = Member {
-            node_id: 4,
-            peer_addr: "127.0.0.1:7104".parse().unwrap(),
-            region: "r1".into(),
-            zone: "b".into(),
-        };
+        let newcomer = newcomer();
         let joined = map
             .with_member_joined(&newcomer, &members())
             .unwrap()
@@ -333,12 +338,7 @@ mod tests {
     #[test]
     fn a_forgotten_member_round_trips_and_only_one_without_replicas_can_be_forgotten() {
         let founding = ShardMap::founding(&members(), 3, &[], 4);
-        let newcomer = Member {
-            node_id: 4,
-            peer_addr: "127.0.0.1:7104".parse().unwrap(),
-            region: "r1".into(),
-            zone: "b".into(),
-        };
+        let newcomer = newcomer();
         let joined = founding
             .with_member_joined(&newcomer, &members())
             .unwrap()
