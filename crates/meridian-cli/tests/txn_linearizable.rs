@@ -2,7 +2,10 @@
 //! ahead (max offset 500 ms), a transaction that commits on that node's shard and returns is
 //! followed by one on another node's shard. Without commit-wait the second is often stamped
 //! *below* the first (a causal reverse: a snapshot between them sees the second and not the
-//! first); with it, never.
+//! first); with it, never. The same for a read-only transaction that reads the first one's
+//! write before the first one's own commit-wait is over (here: the first one does not wait at
+//! all): without commit-wait of its own, the transaction begun after it returned is often
+//! stamped below what it read; with it, never.
 //!
 //! Replication factor 1, so each shard lives on one node and nothing replicates the first
 //! commit to the second shard's node: with 3 replicas on 3 nodes the first commit's Raft
@@ -92,6 +95,22 @@ async fn scenario() {
         );
         assert_eq!(reverses, 0, "{name}: commit-wait let a later commit below");
     }
+    let reverses = reader_pairs(&client, &fast[0], &slow[0], false).await;
+    eprintln!("read-only, no commit-wait: {reverses} of {PAIRS} pairs reversed");
+    assert!(
+        reverses > 0,
+        "control: without the reader's commit-wait no pair was reversed (read-only)"
+    );
+    let started = Instant::now();
+    let reverses = reader_pairs(&client, &fast[0], &slow[0], true).await;
+    eprintln!(
+        "read-only, commit-wait: {reverses} of {PAIRS} pairs reversed ({:?} a pair)",
+        started.elapsed() / PAIRS as u32
+    );
+    assert_eq!(
+        reverses, 0,
+        "a read-only commit-wait let a later commit below what it read"
+    );
     cluster.stop_all(Duration::from_secs(20));
 }
 
@@ -157,6 +176,53 @@ async fn wait_every_shard_led(cluster: &meridian_cli::LocalCluster) {
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+}
+
+/// Runs PAIRS times: a write of `fast_key` without commit-wait, a read-only transaction (with
+/// commit-wait if `linearizable`) that reads it, then, once that returned, a write of
+/// `slow_key`. Returns how many of those were stamped below the version the reader saw.
+async fn reader_pairs(
+    client: &Client,
+    fast_key: &Bytes,
+    slow_key: &Bytes,
+    linearizable: bool,
+) -> usize {
+    let mut reverses = 0;
+    for i in 0..PAIRS {
+        let seen = put_all(
+            client,
+            std::slice::from_ref(fast_key),
+            i,
+            TxnOptions::default(),
+        )
+        .await;
+        let options = TxnOptions {
+            linearizable,
+            ..TxnOptions::default()
+        };
+        let key = fast_key.clone();
+        let (value, info) = client
+            .txn(options, move |txn| {
+                let key = key.clone();
+                Box::pin(async move { txn.get(key).await })
+            })
+            .await
+            .expect("read-only transaction");
+        assert_eq!(value.as_deref(), Some(format!("v{i}").as_bytes()));
+        assert_eq!(info.commit_ts, None, "read-only");
+        let later = put_all(
+            client,
+            std::slice::from_ref(slow_key),
+            i,
+            TxnOptions::default(),
+        )
+        .await;
+        if later < seen {
+            reverses += 1;
+        }
+        tokio::time::sleep(Duration::from_millis(37)).await;
+    }
+    reverses
 }
 
 async fn put_all(client: &Client, keys: &[Bytes], i: usize, options: TxnOptions) -> Timestamp {

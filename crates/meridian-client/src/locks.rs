@@ -205,40 +205,26 @@ impl Client {
             }),
             route: None,
             txn_ts,
-            commit_wait: false,
         };
         self.send_resolve(key, message, deadline).await
     }
 
-    /// Commit-wait for a transaction committed at `commit_ts` (see
-    /// [`TxnOptions::linearizable`](crate::TxnOptions::linearizable)) whose commit a recovery
-    /// settled: sends its anchor the decision again (a decided record never changes; a
-    /// collected one answers without writing), answered only once that node's clock is
-    /// `max_offset` past `commit_ts` (unless it answers ABORTED, which a committed
-    /// transaction's anchor never does).
-    pub(crate) async fn commit_wait_at_anchor(
-        &self,
-        (txn, txn_ts): (proto::WriteId, u64),
-        anchor: &Bytes,
-        commit_ts: u64,
-        deadline: &Deadline,
-    ) -> Result<()> {
-        let message = proto::ResolveRequest {
-            txn: Some(txn),
-            key: anchor.clone(),
-            anchor: true,
-            decision: Some(resolve_request::Decision::CommitTs(commit_ts)),
-            route: None,
-            txn_ts,
-            commit_wait: true,
-        };
-        let answer = self.send_resolve(anchor, message, deadline).await?;
-        match proto::TxnState::try_from(answer.state) {
-            Ok(proto::TxnState::Aborted) => Err(Error::internal(format!(
-                "the anchor answered a committed transaction's commit-wait with {answer:?}"
-            ))),
-            _ => Ok(()),
-        }
+    /// `Kv.CommitWait` on `ts` (see [`TxnOptions::linearizable`](crate::TxnOptions::linearizable)):
+    /// returns once a node's physical clock is `max_offset` past `ts`, so every clock has
+    /// passed it. Asked of the first shard's leader (any node would do), retried like a read.
+    pub(crate) async fn commit_wait(&self, ts: u64, deadline: &Deadline) -> Result<()> {
+        self.call_with(
+            Route::Key(b""),
+            deadline,
+            LockPolicy::Fail,
+            |channel, timeout, _route| async move {
+                kv_client(channel)
+                    .commit_wait(request(proto::CommitWaitRequest { ts }, timeout))
+                    .await
+                    .map(|_| ())
+            },
+        )
+        .await
     }
 
     async fn send_resolve(

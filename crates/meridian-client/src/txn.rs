@@ -54,12 +54,13 @@
 //! until the answering node's physical clock is `max_offset` past the commit timestamp (a
 //! *commit-wait*, as in Spanner and CockroachDB's `--linearizable`), so every clock has
 //! passed it and any transaction that begins afterwards gets a larger timestamp. A history
-//! in which every writing transaction uses it is strictly serializable while clocks stay
-//! within `max_offset` (read-only transactions need no wait: every transaction that
-//! finished before one began is below its read timestamp). Plain `put`/`delete`/`batch_put`
-//! never wait. In a multi-shard commit each participant waits on its own prepare timestamp,
-//! so the one that set the commit timestamp waits on it; a commit settled by a recovery
-//! sends the anchor its decision again to wait on.
+//! in which every transaction uses it is strictly serializable while clocks stay within
+//! `max_offset`. A read-only transaction with the option waits too, on its read
+//! timestamp (`Kv.CommitWait`): a write is readable once applied, before its own wait ends,
+//! and a reader that saw it and returned at once would let a transaction begun after it be
+//! stamped below the write. Plain `put`/`delete`/`batch_put` never wait. In a multi-shard
+//! commit each participant waits on its own prepare timestamp, so the one that set the commit
+//! timestamp waits on it; a commit settled by a recovery waits with `Kv.CommitWait`.
 //!
 //! # What the closure may see
 //! One attempt's reads are one snapshot, but an attempt that writes may still fail its commit
@@ -149,10 +150,11 @@ pub struct TxnOptions {
     /// `max_offset` of the others) has passed its commit timestamp, so any transaction that
     /// begins after this one returned — through any node, on any shard — commits at a larger
     /// timestamp. This rules out the *causal reverse* across shards that skewed clocks
-    /// otherwise allow (see the [module docs](crate::txn)); a history where every writing
+    /// otherwise allow (see the [module docs](crate::txn)); a history where every
     /// transaction sets it is strictly serializable. It costs each writing commit between
     /// `max_offset` and `2 x max_offset` of latency (500–1,000 ms at the default), during
-    /// which its locks are held. Read-only transactions do not wait. Off by default.
+    /// which its locks are held; a read-only transaction that read anything waits about
+    /// `max_offset` on its read timestamp. Off by default.
     pub linearizable: bool,
 }
 
@@ -568,6 +570,14 @@ impl Txn {
     pub async fn commit(mut self) -> Result<Option<Timestamp>> {
         self.check_not_restarting()?;
         if self.writes.is_empty() {
+            let read = !self.reads.is_empty() || !self.ranges.is_empty();
+            if let (true, true, Some(read_ts)) = (self.commit_wait, read, self.snapshot.read_ts) {
+                // It may have read a write whose own commit-wait is still running: it must
+                // not return (and let later transactions be stamped below) before that ends.
+                self.client
+                    .commit_wait(read_ts.0, &self.client.deadline())
+                    .await?;
+            }
             return Ok(None);
         }
         if self.isolation == Isolation::Snapshot {

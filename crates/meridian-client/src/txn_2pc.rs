@@ -190,12 +190,15 @@ pub(crate) async fn commit(
         // set `c` may be one whose answer (and so its commit-wait) was lost.
         Ok(Settled::Committed(c)) => {
             if rules.commit_wait {
+                // Committed for sure, but without the wait the caller could be told so before
+                // every clock passed `c`: an error, then, naming what happened.
                 client
-                    .commit_wait_at_anchor(txn, &anchor, c, &client.deadline())
+                    .commit_wait(c, &client.deadline())
                     .await
                     .map_err(|error| Error::Ambiguous {
                         message: format!(
-                            "a multi-shard commit was settled as committed, but its commit-wait                              failed ({error}): later transactions may be stamped below it"
+                            "a multi-shard commit was settled as committed at {c}, but its \
+                             commit-wait failed ({error})"
                         ),
                     })?;
             }

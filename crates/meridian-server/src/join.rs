@@ -115,16 +115,16 @@ pub async fn admit(node: &Node, req: JoinRequest) -> Result<JoinResponse> {
 /// Serves a `Cluster.Forget`: lists `node` as forgotten in the stored map, once no shard lists
 /// it and no Raft group this node hosts counts it (a move still under way may).
 pub async fn forget(node: &Node, id: NodeId) -> Result<u64> {
-    if id == node.config.node_id {
-        return Err(ServerError::InvalidArgument(format!(
-            "node {id} cannot forget itself; ask another member"
-        )));
-    }
     let founders = node.config.initial_cluster.clone();
     // The map's reasons first (an unknown id, replicas it still lists): they name the fix.
     node.map()
         .with_member_forgotten(id, &founders)
         .map_err(ServerError::InvalidArgument)?;
+    if id == node.config.node_id {
+        return Err(ServerError::InvalidArgument(format!(
+            "node {id} cannot forget itself; ask another member"
+        )));
+    }
     for replica in node.host.replicas() {
         let counted = {
             let m = replica.raft.metrics().borrow_watched().clone();

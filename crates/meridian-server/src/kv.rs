@@ -564,6 +564,20 @@ impl Kv for KvService {
             self.resolve_txn(request.into_inner(), permit).await?,
         ))
     }
+
+    async fn commit_wait(
+        &self,
+        request: Request<CommitWaitRequest>,
+    ) -> std::result::Result<Response<CommitWaitResponse>, Status> {
+        // Admitted like any request: the wait holds the permit, at most 2 x max_offset.
+        let _permit = self.admit(&request).await?;
+        let ts = request.into_inner().ts;
+        if ts == 0 || ts > meridian_raft::types::MAX_COMMAND_TS {
+            return Err(invalid("ts must be set and at most MAX_COMMAND_TS").into());
+        }
+        self.commit_wait_on(Timestamp(ts)).await?;
+        Ok(Response::new(CommitWaitResponse {}))
+    }
 }
 
 #[cfg(test)]

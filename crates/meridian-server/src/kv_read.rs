@@ -43,7 +43,7 @@ impl KvService {
     /// more than `max_offset` past `commit_ts`, so that every clock within `max_offset` of this
     /// one has passed it. At most `2 x max_offset`: a commit timestamp is never more than
     /// `max_offset` ahead of a correct node's clock.
-    pub(crate) async fn commit_wait(&self, commit_ts: Timestamp) -> Result<()> {
+    pub(crate) async fn commit_wait_on(&self, commit_ts: Timestamp) -> Result<()> {
         let max_offset_ms = self.node.clock.max_offset().as_millis() as u64;
         self.wait_clock_past(commit_ts, max_offset_ms, "commit timestamp")
             .await

@@ -18,9 +18,11 @@
 //! has passed it (at most `max_offset`, `CLOCK_OFFSET` beyond) before proposing, so the
 //! timestamp is never ahead of the clock of the node that applies it as leader.
 //!
-//! **Commit-wait** (`commit_wait` on either request): a committed or prepared answer (a resolve
-//! with a commit timestamp: any answer but aborted) is held until this node's *physical*
-//! clock is more than `max_offset` past the commit timestamp ([`KvService::commit_wait`]).
+//! **Commit-wait** (`CommitRequest.commit_wait`): a committed or prepared answer is held until
+//! this node's *physical* clock is more than `max_offset` past the commit timestamp
+//! ([`KvService::commit_wait_on`]; a failed wait is `AMBIGUOUS`, the commit having applied).
+//! `Kv.CommitWait` is the same wait on a timestamp the client names (a read-only
+//! transaction's read timestamp, a commit settled by a recovery).
 //! Every clock within `max_offset` of this one has then passed it, so a transaction that
 //! begins after the answer draws a larger timestamp from whichever node it asks. A prepare
 //! waits on its own timestamp; the largest of them is the commit timestamp, so the
@@ -277,7 +279,14 @@ impl KvService {
             answer(shard, result.commit_ts, result.conflict, aborted)
         };
         if commit_wait && response.committed {
-            self.commit_wait(Timestamp(response.commit_ts)).await?;
+            let ts = Timestamp(response.commit_ts);
+            // Applied already: a failed wait must not read as "nothing happened".
+            self.commit_wait_on(ts).await.map_err(|e| {
+                ServerError::Ambiguous(format!(
+                    "committed at {ts}, but the commit-wait failed ({e}); asking again with the \
+                     same write id answers the commit"
+                ))
+            })?;
         }
         Ok(response)
     }
@@ -348,11 +357,6 @@ impl KvService {
             Some(TxnStatus::Aborted) => TxnState::Aborted,
             Some(TxnStatus::Forgotten) => TxnState::Forgotten,
         };
-        if let (true, Decision::Commit(c)) = (req.commit_wait, decision) {
-            if state != TxnState::Aborted {
-                self.commit_wait(Timestamp(c)).await?;
-            }
-        }
         Ok(ResolveResponse {
             state: state as i32,
             commit_ts: result.commit_ts,

@@ -110,7 +110,16 @@ pub async fn add_replica(node: &Node, shard: ShardId, target: NodeId) -> Result<
             "node {target} is a voter of shard {shard} already"
         )));
     }
-    change_map(node, |map| Ok(map.with_replica_added(shard, target))).await?;
+    change_map(node, |map| {
+        // Checked against the map being changed: a forget that won the race is seen here.
+        if map.forgotten.contains(&target) {
+            return Err(ServerError::InvalidArgument(format!(
+                "node {target} was forgotten (meridian cluster forget); it cannot take replicas"
+            )));
+        }
+        Ok(map.with_replica_added(shard, target))
+    })
+    .await?;
     tracing::info!(%shard, target, "adding a replica: learner first");
     replica
         .raft

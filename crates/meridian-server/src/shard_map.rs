@@ -267,12 +267,20 @@ impl ShardMap {
 
     /// The next version of this map, with `member` joined. `Ok(None)` if it joined already
     /// with the same address and location (a joining node asking again); an error if its id
-    /// or peer address is taken by a founding member (`founders`) or another joined one.
+    /// is taken by a founding member (`founders`) or another joined one, forgotten or not, or
+    /// its peer address by one not forgotten.
     pub fn with_member_joined(
         &self,
         member: &Member,
         founders: &[Member],
     ) -> Result<Option<ShardMap>, String> {
+        if self.forgotten.contains(&member.node_id) {
+            return Err(format!(
+                "node id {} was forgotten (meridian cluster forget); ids are never reused: \
+                 join with a new id",
+                member.node_id
+            ));
+        }
         if self.joined.contains(member) {
             return Ok(None);
         }
@@ -283,7 +291,7 @@ impl ShardMap {
                     member.node_id, other.peer_addr, other.region, other.zone
                 ));
             }
-            if other.peer_addr == member.peer_addr {
+            if other.peer_addr == member.peer_addr && !self.forgotten.contains(&other.node_id) {
                 return Err(format!(
                     "peer address {} is node {}'s",
                     member.peer_addr, other.node_id

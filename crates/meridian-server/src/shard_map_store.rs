@@ -367,13 +367,28 @@ mod tests {
             .with_member_forgotten(9, &members())
             .unwrap_err()
             .contains("no member 9"));
-        // Its id stays taken.
+        // Its id stays taken, even for a node asking to join as it did (node 4 here); its
+        // address does not.
         let mut again = newcomer.clone();
         again.node_id = 1;
         assert!(forgot
             .with_member_joined(&again, &members())
             .unwrap_err()
-            .contains("node id 1 is taken"));
+            .contains("node id 1 was forgotten"));
+        let forgot_4 = joined
+            .with_member_forgotten(4, &members())
+            .expect("node 4 holds nothing in `joined`")
+            .unwrap();
+        assert!(forgot_4
+            .with_member_joined(&newcomer, &members())
+            .unwrap_err()
+            .contains("node id 4 was forgotten"));
+        let mut new_id = newcomer.clone();
+        new_id.node_id = 5;
+        assert!(forgot_4
+            .with_member_joined(&new_id, &members())
+            .unwrap()
+            .is_some());
     }
 
     #[test]

@@ -222,6 +222,17 @@ impl Kv for FakeNode {
         Err(error("INVALID_ARGUMENT", "the fake does not resolve", None))
     }
 
+    async fn commit_wait(
+        &self,
+        _: Request<CommitWaitRequest>,
+    ) -> Result<Response<CommitWaitResponse>, Status> {
+        Err(error(
+            "INVALID_ARGUMENT",
+            "the fake does not commit-wait",
+            None,
+        ))
+    }
+
     async fn cas(&self, request: Request<CasRequest>) -> Result<Response<CasResponse>, Status> {
         use meridian_client::proto::cas_request::{Action, Expect};
         let request = request.into_inner();
