@@ -206,7 +206,21 @@ impl Client {
             route: None,
             txn_ts,
         };
-        self.send_resolve(key, message, deadline).await
+        self.call_with(
+            Route::Key(key),
+            deadline,
+            LockPolicy::Fail,
+            |channel, timeout, route| {
+                let message = message.routed(route);
+                async move {
+                    kv_client(channel)
+                        .resolve(request(message, timeout))
+                        .await
+                        .map(|r| r.into_inner())
+                }
+            },
+        )
+        .await
     }
 
     /// `Kv.CommitWait` on `ts` (see [`TxnOptions::linearizable`](crate::TxnOptions::linearizable)):
@@ -222,29 +236,6 @@ impl Client {
                     .commit_wait(request(proto::CommitWaitRequest { ts }, timeout))
                     .await
                     .map(|_| ())
-            },
-        )
-        .await
-    }
-
-    async fn send_resolve(
-        &self,
-        key: &Bytes,
-        message: proto::ResolveRequest,
-        deadline: &Deadline,
-    ) -> Result<proto::ResolveResponse> {
-        self.call_with(
-            Route::Key(key),
-            deadline,
-            LockPolicy::Fail,
-            |channel, timeout, route| {
-                let message = message.routed(route);
-                async move {
-                    kv_client(channel)
-                        .resolve(request(message, timeout))
-                        .await
-                        .map(|r| r.into_inner())
-                }
             },
         )
         .await

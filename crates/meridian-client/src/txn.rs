@@ -571,7 +571,7 @@ impl Txn {
         self.check_not_restarting()?;
         if self.writes.is_empty() {
             let read = !self.reads.is_empty() || !self.ranges.is_empty();
-            if let (true, true, Some(read_ts)) = (self.commit_wait, read, self.snapshot.read_ts) {
+            if let Some(read_ts) = self.snapshot.read_ts.filter(|_| self.commit_wait && read) {
                 // It may have read a write whose own commit-wait is still running: it must
                 // not return (and let later transactions be stamped below) before that ends.
                 self.client

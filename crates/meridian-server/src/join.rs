@@ -126,14 +126,13 @@ pub async fn forget(node: &Node, id: NodeId) -> Result<u64> {
         )));
     }
     for replica in node.host.replicas() {
-        let counted = {
-            let m = replica.raft.metrics().borrow_watched().clone();
-            let membership = m.membership_config.membership();
-            let counted = membership.voter_ids().any(|n| n == id)
-                || membership.learner_ids().any(|n| n == id);
-            counted
-        };
-        if counted {
+        let metrics = replica.raft.metrics().borrow_watched().clone();
+        let membership = metrics.membership_config.membership();
+        if membership
+            .voter_ids()
+            .chain(membership.learner_ids())
+            .any(|n| n == id)
+        {
             return Err(ServerError::InvalidArgument(format!(
                 "node {id} is still in shard {}'s Raft group (a move under way?); let it \
                  finish (cluster status, MOVES) and ask again",
