@@ -188,7 +188,7 @@ pub enum KvOp {
         priority: PriorityArg,
         /// Commit-wait: return only once every node's clock has passed the commit timestamp,
         /// so any transaction begun afterwards commits above it (costs max_offset to 2 x
-        /// max_offset per writing commit).
+        /// max_offset per writing commit, about max_offset for a read-only one).
         #[arg(long)]
         linearizable: bool,
     },
