@@ -11,10 +11,11 @@
 //!    own status, with no metadata replica to read registrations from, lists every member's
 //!    client address (from ping replies).
 //! 4. `cluster decommission 1` moves node 1's three replicas to node 4 (the only node without
-//!    one), then node 1 is killed. Every shard lists nodes 2, 3 and 4.
+//!    one); node 1 keeps running. Every shard lists nodes 2, 3 and 4.
 //! 5. `cluster forget 2` is refused (node 2 holds replicas); `cluster forget 1` succeeds:
-//!    every survivor's status stops listing node 1, and a vote request sent in node 1's name
-//!    is refused as from a forgotten member (one in node 3's name is not).
+//!    node 1 stops by itself (exit status 79, its first ping refused), every survivor's status
+//!    stops listing node 1, and a vote request sent in node 1's name is refused as from a
+//!    forgotten member (one in node 3's name is not).
 //! 6. Node 4 is killed and started again: it rejoins from its `joined.json`, asking nobody,
 //!    and reopens its replicas from the map it adopted. Then node 3 is killed: every write
 //!    now needs node 4's vote (nodes 2 and 4 are the only ones up), and writes still succeed.
@@ -31,44 +32,12 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 const PORT: u16 = 31_600;
+/// `meridian_raft::host::EXIT_FORGOTTEN`.
+const EXIT_FORGOTTEN: i32 = 79;
 
 #[test]
 fn a_joined_node_takes_over_a_decommissioned_nodes_replicas_under_writes() {
     run_scenario(scenario());
-}
-
-/// `meridian cluster ...` against `endpoints`; panics unless it succeeds; its stdout.
-fn cli(endpoints: &[String], args: &[&str]) -> String {
-    let output = run_bounded(
-        std::process::Command::new(binary())
-            .args(args)
-            .arg("--endpoints")
-            .arg(endpoints.join(",")),
-        Duration::from_secs(300),
-    );
-    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
-    eprintln!("{stdout}{}", String::from_utf8_lossy(&output.stderr));
-    assert!(output.status.success(), "meridian {args:?} failed");
-    stdout
-}
-
-/// Runs `meridian ARGS` (off the runtime), which must fail; its stderr.
-async fn refused(args: Vec<String>) -> String {
-    let shown = args.join(" ");
-    let output = tokio::task::spawn_blocking(move || {
-        run_bounded(
-            std::process::Command::new(binary()).args(&args),
-            Duration::from_secs(90),
-        )
-    })
-    .await
-    .unwrap();
-    let said = String::from_utf8_lossy(&output.stderr).into_owned();
-    assert!(
-        !output.status.success(),
-        "meridian {shown} must fail: {said}"
-    );
-    said
 }
 
 async fn scenario() {
@@ -92,7 +61,7 @@ async fn scenario() {
 
     // A node whose id is taken is refused, and says why.
     let taken = dir.path().join("taken");
-    let said = refused(vec![
+    let said = cli_refused(vec![
         "start".into(),
         "--node-id".into(),
         "2".into(),
@@ -172,7 +141,6 @@ async fn scenario() {
         stdout.contains("node 1 holds no replicas (3 moved): safe to stop"),
         "{stdout}"
     );
-    cluster.kill(1, Signal::SIGKILL).expect("stopping node 1");
     let survivors: Vec<String> = (2..=4).map(|n| cluster.client_addr(n).unwrap()).collect();
     let client = connect_client(survivors.clone()).await;
     for s in &client.status().await.unwrap().shards {
@@ -182,7 +150,7 @@ async fn scenario() {
     }
 
     // Node 1 holds nothing now: it can be forgotten; node 2 cannot.
-    let said = refused(vec![
+    let said = cli_refused(vec![
         "cluster".into(),
         "forget".into(),
         "2".into(),
@@ -193,6 +161,18 @@ async fn scenario() {
     assert!(said.contains("node 2 holds replicas"), "{said}");
     let stdout = cli(&survivors, &["cluster", "forget", "1"]);
     assert!(stdout.contains("node 1 forgotten"), "{stdout}");
+    let exited = tokio::task::block_in_place(|| cluster.wait_exit(1, Duration::from_secs(20)))
+        .expect("node 1's process");
+    assert_eq!(
+        exited.and_then(|s| s.code()),
+        Some(EXIT_FORGOTTEN),
+        "a forgotten node stops by itself; log tail:\n{}",
+        cluster.log_tail(1, 20)
+    );
+    assert!(cluster
+        .log_contents(1)
+        .unwrap()
+        .contains("stopping the node: the cluster forgot it"));
     let give_up = Instant::now() + Duration::from_secs(20);
     for addr in &survivors {
         loop {

@@ -17,14 +17,10 @@ mod common;
 
 use bytes::Bytes;
 use common::*;
-use meridian_cli::local_cluster::REGIONS;
 use meridian_cli::{LocalCluster, LocalClusterConfig};
 use meridian_client::fetch_status;
 use meridian_client::proto::kv_client::KvClient;
 use meridian_client::proto::{GetRequest, ReadConsistency};
-use meridian_wan::control::{execute, Command};
-use meridian_wan::matrix::{format_dial_map, plan_peer_links};
-use meridian_wan::{LatencyMatrix, LinkOptions, NodeEndpoint, Wan};
 use nix::sys::signal::Signal;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -96,50 +92,9 @@ async fn direct_get(mut client: KvClient<Channel>) -> Result<Bytes, String> {
     }
 }
 
-/// Peer links between every ordered node pair, `ONE_WAY` each way; each node's dial args.
-async fn peer_wan() -> (Wan, Vec<(u64, [String; 2])>) {
-    let mut matrix = LatencyMatrix::new(Duration::ZERO);
-    for (a, b) in [(0, 1), (1, 2), (0, 2)] {
-        let (a, b) = (REGIONS[a], REGIONS[b]);
-        matrix.set_rtt(a, b, 2 * ONE_WAY).expect("valid regions");
-    }
-    let nodes: Vec<NodeEndpoint> = (1..=3u64)
-        .map(|id| NodeEndpoint {
-            id,
-            region: REGIONS[id as usize - 1].to_string(),
-            addr: format!("127.0.0.1:{}", BASE_PORT as u64 + 100 + id)
-                .parse()
-                .unwrap(),
-        })
-        .collect();
-    let loopback = std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST);
-    let plan = plan_peer_links(&matrix, &nodes, loopback, PEER_LINK_BASE_PORT).expect("plan");
-    let wan = Wan::start(plan.links.clone(), &LinkOptions::default())
-        .await
-        .expect("starting the WAN links");
-    let dial = plan
-        .dial_maps
-        .iter()
-        .map(|(id, map)| (*id, ["--peer-dial".to_string(), format_dial_map(map)]))
-        .collect();
-    (wan, dial)
-}
-
-/// Cuts (or heals) the links that carry `to`'s peers' own connections to it.
-fn cut_links_to(wan: &Wan, to: u64, cut: bool) {
-    for from in (1..=3).filter(|n| *n != to) {
-        let name = format!("peer-{from}-to-{to}");
-        let command = match cut {
-            true => Command::Drop(name),
-            false => Command::Heal(name),
-        };
-        execute(wan, &command).expect("link command");
-    }
-}
-
 async fn scenario() {
     let dir = tempfile::tempdir().unwrap();
-    let (wan, dial) = peer_wan().await;
+    let (wan, dial) = peer_wan(3, BASE_PORT, PEER_LINK_BASE_PORT, ONE_WAY).await;
     let per_node: Vec<(u64, Vec<&str>)> = dial
         .iter()
         .map(|(id, args)| (*id, args.iter().map(String::as_str).collect()))
@@ -198,7 +153,7 @@ async fn scenario() {
         }
 
         cluster.kill(leader, Signal::SIGSTOP).expect("SIGSTOP");
-        cut_links_to(&wan, leader, true);
+        cut_peer_links(&wan, 3, leader, false, true);
         let paused = Instant::now();
         let successor = leader_among(&cluster, Some(leader)).await;
         let others: Vec<String> = (1..=3)
@@ -238,7 +193,7 @@ async fn scenario() {
             stale.len()
         );
         drop(bystander);
-        cut_links_to(&wan, leader, false);
+        cut_peer_links(&wan, 3, leader, false, false);
     }
 
     eprintln!("refusals: {reasons:?}");

@@ -78,6 +78,8 @@ pub struct MultiRaft {
     forgotten: RwLock<Arc<Vec<NodeId>>>,
     /// This node's client address, sent in ping replies (set once by the server).
     pub client_addr: std::sync::OnceLock<String>,
+    /// The shard map version this node pings with, and who hears of peers behind it.
+    pub map_gossip: crate::map_gossip::MapGossip,
 }
 
 /// Peers with a message of one kind in flight: at most one each, so a slow peer costs one
@@ -142,6 +144,7 @@ impl MultiRaft {
             peers: RwLock::new(Arc::new(Vec::new())),
             forgotten: RwLock::new(Arc::new(Vec::new())),
             client_addr: std::sync::OnceLock::new(),
+            map_gossip: Default::default(),
         }))
     }
 
@@ -387,6 +390,22 @@ impl TransportService {
 /// `max_offset`), notes the sender alive, finds the replica, and wakes it if quiesced.
 /// PERMISSION_DENIED for a message from a forgotten member (see [`MultiRaft::set_forgotten`]),
 /// before its clock reading is merged.
+/// The exit status of a node that a peer refused as forgotten (see [`exit_forgotten`]).
+pub const EXIT_FORGOTTEN: i32 = 79;
+
+/// Stops this node: peer `peer` refused its ping because the cluster forgot it (`meridian
+/// cluster forget`). Nothing is lost: a member is forgotten only once no shard lists it, and
+/// the list of forgotten members only grows (ids are never reused), so one peer's word is the
+/// cluster's. Running on would only have its peers refuse everything it sends.
+pub(crate) fn exit_forgotten(node: NodeId, peer: NodeId, said: &str) -> ! {
+    tracing::error!(peer, %said, exit_status = EXIT_FORGOTTEN, "stopping the node: the cluster forgot it");
+    eprintln!(
+        "fatal: node {node} was forgotten by the cluster (node {peer} says: {said}); stopping \
+         (it holds no replica: wipe its data directory and --join it with a new id to use it again)"
+    );
+    std::process::exit(EXIT_FORGOTTEN)
+}
+
 fn refuse_forgotten(host: &MultiRaft, from: u64) -> Result<(), Status> {
     if host.is_forgotten(from) {
         return Err(Status::permission_denied(format!(
@@ -662,8 +681,18 @@ impl RaftTransport for TransportService {
         self.reply(listener(req.payload.to_vec()).await)
     }
 
-    async fn ping(&self, _request: Request<RaftRequest>) -> Result<Response<RaftReply>, Status> {
+    /// Answers with this node's physical clock and client address. PERMISSION_DENIED for a
+    /// forgotten member (which then stops, see [`exit_forgotten`]); a payload is the pinger's
+    /// shard map version (see `map_gossip`).
+    async fn ping(&self, request: Request<RaftRequest>) -> Result<Response<RaftReply>, Status> {
         self.host.transport_stats.received(PeerMessage::Ping);
+        let req = request.into_inner();
+        refuse_forgotten(&self.host, req.from_node)?;
+        if !req.payload.is_empty() {
+            if let Ok(theirs) = codec::decode::<u64>(&req.payload) {
+                self.host.map_gossip.peer_has(req.from_node, theirs);
+            }
+        }
         let payload = codec::encode(&Ok::<u64, String>(self.host.clock.physical_now().0))
             .map_err(|e| Status::internal(e.to_string()))?;
         Ok(Response::new(RaftReply {

@@ -47,6 +47,7 @@ pub mod issued;
 pub mod locks;
 pub mod log_store;
 pub mod log_writer;
+pub mod map_gossip;
 pub mod network;
 pub mod quiesce;
 pub mod resolutions;

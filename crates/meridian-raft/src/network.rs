@@ -210,11 +210,20 @@ impl PeerPool {
     }
 }
 
+/// Why a ping got no answer.
+#[derive(Debug)]
+pub enum PingFailure {
+    /// The peer refused this node as a former member (PERMISSION_DENIED: the only refusal of
+    /// that code, see `MultiRaft::set_forgotten`): the cluster's shard map lists this node as
+    /// forgotten, for good (ids are never reused).
+    Forgotten(String),
+    /// Anything else (down, cut off, slow): no verdict.
+    Failed(String),
+}
+
 /// The quiescence RPCs (see `quiesce`): node-level, not tied to one shard's openraft.
 impl PeerPool {
-    /// One unary quiescence call with the RPC deadline; the reply's clock is merged. Except
-    /// pings: they carry no HLC either way (see `clock_fence`), so that they measure clocks
-    /// that HLC admission refuses.
+    /// One unary quiescence call with the RPC deadline; the reply's clock is merged.
     async fn node_call<Resp: serde::de::DeserializeOwned>(
         &self,
         addr: &str,
@@ -228,7 +237,7 @@ impl PeerPool {
         result
     }
 
-    /// One node-level call's reply, its clock merged (pings carry none).
+    /// One node-level call's reply, its clock merged.
     async fn node_reply(
         &self,
         addr: &str,
@@ -236,14 +245,27 @@ impl PeerPool {
         shard: u64,
         payload: Vec<u8>,
     ) -> Result<RaftReply, String> {
-        let clocked = kind != "ping";
-        let mut client = self.client(addr)?;
-        let mut request = tonic::Request::new(crate::quiesce::envelope(
-            shard,
-            if clocked { self.clock.now().0 } else { 0 },
-            self.self_id,
-            payload,
-        ));
+        let reply = self
+            .node_rpc(addr, kind, shard, self.clock.now().0, payload)
+            .await
+            .map_err(|s| s.message().to_string())?;
+        self.merge_reply_clock(reply.hlc)?;
+        Ok(reply)
+    }
+
+    /// One node-level call with the RPC deadline, sending `hlc` (0: none); the peer's status
+    /// as it answered.
+    async fn node_rpc(
+        &self,
+        addr: &str,
+        kind: &'static str,
+        shard: u64,
+        hlc: u64,
+        payload: Vec<u8>,
+    ) -> Result<RaftReply, tonic::Status> {
+        let mut client = self.client(addr).map_err(tonic::Status::unavailable)?;
+        let mut request =
+            tonic::Request::new(crate::quiesce::envelope(shard, hlc, self.self_id, payload));
         request.set_timeout(self.rpc_timeout);
         let reply = match kind {
             "ping" => client.ping(request).await,
@@ -251,26 +273,35 @@ impl PeerPool {
             "close_timestamps" => client.close_timestamps(request).await,
             "shard_map" => client.shard_map(request).await,
             _ => client.quiesce(request).await,
-        }
-        .map_err(|s| s.message().to_string())?
-        .into_inner();
-        if clocked {
-            self.merge_reply_clock(reply.hlc)?;
-        }
-        Ok(reply)
+        }?;
+        Ok(reply.into_inner())
     }
 
     /// Node-level liveness: one round trip, which also measures the peer's clock offset (the
-    /// reply carries the peer's physical clock), whatever the two HLCs say.
-    /// Pings the node at `addr`: its clock offset, and its client address (empty from a node
-    /// that does not send it).
-    pub async fn ping(&self, addr: &str) -> Result<(ClockOffset, String), String> {
+    /// reply carries the peer's physical clock), whatever the two HLCs say (a ping carries no
+    /// HLC either way, see `clock_fence`, so that it measures clocks HLC admission refuses).
+    /// Pings the node at `addr`, telling it this node's shard map version (`map_gossip`):
+    /// its clock offset, and its client address (empty from a node that does not send it).
+    pub async fn ping(
+        &self,
+        addr: &str,
+        map_version: u64,
+    ) -> Result<(ClockOffset, String), PingFailure> {
+        let payload =
+            codec::encode(&map_version).map_err(|e| PingFailure::Failed(e.to_string()))?;
         let sent = self.clock.physical_now();
-        let reply = self.node_reply(addr, "ping", 0, Vec::new()).await?;
+        let reply = self
+            .node_rpc(addr, "ping", 0, 0, payload)
+            .await
+            .map_err(|s| match s.code() {
+                tonic::Code::PermissionDenied => PingFailure::Forgotten(s.message().to_string()),
+                _ => PingFailure::Failed(s.message().to_string()),
+            })?;
         let received = self.clock.physical_now();
         let remote: Result<u64, String> =
-            codec::decode(&reply.payload).map_err(|e| e.to_string())?;
-        let offset = ClockOffset::estimate(sent, Timestamp(remote?), received);
+            codec::decode(&reply.payload).map_err(|e| PingFailure::Failed(e.to_string()))?;
+        let remote = remote.map_err(PingFailure::Failed)?;
+        let offset = ClockOffset::estimate(sent, Timestamp(remote), received);
         Ok((offset, reply.client_addr))
     }
 

@@ -25,6 +25,8 @@
 //!  dead leader: every node pings every other node once per heartbeat_interval (one message
 //!        per node pair, not per shard); a parked follower whose leader's node has not been
 //!        heard from for `election_timeout_max` wakes with its lease long expired and elects.
+//!        A node whose ping a peer refuses as from a forgotten member (`meridian cluster
+//!        forget`) stops itself (`host::exit_forgotten`, exit status 79).
 //! ```
 //!
 //! # Safety
@@ -49,6 +51,7 @@
 //!   offsets); CockroachDB also piggybacks the awake groups' heartbeats on them.
 
 use crate::host::{InFlight, MultiRaft, ShardReplica};
+use crate::network::PingFailure;
 use crate::types::{LogId, NodeId, RaftMetrics, Vote};
 use meridian_proto::raft::RaftRequest;
 use openraft::type_config::async_runtime::WatchReceiver;
@@ -322,15 +325,22 @@ impl MultiRaft {
     }
 
     fn ping_peers(&self, in_flight: &Arc<InFlight>) {
+        let map_version = self.map_gossip.version();
         for (peer, addr) in self.peers() {
             if !in_flight.start(peer) {
                 continue;
             }
-            let (pool, flags) = (self.pool.clone(), in_flight.clone());
+            let (pool, flags, me) = (self.pool.clone(), in_flight.clone(), self.node_id);
             tokio::spawn(async move {
-                if let Ok((offset, client_addr)) = pool.ping(&addr).await {
-                    pool.note_ping(peer, offset);
-                    pool.note_client_addr(peer, client_addr);
+                match pool.ping(&addr, map_version).await {
+                    Ok((offset, client_addr)) => {
+                        pool.note_ping(peer, offset);
+                        pool.note_client_addr(peer, client_addr);
+                    }
+                    Err(PingFailure::Forgotten(said)) => {
+                        crate::host::exit_forgotten(me, peer, &said)
+                    }
+                    Err(PingFailure::Failed(_)) => {}
                 }
                 flags.done(peer);
             });

@@ -32,6 +32,8 @@
 //! node still counts (a move under way), is added to the map's `forgotten` list by the same
 //! compare-and-swap. Every member then drops it from its peers (no pings, closed timestamps or
 //! clock-fence vote), from `Status`, and refuses its Raft messages (`PERMISSION_DENIED`).
+//! A forgotten node still running learns it from the first ping a member refuses, and stops
+//! (exit status 79, `meridian_raft::host::EXIT_FORGOTTEN`); restarted, it stops again.
 //!
 //! # Invariants
 //! - A node id is never reused: a join naming a member's id (founding, joined or forgotten)
@@ -40,9 +42,9 @@
 //!   and a replica a move places is fed by its group's leader.
 //!
 //! # Not done yet
-//! - A forgotten node that is still running is not told to stop: it keeps dialling its old
-//!   peers, which refuse it. Only the asked node's own Raft groups are checked for a move
-//!   still counting it; a group it does not host is trusted to the map.
+//! - Only the asked node's own Raft groups are checked for a move still counting the node
+//!   being forgotten; a group it does not host is trusted to the map. A forgotten node cut off
+//!   from every member keeps running until a ping reaches one.
 //! - The joining node's own `--max-offset-ms`, `--initial-shards`, `--home-regions` and the
 //!   like are replaced by the cluster's; its other settings (GC, closed timestamps, Raft
 //!   timing) are its own, as they are for a founding member.

@@ -36,13 +36,16 @@
 //! # How nodes learn the map
 //! The node that changed the map sends the new record to every member over the peer transport
 //! (`RaftTransport.ShardMap`). A node **adopts** a record only if it is newer than its own
-//! and has the founding layout (moves change replica lists and joins the member list, nothing
-//! else). Adopting persists
+//! and has the founding layout (moves change replica lists, joins and forgets the member
+//! list, `cluster placement` homes; nothing changes ranges). Adopting persists
 //! the record in the node's own keyspace ([`SHARD_MAP_CACHE_KEY`]) before acting on it, then
 //! opens the replicas the map adds to this node and retires those it takes away. At start a
 //! node hosts the replicas of the newest map it knows: its metadata replica's record, its
 //! cached one, or the founding one; its registration reads the stored record too. A node that
-//! was down during a move learns it that way at its next start.
+//! was down during a move learns it that way at its next start. One that was up but missed
+//! the push (cut off) learns it from its next ping that reaches a member: pings carry the
+//! pinger's map version, and a member with a newer map pushes it ([`push_to`], see
+//! `meridian-raft`'s `map_gossip`).
 //!
 //! # Invariants
 //! - The stored record changes only by compare-and-swap from the record the change was
@@ -53,8 +56,6 @@
 //!
 //! # Not done yet
 //! - No placement check: a move may put two replicas in one region, or leave a region none.
-//! - A node that is up but missed a push (a partition) learns the map at its next start or
-//!   the next push; no node polls for it.
 //! - `decommission` (moving every replica off a node) is a client-side plan of one add and
 //!   one remove per shard (`meridian-client`'s `decommission`); no server-side job tracks it.
 
@@ -340,6 +341,32 @@ async fn push(node: &Node, record: &Bytes) {
                 tracing::warn!(peer, error = %e, "could not send the new shard map to a peer")
             }
         }
+    }
+}
+
+/// Sends this node's map to `peer`, whose ping carried an older version (`meridian-raft`'s
+/// `map_gossip`): a member that missed a change while cut off gets it once it is reachable.
+pub(crate) async fn push_to(node: &Node, peer: NodeId) {
+    let Some(member) = node.member(peer) else {
+        return;
+    };
+    let map = node.map();
+    let record = match shard_map_store::encode(&map) {
+        Ok(record) => record,
+        Err(e) => {
+            tracing::error!(error = %e, "cannot encode the shard map for a peer behind");
+            return;
+        }
+    };
+    let addr = member.peer_addr.to_string();
+    match node.host.pool.push_shard_map(&addr, &record).await {
+        Ok(theirs) => tracing::info!(
+            peer,
+            version = map.version,
+            theirs,
+            "sent the shard map to a peer whose ping showed an older one"
+        ),
+        Err(e) => tracing::warn!(peer, error = %e, "could not send the shard map to a peer behind"),
     }
 }
 

@@ -277,6 +277,11 @@ impl Node {
                 crate::membership::on_pushed(&node, &raw).await
             })
         }));
+        let weak = Arc::downgrade(&node);
+        node.host.map_gossip.set_listener(Arc::new(move |peer| {
+            let Some(node) = weak.upgrade() else { return };
+            tokio::spawn(async move { crate::membership::push_to(&node, peer).await });
+        }));
         node.host.spawn_closed_ts(
             node.config.cluster.closed_ts_lag_ms,
             node.config.cluster.closed_ts_interval_ms,
@@ -319,8 +324,8 @@ impl Node {
     }
 
     /// Hands the Raft host the members (whom it pings, sends closed timestamps to and counts in
-    /// the clock fence) and the dial overrides `peer_dial` gives for them. Called at start and
-    /// whenever an adopted map may have added a member.
+    /// the clock fence), the dial overrides `peer_dial` gives for them, the forgotten members
+    /// and the map version its pings carry. Called at start and whenever a map is adopted.
     pub(crate) fn refresh_peers(&self) {
         let members = self.members_now();
         let overrides = members
@@ -334,7 +339,9 @@ impl Node {
             tracing::info!(%addr, %via, "dialling a peer through an override");
         }
         self.host.pool.set_dial_overrides(overrides);
-        self.host.set_forgotten(self.map().forgotten.clone());
+        let map = self.map();
+        self.host.set_forgotten(map.forgotten.clone());
+        self.host.map_gossip.set_version(map.version);
         self.host.set_peers(
             members
                 .iter()

@@ -241,3 +241,96 @@ pub async fn start_writer(
     }
     (acked, stop, writer)
 }
+
+/// `meridian ARGS --endpoints ENDPOINTS`; panics unless it succeeds; its stdout. Blocking
+/// (bounded): call it from a test's runtime only where stalling one worker is fine.
+pub fn cli(endpoints: &[String], args: &[&str]) -> String {
+    let output = run_bounded(
+        Command::new(binary())
+            .args(args)
+            .arg("--endpoints")
+            .arg(endpoints.join(",")),
+        Duration::from_secs(300),
+    );
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    eprintln!("{stdout}{}", String::from_utf8_lossy(&output.stderr));
+    assert!(output.status.success(), "meridian {args:?} failed");
+    stdout
+}
+
+/// Runs `meridian ARGS` (off the runtime), which must fail; its stderr.
+pub async fn cli_refused(args: Vec<String>) -> String {
+    let shown = args.join(" ");
+    let output = tokio::task::spawn_blocking(move || {
+        run_bounded(Command::new(binary()).args(&args), Duration::from_secs(90))
+    })
+    .await
+    .unwrap();
+    let said = String::from_utf8_lossy(&output.stderr).into_owned();
+    assert!(
+        !output.status.success(),
+        "meridian {shown} must fail: {said}"
+    );
+    said
+}
+
+/// Peer links through `meridian-wan` between every ordered pair of a local cluster's `nodes`
+/// nodes (peer ports `base_port + 100 + id`, regions as `LocalCluster` assigns them), each
+/// `one_way` between different regions (zero within one); and each node's `--peer-dial` args.
+pub async fn peer_wan(
+    nodes: u64,
+    base_port: u16,
+    link_base_port: u16,
+    one_way: Duration,
+) -> (meridian_wan::Wan, Vec<(u64, [String; 2])>) {
+    use meridian_cli::local_cluster::REGIONS;
+    let mut matrix = meridian_wan::LatencyMatrix::new(Duration::ZERO);
+    for (a, b) in [(0, 1), (1, 2), (0, 2)] {
+        matrix
+            .set_rtt(REGIONS[a], REGIONS[b], 2 * one_way)
+            .expect("valid regions");
+    }
+    let endpoints: Vec<meridian_wan::NodeEndpoint> = (1..=nodes)
+        .map(|id| meridian_wan::NodeEndpoint {
+            id,
+            region: REGIONS[(id as usize - 1) % REGIONS.len()].to_string(),
+            addr: format!("127.0.0.1:{}", base_port as u64 + 100 + id)
+                .parse()
+                .unwrap(),
+        })
+        .collect();
+    let loopback = std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST);
+    let plan = meridian_wan::matrix::plan_peer_links(&matrix, &endpoints, loopback, link_base_port)
+        .expect("plan");
+    let wan = meridian_wan::Wan::start(plan.links.clone(), &meridian_wan::LinkOptions::default())
+        .await
+        .expect("starting the WAN links");
+    let dial = plan
+        .dial_maps
+        .iter()
+        .map(|(id, map)| {
+            let map = meridian_wan::matrix::format_dial_map(map);
+            (*id, ["--peer-dial".to_string(), map])
+        })
+        .collect();
+    (wan, dial)
+}
+
+/// Cuts (or heals) the peer links (see [`peer_wan`]) that carry the connections of `node`'s
+/// peers to it, and with `outgoing` also its own to them.
+pub fn cut_peer_links(wan: &meridian_wan::Wan, nodes: u64, node: u64, outgoing: bool, cut: bool) {
+    use meridian_wan::control::{execute, Command};
+    for other in (1..=nodes).filter(|n| *n != node) {
+        let mut names = vec![format!("peer-{other}-to-{node}")];
+        if outgoing {
+            names.push(format!("peer-{node}-to-{other}"));
+        }
+        for name in names {
+            let command = match cut {
+                true => Command::Drop(name),
+                false => Command::Heal(name),
+            };
+            execute(wan, &command).expect("link command");
+        }
+    }
+}
