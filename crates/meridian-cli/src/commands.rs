@@ -416,7 +416,8 @@ impl PriorityArg {
     }
 }
 
-/// `meridian cluster`: inspect the cluster, move a shard's leadership or replicas.
+/// `meridian cluster`: inspect the cluster, move a shard's leadership or replicas, change its
+/// placement.
 #[derive(Clone, Debug, clap::Args)]
 pub struct ClusterCommand {
     #[command(flatten)]
@@ -467,6 +468,17 @@ pub enum ClusterOp {
     Forget {
         /// The former member.
         node: u64,
+    },
+    /// Change SHARD's placement at run time: --home REGION makes REGION the shard's home (its
+    /// leader moves to a caught-up replica there within a few election timeouts and returns
+    /// after failovers), --home none drops it. REGION must hold a replica of SHARD. Stored in
+    /// the shard map: it overrides --home-regions from then on, restarts included.
+    Placement {
+        /// The data shard's id (`meridian cluster status` lists them).
+        shard: u64,
+        /// A region holding a replica of the shard, or `none`.
+        #[arg(long, value_name = "REGION|none")]
+        home: String,
     },
 }
 
@@ -526,6 +538,15 @@ impl ClusterCommand {
                     .await
                     .with_context(|| format!("forgetting node {node}"))?;
                 println!("node {node} forgotten (shard map version {version})");
+            }
+            ClusterOp::Placement { shard, ref home } => {
+                let region = Some(home.as_str()).filter(|h| *h != "none");
+                let client = self.connect.connect().await?;
+                let version = client
+                    .set_placement(shard, region)
+                    .await
+                    .with_context(|| format!("setting shard {shard}'s home to {home}"))?;
+                println!("shard {shard}: home {home} (shard map version {version})");
             }
         }
         Ok(())

@@ -9,7 +9,8 @@ use crate::client::{cluster_client, request, Client, ATTEMPT_GRACE};
 use crate::error::{Error, Result};
 use meridian_proto::kv::cluster_client::ClusterClient;
 use meridian_proto::kv::{
-    ChangeReplicaRequest, ChangeReplicaResponse, ForgetRequest, TransferLeaderRequest,
+    ChangeReplicaRequest, ChangeReplicaResponse, ForgetRequest, SetPlacementRequest,
+    TransferLeaderRequest,
 };
 use std::future::Future;
 use std::time::Duration;
@@ -79,6 +80,27 @@ impl Client {
                 .forget(request(ForgetRequest { node_id: node }, timeout))
                 .await?;
             Ok(reply.into_inner().map_version)
+        })
+        .await
+    }
+
+    /// Sets data shard `shard`'s home region (`None`: no home): the region its leader should
+    /// be in; the shard's leader moves there within a few election timeouts if a caught-up
+    /// replica is there. Stored in the shard map (the founding `home_regions` no longer apply
+    /// to it). Asked of the metadata shard's leader. Returns the shard map version that holds
+    /// it.
+    pub async fn set_placement(&self, shard: u64, home_region: Option<&str>) -> Result<u64> {
+        let home_region = home_region.unwrap_or_default().to_string();
+        self.leader_call(0, |mut cluster, timeout| {
+            let home_region = home_region.clone();
+            async move {
+                let ask = SetPlacementRequest {
+                    shard_id: shard,
+                    home_region,
+                };
+                let reply = cluster.set_placement(request(ask, timeout)).await?;
+                Ok(reply.into_inner().map_version)
+            }
         })
         .await
     }

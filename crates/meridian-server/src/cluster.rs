@@ -1,6 +1,7 @@
 //! The public `Cluster` service: nodes, shards, leaders, terms, applied index and lag, as this
 //! node sees them (clients use it as their shard map); an operator's leader transfer
-//! (see `transfer`), replica moves (see `membership`) and joins (see `join`); and, for the geo benchmark's
+//! (see `transfer`), replica moves (see `membership`), joins (see `join`) and placement (see
+//! `home`); and, for the geo benchmark's
 //! oracle mode only, a timestamp from the metadata shard's leader.
 
 use crate::node::Node;
@@ -176,6 +177,17 @@ impl Cluster for ClusterService {
     ) -> Result<Response<ForgetResponse>, Status> {
         let map_version = crate::join::forget(&self.node, request.into_inner().node_id).await?;
         Ok(Response::new(ForgetResponse { map_version }))
+    }
+
+    async fn set_placement(
+        &self,
+        request: Request<SetPlacementRequest>,
+    ) -> Result<Response<SetPlacementResponse>, Status> {
+        let req = request.into_inner();
+        let home = Some(req.home_region).filter(|r| !r.is_empty());
+        let map_version =
+            crate::home::set_placement(&self.node, ShardId(req.shard_id), home).await?;
+        Ok(Response::new(SetPlacementResponse { map_version }))
     }
 }
 

@@ -20,6 +20,16 @@
 //!   leadership to a caught-up voter in the home region with openraft's cooperative
 //!   `transfer_leader`, rate-limited, so after a failover the leader returns home once the
 //!   home replica is back.
+//! - **Elections lean home** (`election_bias`): a replica outside the home does not start
+//!   elections while a voter of the home region other than the last leader is live.
+//!
+//! **At run time** ([`set_placement`], `Cluster.SetPlacement`, `meridian cluster placement
+//! SHARD --home REGION|none`) a shard's home changes: the stored shard map (`shard_map_store`)
+//! holds each shard's home, so the change is a compare-and-swap to the map's next version,
+//! pushed to every member like a replica move; each node's leader-follow loop reads the map
+//! it holds on every round, so the leader moves within a few election timeouts. The
+//! configuration's rules are founding values: once the map changed, a restarted node takes
+//! the stored homes, whatever its `home_regions` say (a founding map must still match them).
 //!
 //! # Invariants
 //! - Rules are sorted by start key, start keys are distinct, and every region names a region of
@@ -27,13 +37,23 @@
 //! - Every founding member must be given the same rules, as with `initial_cluster`; members
 //!   that disagree place and move leaders differently, which costs transfers but never safety
 //!   (Raft elects whoever it elects; a transfer is only a hint).
+//! - A home set at run time is a region where the shard has a replica at that moment (a
+//!   later move may take it away: the home is then kept, and nothing follows it until a
+//!   replica is there again).
 //!
 //! # Not done yet
-//! - Rules are fixed at startup (no `meridian cluster placement` at run time).
-//! - Replica placement ignores the home beyond the first replica (no zone-survival mode with
-//!   all voters in the home region), and followers outside the home campaign as early as any.
+//! - Placement is the home region only: no survival goal (a zone-survival mode with all
+//!   voters in the home region and learners elsewhere) and no replica constraints; replica
+//!   placement ignores the home beyond the first replica. Followers outside the home leave
+//!   elections to a live home voter (`election_bias`) only when the home region has a voter
+//!   besides the last leader.
+//! - A home is per shard (ranges never split), not per key range independent of shards.
 
 use crate::config::{ConfigError, Member};
+use crate::error::ServerError;
+use crate::node::Node;
+use crate::shard_map::ShardMap;
+use meridian_types::{NodeId, ShardId};
 
 /// Keys from `start` (inclusive) to the next rule's start have `region` as home.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -86,6 +106,72 @@ pub fn parse_home_regions(
 pub fn home_of<'r>(rules: &'r [HomeRule], start: &[u8]) -> Option<&'r str> {
     let idx = rules.partition_point(|r| r.start.as_slice() <= start);
     idx.checked_sub(1).map(|i| rules[i].region.as_str())
+}
+
+/// The next version of `map` with data shard `shard` homed in `region` (`None`: no home).
+/// `Ok(None)` if it has that home already; an error for an unknown or metadata shard, or a
+/// region where none of the shard's replicas is (`region_of` gives a replica's region).
+pub fn with_home(
+    map: &ShardMap,
+    shard: ShardId,
+    region: Option<&str>,
+    region_of: impl Fn(NodeId) -> Option<String>,
+) -> std::result::Result<Option<ShardMap>, String> {
+    if shard == ShardId::META {
+        return Err("shard 0 is the metadata shard; only data shards have a home region".into());
+    }
+    let Some(idx) = map.data.iter().position(|d| d.id == shard) else {
+        let ids: Vec<String> = map.data.iter().map(|d| d.id.0.to_string()).collect();
+        return Err(format!(
+            "there is no data shard {} (data shards: {})",
+            shard.0,
+            ids.join(", ")
+        ));
+    };
+    let desc = &map.data[idx];
+    if desc.home.as_deref() == region {
+        return Ok(None);
+    }
+    if let Some(region) = region {
+        let placed: Vec<(NodeId, Option<String>)> = desc
+            .replicas
+            .iter()
+            .map(|id| (*id, region_of(*id)))
+            .collect();
+        if !placed.iter().any(|(_, r)| r.as_deref() == Some(region)) {
+            let listed: Vec<String> = placed
+                .iter()
+                .map(|(id, r)| format!("node {id} in {}", r.as_deref().unwrap_or("?")))
+                .collect();
+            return Err(format!(
+                "shard {} has no replica in region {region:?} ({}); move one there first \
+                 (meridian cluster add-replica {} NODE)",
+                shard.0,
+                listed.join(", "),
+                shard.0
+            ));
+        }
+    }
+    let mut next = map.clone();
+    next.data[idx].home = region.map(str::to_string);
+    next.version += 1;
+    Ok(Some(next))
+}
+
+/// Serves a `Cluster.SetPlacement`: stores shard `shard`'s new home in the shard map and
+/// tells every member. Returns the map version that holds it.
+pub async fn set_placement(
+    node: &Node,
+    shard: ShardId,
+    region: Option<String>,
+) -> crate::error::Result<u64> {
+    let region_of = |id: NodeId| node.member(id).map(|m| m.region);
+    let version = crate::membership::change_map(node, |map| {
+        with_home(map, shard, region.as_deref(), region_of).map_err(ServerError::InvalidArgument)
+    })
+    .await?;
+    tracing::info!(%shard, home = region.as_deref().unwrap_or("none"), version, "set a shard's home region");
+    Ok(version)
 }
 
 #[cfg(test)]
@@ -142,5 +228,55 @@ mod tests {
             assert!(e.field.starts_with("cluster.home_regions["), "{e}");
             assert!(e.message.contains(want), "{entries:?}: {e}");
         }
+    }
+
+    #[test]
+    fn a_home_changes_only_to_a_region_holding_a_replica() {
+        let members = members();
+        let region_of = |id: NodeId| {
+            members
+                .iter()
+                .find(|m| m.node_id == id)
+                .map(|m| m.region.clone())
+        };
+        let map = ShardMap::founding(&members, 2, &[], 3);
+        let shard = &map.data[0];
+        let held = region_of(shard.replicas[0]).unwrap();
+        let missing = ["us-east", "eu-west", "ap-south"]
+            .into_iter()
+            .find(|r| {
+                !shard
+                    .replicas
+                    .iter()
+                    .any(|id| region_of(*id).as_deref() == Some(r))
+            })
+            .unwrap();
+
+        let next = with_home(&map, shard.id, Some(&held), region_of)
+            .unwrap()
+            .unwrap();
+        assert_eq!(next.version, map.version + 1);
+        assert_eq!(next.data[0].home.as_deref(), Some(held.as_str()));
+        assert_eq!(
+            next.data[0].replicas, shard.replicas,
+            "replicas stay as they were"
+        );
+        assert!(next.same_layout(&map), "a home is not part of the layout");
+        assert_eq!(with_home(&next, shard.id, Some(&held), region_of), Ok(None));
+        let cleared = with_home(&next, shard.id, None, region_of)
+            .unwrap()
+            .unwrap();
+        assert_eq!(cleared.data[0].home, None);
+        assert_eq!(cleared.version, map.version + 2);
+
+        let e = with_home(&map, shard.id, Some(missing), region_of).unwrap_err();
+        assert!(
+            e.contains("has no replica in region") && e.contains("add-replica"),
+            "{e}"
+        );
+        let e = with_home(&map, ShardId::META, Some(&held), region_of).unwrap_err();
+        assert!(e.contains("metadata shard"), "{e}");
+        let e = with_home(&map, ShardId(99), None, region_of).unwrap_err();
+        assert!(e.contains("no data shard 99"), "{e}");
     }
 }

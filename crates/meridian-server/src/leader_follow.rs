@@ -3,7 +3,8 @@
 //!
 //! # How
 //! Every `election_timeout_max`, for each data shard with a home that this node leads from
-//! another region, the loop picks a voter of the home region whose replicated log reaches
+//! another region (homes as the shard map this node holds now says, so a home changed at run
+//! time is followed from the next round), the loop picks a voter of the home region whose replicated log reaches
 //! this leader's last log index (openraft's replication metrics) and calls openraft's
 //! cooperative `transfer_leader`: the leader stops serving lease reads and tells the target
 //! to campaign at once, and the target wins because its log is up to date. The shard is
@@ -17,9 +18,11 @@
 //! - A transfer is a hint: if the target does not win, this node (or another) is elected as
 //!   usual, and the next attempt waits its turn. Safety is Raft's.
 //!
+//! The same loop biases elections (`election_bias`): a replica outside the home region leaves
+//! elections to a live voter of the home region, so a home region with two voters keeps the
+//! leadership through a leader's crash without a transfer.
+//!
 //! # Not done yet
-//! - Followers outside the home region campaign as early as home ones after a leader's crash
-//!   (the loop moves leadership home afterwards, costing one more election).
 //! - No preference among several voters of the home region beyond the first caught up.
 
 use crate::node::Node;
@@ -36,18 +39,18 @@ struct Led {
     last_attempt: Option<Instant>,
 }
 
-/// Starts the loop when some shard has a home; it ends when the node is dropped.
+/// Starts the loop (always: `cluster placement` may give a shard a home at any time); it ends
+/// when the node is dropped. A round over shards without a home costs a walk of the map.
 pub(crate) fn spawn(node: &Arc<Node>) {
-    if !node.map().data.iter().any(|s| s.home.is_some()) {
-        return;
-    }
     let period = Duration::from_millis(node.config.raft.election_timeout_max_ms);
     let weak: Weak<Node> = Arc::downgrade(node);
     tokio::spawn(async move {
         let mut led: HashMap<ShardId, Led> = HashMap::new();
+        let mut bias = HashMap::new();
         loop {
             tokio::time::sleep(period).await;
             let Some(node) = weak.upgrade() else { return };
+            crate::election_bias::step(&node, &mut bias, period);
             step(&node, &mut led, period).await;
         }
     });

@@ -28,6 +28,7 @@
 pub mod admission;
 pub mod cluster;
 pub mod config;
+mod election_bias;
 pub mod error;
 pub mod gc;
 pub mod hlc_ceiling;

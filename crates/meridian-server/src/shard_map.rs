@@ -340,18 +340,11 @@ impl ShardMap {
         Ok(Some(next))
     }
 
-    /// Whether `other` has the same shards with the same ranges, homes and generations: it
-    /// differs from this map in replica lists, joined members (and version) only.
+    /// Whether `other` has the same shards with the same ranges and generations: it differs
+    /// from this map in replica lists, homes (`home::with_home`), members that joined or were
+    /// forgotten (and version) only.
     pub fn same_layout(&self, other: &ShardMap) -> bool {
-        let layout = |d: &ShardDescriptor| {
-            (
-                d.id,
-                d.start.clone(),
-                d.end.clone(),
-                d.home.clone(),
-                d.generation,
-            )
-        };
+        let layout = |d: &ShardDescriptor| (d.id, d.start.clone(), d.end.clone(), d.generation);
         self.data.len() == other.data.len() && self.all().map(layout).eq(other.all().map(layout))
     }
 }

@@ -35,10 +35,11 @@
 //!
 //! # Not done yet
 //! - No split or merge changes the map, so ranges and generations stay as founded; only
-//!   replica lists and joined members change (and the version with them).
-//! - Once the replica lists changed, a restarted node's configuration is checked against the
-//!   stored layout (ranges, homes) but no longer against its replica lists, so a changed
-//!   `replication_factor` in one node's configuration goes unnoticed.
+//!   replica lists, homes and members change (and the version with them).
+//! - Once the map changed, a restarted node's configuration is checked against the stored
+//!   layout (ranges, generations) but no longer against its replica lists or homes (moves and
+//!   `cluster placement` change those), so a changed `replication_factor` or `home_regions`
+//!   in one node's configuration goes unnoticed.
 //! - A node without a metadata replica cannot read the map before it starts serving; it
 //!   checks it as soon as its registration is applied (normally within a second).
 

@@ -606,6 +606,13 @@ impl Cluster for FakeNode {
         Err(Status::unimplemented("the fake cluster forgets no members"))
     }
 
+    async fn set_placement(
+        &self,
+        _: Request<SetPlacementRequest>,
+    ) -> Result<Response<SetPlacementResponse>, Status> {
+        Err(Status::unimplemented("the fake cluster has no placement"))
+    }
+
     async fn status(&self, _: Request<StatusRequest>) -> Result<Response<StatusResponse>, Status> {
         let addresses = self.world.addresses.lock().unwrap().clone();
         Ok(Response::new(StatusResponse {
