@@ -677,11 +677,12 @@ mod tests {
     #[test]
     fn busy_ports_are_refused() {
         let dir = tempfile::tempdir().unwrap();
-        let _taken = std::net::TcpListener::bind("127.0.0.1:30402").unwrap();
-        let config = LocalClusterConfig::new("/bin/true", 3, 30300, dir.path());
+        // Ports no other test uses (tests run in parallel): bench's geo_e2e sits at 30_300.
+        let _taken = std::net::TcpListener::bind("127.0.0.1:30902").unwrap();
+        let config = LocalClusterConfig::new("/bin/true", 3, 30_800, dir.path());
         let error = LocalCluster::start(config).err().unwrap().to_string();
         assert!(
-            error.contains("127.0.0.1:30402 (node 2 raft port)"),
+            error.contains("127.0.0.1:30902 (node 2 raft port)"),
             "{error}"
         );
     }
@@ -694,7 +695,7 @@ mod tests {
         // A stand-in for `meridian start`: runs until signalled.
         std::fs::write(&script, "#!/bin/sh\nexec sleep 600\n").unwrap();
         std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
-        let config = LocalClusterConfig::new(&script, 3, 30200, dir.path().join("c"));
+        let config = LocalClusterConfig::new(&script, 3, 30_600, dir.path().join("c"));
         let cluster = LocalCluster::start(config).unwrap();
         assert!(cluster.is_running(1).unwrap());
         cluster.kill(1, Signal::SIGKILL).unwrap();

@@ -181,7 +181,11 @@ async fn scenario() {
         cluster
             .log_contents(n)
             .unwrap_or_default()
-            .contains("sent the shard map to a peer whose ping showed an older one")
+            .lines()
+            .any(|l| {
+                l.contains("sent the shard map to a peer whose ping showed an older one")
+                    && l.contains(&format!("peer={v} "))
+            })
     });
     assert!(pushed, "a member pushed the map on V's ping");
     // V's stale campaigns after the heal, if any, get their chance.

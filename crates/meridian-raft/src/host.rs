@@ -386,10 +386,9 @@ impl TransportService {
     }
 }
 
-/// Admits one peer message for a shard: merges the sender's clock (rejecting it beyond
-/// `max_offset`), notes the sender alive, finds the replica, and wakes it if quiesced.
-/// PERMISSION_DENIED for a message from a forgotten member (see [`MultiRaft::set_forgotten`]),
-/// before its clock reading is merged.
+/// The metadata key of a refusal as forgotten; its value is the refused node's id.
+pub const FORGOTTEN_HEADER: &str = "meridian-forgotten";
+
 /// The exit status of a node that a peer refused as forgotten (see [`exit_forgotten`]).
 pub const EXIT_FORGOTTEN: i32 = 79;
 
@@ -406,17 +405,27 @@ pub(crate) fn exit_forgotten(node: NodeId, peer: NodeId, said: &str) -> ! {
     std::process::exit(EXIT_FORGOTTEN)
 }
 
+/// PERMISSION_DENIED for a message from a forgotten member (see [`MultiRaft::set_forgotten`]),
+/// marked with [`FORGOTTEN_HEADER`] naming it (what makes a pinging node stop: a bare
+/// PERMISSION_DENIED, say from a proxy, does not).
 fn refuse_forgotten(host: &MultiRaft, from: u64) -> Result<(), Status> {
     if host.is_forgotten(from) {
-        return Err(Status::permission_denied(format!(
+        let mut status = Status::permission_denied(format!(
             "node {from} was forgotten by the cluster (meridian cluster forget): it is no longer \
              a member; ids are never reused, so wipe its data directory and --join it with a \
              new id"
-        )));
+        ));
+        if let Ok(value) = from.to_string().parse() {
+            status.metadata_mut().insert(FORGOTTEN_HEADER, value);
+        }
+        return Err(status);
     }
     Ok(())
 }
 
+/// Admits one peer message for a shard: merges the sender's clock (rejecting it beyond
+/// `max_offset`), notes the sender alive, finds the replica, and wakes it if quiesced.
+/// Refuses a forgotten member first ([`refuse_forgotten`]), before its clock reading is merged.
 fn admit(
     host: &Arc<MultiRaft>,
     clock_log: &RateLimitedLog,

@@ -213,9 +213,9 @@ impl PeerPool {
 /// Why a ping got no answer.
 #[derive(Debug)]
 pub enum PingFailure {
-    /// The peer refused this node as a former member (PERMISSION_DENIED: the only refusal of
-    /// that code, see `MultiRaft::set_forgotten`): the cluster's shard map lists this node as
-    /// forgotten, for good (ids are never reused).
+    /// The peer refused this node as a former member (PERMISSION_DENIED marked with
+    /// `host::FORGOTTEN_HEADER` naming this node, see `MultiRaft::set_forgotten`): the
+    /// cluster's shard map lists this node as forgotten, for good (ids are never reused).
     Forgotten(String),
     /// Anything else (down, cut off, slow): no verdict.
     Failed(String),
@@ -293,9 +293,18 @@ impl PeerPool {
         let reply = self
             .node_rpc(addr, "ping", 0, 0, payload)
             .await
-            .map_err(|s| match s.code() {
-                tonic::Code::PermissionDenied => PingFailure::Forgotten(s.message().to_string()),
-                _ => PingFailure::Failed(s.message().to_string()),
+            .map_err(|s| {
+                let me = self.self_id.to_string();
+                let names_me = s
+                    .metadata()
+                    .get(crate::host::FORGOTTEN_HEADER)
+                    .is_some_and(|v| v.to_str().is_ok_and(|v| v == me));
+                match s.code() {
+                    tonic::Code::PermissionDenied if names_me => {
+                        PingFailure::Forgotten(s.message().to_string())
+                    }
+                    _ => PingFailure::Failed(s.message().to_string()),
+                }
             })?;
         let received = self.clock.physical_now();
         let remote: Result<u64, String> =

@@ -8,12 +8,16 @@
 //! still votes) while a voter of the home region other than the last known leader is live
 //! (its node answered a ping within `election_timeout_max`): that voter's election timer fires
 //! and it wins. In the usual layout of one voter per region, the only home voter is the leader
-//! itself, so nothing changes: every follower campaigns as before.
+//! itself, so a crashed home leader is replaced as before; a crashed leader *outside* the home
+//! (after a failover) is left to the home voter.
 //!
 //! # Fallback
-//! A shard without a leader for two rounds (`2 × election_timeout_max`) lets every replica
-//! campaign again: a home voter that answers pings but cannot win (cut off from the others,
-//! behind, clock-fenced) delays a failover by at most that, never blocks it.
+//! A shard counts as leaderless when its replica knows no leader or the leader's node has not
+//! answered a ping for a round (openraft keeps reporting the leader a follower voted for,
+//! dead or not). Leaderless for two rounds, every replica may campaign again: a home voter
+//! that answers pings but cannot win (behind the others' logs, cut off from them,
+//! clock-fenced) delays a failover by two to three rounds (`election_timeout_max` each), never
+//! blocks it.
 //!
 //! # Invariants
 //! - Only the start of elections is switched; votes, pre-votes, appends and Raft's safety are
@@ -77,14 +81,14 @@ pub(crate) fn step(node: &Node, seen: &mut HashMap<ShardId, Seen>, period: Durat
         };
         let state = seen.entry(desc.id).or_default();
         let leader = replica.raft.metrics().borrow_watched().current_leader;
-        match leader {
-            Some(l) => {
-                state.last_leader = Some(l);
-                state.leaderless_since = None;
-            }
-            None => {
-                state.leaderless_since.get_or_insert(now);
-            }
+        if let Some(l) = leader {
+            state.last_leader = Some(l);
+        }
+        let live = leader.is_some_and(|l| l == me || node.host.pool.seen_within(l, period));
+        if live {
+            state.leaderless_since = None;
+        } else {
+            state.leaderless_since.get_or_insert(now);
         }
         let outside_home = desc
             .home

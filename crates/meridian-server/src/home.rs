@@ -37,9 +37,10 @@
 //! - Every founding member must be given the same rules, as with `initial_cluster`; members
 //!   that disagree place and move leaders differently, which costs transfers but never safety
 //!   (Raft elects whoever it elects; a transfer is only a hint).
-//! - A home set at run time is a region where the shard has a replica at that moment (a
-//!   later move may take it away: the home is then kept, and nothing follows it until a
-//!   replica is there again).
+//! - A home set at run time is a region where the shard map lists a replica at that moment
+//!   (possibly a learner still catching up: leadership follows only once it votes; a later
+//!   move may take it away: the home is then kept, and nothing follows it until a voter is
+//!   there again).
 //!
 //! # Not done yet
 //! - Placement is the home region only: no survival goal (a zone-survival mode with all

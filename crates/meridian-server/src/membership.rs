@@ -360,11 +360,19 @@ pub(crate) async fn push_to(node: &Node, peer: NodeId) {
     };
     let addr = member.peer_addr.to_string();
     match node.host.pool.push_shard_map(&addr, &record).await {
-        Ok(theirs) => tracing::info!(
+        Ok(theirs) if theirs >= map.version => tracing::info!(
             peer,
             version = map.version,
             theirs,
             "sent the shard map to a peer whose ping showed an older one"
+        ),
+        // Its ranges differ (a misconfigured node): `map_gossip` asks again at most once a
+        // second, so this repeats at that rate until the node is fixed or stops.
+        Ok(theirs) => tracing::warn!(
+            peer,
+            version = map.version,
+            theirs,
+            "a peer behind did not adopt the shard map sent to it"
         ),
         Err(e) => tracing::warn!(peer, error = %e, "could not send the shard map to a peer behind"),
     }

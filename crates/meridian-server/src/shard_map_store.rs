@@ -10,7 +10,8 @@
 //! - **Founded once.** Every node proposes its founding map as a compare-and-swap that
 //!   succeeds only while the key is absent; the first one applied wins and every later one
 //!   is a mismatch that returns the stored map, which that node compares with its own.
-//! - **Changed by compare-and-swap.** A replica move (`membership`) or a join (`join`) writes the next version
+//! - **Changed by compare-and-swap.** A replica move (`membership`), a join or a forget
+//!   (`join`), or a placement (`home`) writes the next version
 //!   only if the stored record is still the one it started from, so two moves at once never
 //!   lose one another; the loser re-reads and tries again.
 //! - **Read at start.** A node holding a replica of the metadata shard reads the stored map
