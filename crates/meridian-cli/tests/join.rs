@@ -239,12 +239,5 @@ async fn scenario() {
             .expect("a write that needs node 4's vote");
         written.push(key);
     }
-    for key in &written {
-        let got = client.get(key.clone()).await.expect("read");
-        assert_eq!(
-            got.as_deref(),
-            Some(key.as_bytes()),
-            "acknowledged key {key}"
-        );
-    }
+    read_back(&client, &written).await;
 }

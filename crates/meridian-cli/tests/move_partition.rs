@@ -226,12 +226,5 @@ async fn scenario() {
 
     let written = acked.lock().unwrap().clone();
     eprintln!("{} writes acknowledged in all", written.len());
-    for key in &written {
-        let got = client.get(key.clone()).await.expect("read");
-        assert_eq!(
-            got.as_deref(),
-            Some(key.as_bytes()),
-            "acknowledged key {key}"
-        );
-    }
+    read_back(&client, &written).await;
 }

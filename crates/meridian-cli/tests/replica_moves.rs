@@ -436,14 +436,7 @@ async fn decommission_scenario() {
             .await
             .expect("a write without the node");
     }
-    for key in &written {
-        let got = client.get(key.clone()).await.expect("read");
-        assert_eq!(
-            got.as_deref(),
-            Some(key.as_bytes()),
-            "acknowledged key {key}"
-        );
-    }
+    read_back(&client, &written).await;
 }
 
 /// The MOVES cell of `shard`'s row in `meridian cluster status` (the row's last column).

@@ -334,3 +334,16 @@ pub fn cut_peer_links(wan: &meridian_wan::Wan, nodes: u64, node: u64, outgoing: 
         }
     }
 }
+
+/// Reads every key of `written` (a writer's keys, each written with itself as its value) and
+/// panics unless each has its value.
+pub async fn read_back(client: &Client, written: &[String]) {
+    for key in written {
+        let got = client.get(key.clone()).await.expect("read");
+        assert_eq!(
+            got.as_deref(),
+            Some(key.as_bytes()),
+            "acknowledged key {key}"
+        );
+    }
+}
