@@ -271,6 +271,13 @@ async fn placement_scenario() {
     cluster.kill(other, Signal::SIGKILL).expect("kill");
     cluster.restart(other).expect("restart");
     wait_home(&cluster, other, shard, &region).await;
+    assert!(
+        cluster
+            .log_contents(other)
+            .unwrap()
+            .contains("differs from this node's home_regions; the shard map's applies"),
+        "the restarted node says its configuration's home is overridden"
+    );
     let took = wait_shard_leader(&cluster, shard, target, "after the restart").await;
     eprintln!("node {other} restarted with the stored home; shard {shard} led from {region} {took:?} later");
     let log = cluster.log_contents(led_by).unwrap();

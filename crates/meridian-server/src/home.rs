@@ -159,6 +159,22 @@ pub fn with_home(
     Ok(Some(next))
 }
 
+/// Logs a warning for each shard whose home in `current` (a stored map, changed at run time)
+/// differs from the one this node's `home_regions` give (`founding`): the stored one applies.
+pub fn warn_overridden_homes(founding: &ShardMap, current: &ShardMap) {
+    for (ours, stored) in founding.data.iter().zip(&current.data) {
+        if ours.id == stored.id && ours.home != stored.home {
+            tracing::warn!(
+                shard = ours.id.0,
+                stored = stored.home.as_deref().unwrap_or("none"),
+                configured = ours.home.as_deref().unwrap_or("none"),
+                "the shard map's home region (set by meridian cluster placement) differs from \
+                 this node's home_regions; the shard map's applies"
+            );
+        }
+    }
+}
+
 /// Serves a `Cluster.SetPlacement`: stores shard `shard`'s new home in the shard map and
 /// tells every member. Returns the map version that holds it.
 pub async fn set_placement(

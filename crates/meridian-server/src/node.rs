@@ -224,6 +224,7 @@ impl Node {
                 "hosting the replicas of a changed shard map"
             );
         }
+        crate::home::warn_overridden_homes(&founding, &current);
 
         let dyn_engine: Arc<dyn Engine> = engine.clone();
         // Before any timestamp is issued: never below one issued before a restart.
