@@ -415,9 +415,7 @@ fn refuse_forgotten(host: &MultiRaft, from: u64) -> Result<(), Status> {
              a member; ids are never reused, so wipe its data directory and --join it with a \
              new id"
         ));
-        if let Ok(value) = from.to_string().parse() {
-            status.metadata_mut().insert(FORGOTTEN_HEADER, value);
-        }
+        status.metadata_mut().insert(FORGOTTEN_HEADER, from.into());
         return Err(status);
     }
     Ok(())

@@ -1,8 +1,8 @@
 //! The public `Cluster` service: nodes, shards, leaders, terms, applied index and lag, as this
 //! node sees them (clients use it as their shard map); an operator's leader transfer
 //! (see `transfer`), replica moves (see `membership`), joins (see `join`) and placement (see
-//! `home`); and, for the geo benchmark's
-//! oracle mode only, a timestamp from the metadata shard's leader.
+//! `home`); and, for the geo benchmark's oracle mode only, a timestamp from the metadata
+//! shard's leader.
 
 use crate::node::Node;
 use bytes::Bytes;

@@ -16,8 +16,9 @@
 //! answered a ping for a round (openraft keeps reporting the leader a follower voted for,
 //! dead or not). Leaderless for two rounds, every replica may campaign again: a home voter
 //! that answers pings but cannot win (behind the others' logs, cut off from them,
-//! clock-fenced) delays a failover by two to three rounds (`election_timeout_max` each), never
-//! blocks it.
+//! clock-fenced) lets the others campaign three to four rounds (`election_timeout_max` each)
+//! after the leader's node last answered a ping, instead of about one; it never blocks a
+//! failover.
 //!
 //! # Invariants
 //! - Only the start of elections is switched; votes, pre-votes, appends and Raft's safety are
@@ -90,26 +91,27 @@ pub(crate) fn step(node: &Node, seen: &mut HashMap<ShardId, Seen>, period: Durat
         } else {
             state.leaderless_since.get_or_insert(now);
         }
-        let outside_home = desc
+        // The home, when this node is outside it.
+        let away_from = desc
             .home
             .as_deref()
-            .is_some_and(|home| home != node.config.region);
-        let home_voters = match (outside_home, desc.home.as_deref()) {
-            (true, Some(home)) => {
-                let metrics = replica.raft.metrics().borrow_watched().clone();
-                let voters: Vec<NodeId> =
-                    metrics.membership_config.membership().voter_ids().collect();
-                voters
-                    .into_iter()
-                    .filter(|id| *id != me)
-                    .filter(|id| regions.get(id).is_some_and(|r| r == home))
+            .filter(|home| *home != node.config.region);
+        let home_voters = match away_from {
+            Some(home) => {
+                let metrics = replica.raft.metrics();
+                let watched = metrics.borrow_watched();
+                watched
+                    .membership_config
+                    .membership()
+                    .voter_ids()
+                    .filter(|id| *id != me && regions.get(id).is_some_and(|r| r == home))
                     .map(|id| (id, node.host.pool.seen_within(id, period)))
                     .collect()
             }
-            _ => Vec::new(),
+            None => Vec::new(),
         };
         let facts = Facts {
-            outside_home,
+            outside_home: away_from.is_some(),
             home_voters,
             last_leader: state.last_leader,
             leaderless_for: state

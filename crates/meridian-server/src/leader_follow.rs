@@ -4,8 +4,8 @@
 //! # How
 //! Every `election_timeout_max`, for each data shard with a home that this node leads from
 //! another region (homes as the shard map this node holds now says, so a home changed at run
-//! time is followed from the next round), the loop picks a voter of the home region whose replicated log reaches
-//! this leader's last log index (openraft's replication metrics) and calls openraft's
+//! time is followed from the next round), the loop picks a voter of the home region whose
+//! replicated log reaches this leader's last log index (openraft's replication metrics) and calls openraft's
 //! cooperative `transfer_leader`: the leader stops serving lease reads and tells the target
 //! to campaign at once, and the target wins because its log is up to date. The shard is
 //! woken first (a quiesced group has no heartbeats; the transfer message wakes the target).
