@@ -471,14 +471,22 @@ pub enum ClusterOp {
     },
     /// Change SHARD's placement at run time: --home REGION makes REGION the shard's home (its
     /// leader moves to a caught-up replica there within a few election timeouts and returns
-    /// after failovers), --home none drops it. REGION must hold a replica of SHARD. Stored in
-    /// the shard map: it overrides --home-regions from then on, restarts included.
+    /// after failovers), --home none drops it. REGION must hold a replica of SHARD. --survive
+    /// zone keeps the votes in the home region (3 of the shard's replicas must be there; the
+    /// others become learners: writes commit inside the region, follower reads still work
+    /// elsewhere, losing the home region stops the shard); --survive region makes every
+    /// replica vote again. Stored in the shard map: it overrides --home-regions from then on,
+    /// restarts included.
     Placement {
         /// The data shard's id (`meridian cluster status` lists them).
         shard: u64,
         /// A region holding a replica of the shard, or `none`.
         #[arg(long, value_name = "REGION|none")]
         home: String,
+        /// The failure the shard's voters survive: `region` (every replica votes) or `zone`
+        /// (only the home region's). Unchanged when not given.
+        #[arg(long, value_name = "region|zone")]
+        survive: Option<meridian_client::Survival>,
     },
 }
 
@@ -539,14 +547,24 @@ impl ClusterCommand {
                     .with_context(|| format!("forgetting node {node}"))?;
                 println!("node {node} forgotten (shard map version {version})");
             }
-            ClusterOp::Placement { shard, ref home } => {
+            ClusterOp::Placement {
+                shard,
+                ref home,
+                survive,
+            } => {
                 let region = Some(home.as_str()).filter(|h| *h != "none");
                 let client = self.connect.connect().await?;
                 let version = client
-                    .set_placement(shard, region)
+                    .set_placement(shard, region, survive)
                     .await
                     .with_context(|| format!("setting shard {shard}'s home to {home}"))?;
-                println!("shard {shard}: home {home} (shard map version {version})");
+                match survive {
+                    Some(goal) => println!(
+                        "shard {shard}: home {home}, survives a {} failure (shard map version {version})",
+                        goal.as_str()
+                    ),
+                    None => println!("shard {shard}: home {home} (shard map version {version})"),
+                }
             }
         }
         Ok(())

@@ -221,10 +221,10 @@ impl ClusterView {
                 yes_no(shard.quiesced).into(),
                 format_lag(&shard),
                 format_closed_lag(&shard, &self.answers),
-                if shard.home_region.is_empty() {
-                    "-".into()
-                } else {
-                    shard.home_region.clone()
+                match (shard.home_region.as_str(), shard.survival.as_str()) {
+                    ("", _) => "-".into(),
+                    (home, "zone") => format!("{home} (zone)"),
+                    (home, _) => home.to_string(),
                 },
                 format_moves(&shard),
             ]);
@@ -299,8 +299,13 @@ pub fn format_moves(shard: &ShardInfo) -> String {
         return "?".into();
     }
     let mut moves: BTreeMap<u64, &str> = BTreeMap::new();
+    // Under zone survival the replicas outside the home region stay learners: not a move.
+    let learner = match shard.survival.as_str() {
+        "zone" => "learner",
+        _ => "learning",
+    };
     for node in &shard.learners {
-        moves.insert(*node, "learning");
+        moves.insert(*node, learner);
     }
     for node in &shard.replicas {
         if !shard.voters.contains(node) && !shard.learners.contains(node) {

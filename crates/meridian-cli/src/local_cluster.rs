@@ -8,7 +8,7 @@
 //!   Raft peers   127.0.0.1:<base_port + 100 + i>
 //!   data         <data_dir>/node<i>/
 //!   stdout+err   <data_dir>/node<i>.log   (appended across restarts)
-//!   labels       region = us-east, eu-west, ap-south (cycling), zone = a
+//!   labels       region = us-east, eu-west, ap-south (cycling), zone = a (or `node_labels`)
 //! ```
 //!
 //! The last `joining` nodes (0 by default) are not founding members: they start later
@@ -77,6 +77,9 @@ pub struct LocalClusterConfig {
     /// `--join <node 1's client address>` instead of `--initial-cluster`, and are not started
     /// with the others ([`LocalCluster::launch`] starts one).
     pub joining: usize,
+    /// Region and zone per node, index 0 = node 1 (missing entries: the regions of
+    /// [`REGIONS`] in turn, zone `a`).
+    pub labels: Vec<Option<(String, String)>>,
 }
 
 impl LocalClusterConfig {
@@ -95,6 +98,7 @@ impl LocalClusterConfig {
             extra_args_per_node: Vec::new(),
             env_per_node: Vec::new(),
             joining: 0,
+            labels: Vec::new(),
         }
     }
 
@@ -125,6 +129,16 @@ impl LocalClusterConfig {
             self.extra_args_per_node.resize(index + 1, Vec::new());
         }
         self.extra_args_per_node[index].extend(args.into_iter().map(Into::into));
+        self
+    }
+
+    /// Places node `node_id` (1-based) in `region` and `zone` instead of the default labels.
+    pub fn node_labels(mut self, node_id: u64, region: &str, zone: &str) -> Self {
+        let index = (node_id as usize).saturating_sub(1);
+        if self.labels.len() <= index {
+            self.labels.resize(index + 1, None);
+        }
+        self.labels[index] = Some((region.to_string(), zone.to_string()));
         self
     }
 
@@ -199,9 +213,17 @@ impl LocalCluster {
         let founders = config.nodes - config.joining;
         let members: Vec<(u64, String, String, String)> = (1..=config.nodes as u64)
             .map(|id| {
-                let region = REGIONS[(id as usize - 1) % REGIONS.len()].to_string();
+                let (region, zone) = config
+                    .labels
+                    .get(id as usize - 1)
+                    .cloned()
+                    .flatten()
+                    .unwrap_or_else(|| {
+                        let region = REGIONS[(id as usize - 1) % REGIONS.len()];
+                        (region.to_string(), "a".to_string())
+                    });
                 let peer = format!("127.0.0.1:{}", config.base_port as u64 + 100 + id);
-                (id, peer, region, "a".to_string())
+                (id, peer, region, zone)
             })
             .collect();
         let initial_cluster = members[..founders]

@@ -35,6 +35,39 @@ impl From<ChangeReplicaResponse> for ReplicaChange {
     }
 }
 
+/// Which failure a shard's voters are placed to survive (the server's `survival` module).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Survival {
+    /// Every replica votes: the shard survives losing a region.
+    Region,
+    /// Only the home region's replicas vote, the others are learners: writes commit inside the
+    /// home region, and the shard survives losing one of its home voters, not the region.
+    Zone,
+}
+
+impl Survival {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Survival::Region => "region",
+            Survival::Zone => "zone",
+        }
+    }
+}
+
+impl std::str::FromStr for Survival {
+    type Err = String;
+
+    fn from_str(s: &str) -> std::result::Result<Survival, String> {
+        match s {
+            "region" => Ok(Survival::Region),
+            "zone" => Ok(Survival::Zone),
+            other => Err(format!(
+                "unknown survival goal {other:?} (expected region or zone)"
+            )),
+        }
+    }
+}
+
 impl Client {
     /// Asks shard `shard`'s leader to hand leadership to node `to` (a voter whose log has caught
     /// up) and waits until `to` leads; returns `(leader, term)`. Follows the leader as the
@@ -86,17 +119,26 @@ impl Client {
 
     /// Sets data shard `shard`'s home region (`None`: no home): the region its leader should
     /// be in; the shard's leader moves there within a few election timeouts if a caught-up
-    /// replica is there. Stored in the shard map (the founding `home_regions` no longer apply
-    /// to it). Asked of the metadata shard's leader. Returns the shard map version that holds
-    /// it.
-    pub async fn set_placement(&self, shard: u64, home_region: Option<&str>) -> Result<u64> {
+    /// replica is there. With `survival` (`None`: unchanged) it also sets the shard's survival
+    /// goal, which decides which replicas vote: [`Survival::Zone`] keeps the votes in the home
+    /// region (it needs 3 of the shard's replicas there) and makes the others learners. Stored
+    /// in the shard map (the founding `home_regions` no longer apply to it). Asked of the
+    /// metadata shard's leader. Returns the shard map version that holds it.
+    pub async fn set_placement(
+        &self,
+        shard: u64,
+        home_region: Option<&str>,
+        survival: Option<Survival>,
+    ) -> Result<u64> {
         let home_region = home_region.unwrap_or_default().to_string();
+        let survival = survival.map(Survival::as_str).unwrap_or_default();
         self.leader_call(0, |mut cluster, timeout| {
             let home_region = home_region.clone();
             async move {
                 let ask = SetPlacementRequest {
                     shard_id: shard,
                     home_region,
+                    survival: survival.to_string(),
                 };
                 let reply = cluster.set_placement(request(ask, timeout)).await?;
                 Ok(reply.into_inner().map_version)

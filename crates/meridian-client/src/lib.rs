@@ -97,7 +97,7 @@ mod txn_recover;
 mod validate;
 mod write_retry;
 
-pub use admin::ReplicaChange;
+pub use admin::{ReplicaChange, Survival};
 pub use cas::{CasOutcome, Expect};
 pub use client::{fetch_status, Client, KeyValue, Versioned};
 pub use config::{ClientConfig, ReadConsistency};

@@ -74,6 +74,9 @@ pub struct LeaderView {
     pub applied: Option<LogId>,
     pub last_log_index: Option<u64>,
     pub voters: Vec<NodeId>,
+    /// Learners take closed timestamps too (they serve follower reads: zone survival's
+    /// replicas outside the home region), but never count toward a quorum's confirmation.
+    pub learners: Vec<NodeId>,
 }
 
 impl LeaderView {
@@ -84,6 +87,7 @@ impl LeaderView {
             applied: m.last_applied,
             last_log_index: m.last_log_index,
             voters: m.membership_config.voter_ids().collect(),
+            learners: m.membership_config.membership().learner_ids().collect(),
         }
     }
 }
@@ -195,7 +199,7 @@ impl MultiRaft {
         next
     }
 
-    /// This node's entry for a shard it leads, with the shard's voters; publishes it to this
+    /// This node's entry for a shard it leads, with the shard's voters and learners; publishes it to this
     /// replica's own closed state too (the leader's closed timestamp is what status shows).
     fn closed_entry(
         &self,
@@ -216,7 +220,9 @@ impl MultiRaft {
         if entry.closed_ts != 0 {
             replica.sm.offer_closed(entry.index, entry.closed_ts);
         }
-        Some((entry, after.voters))
+        let mut to = after.voters;
+        to.extend(after.learners);
+        Some((entry, to))
     }
 
     fn note_confirmed(
@@ -290,6 +296,7 @@ mod tests {
             applied: applied.map(|(t, i)| openraft::testing::log_id::<TypeConfig>(t, 1, i)),
             last_log_index: Some(last),
             voters: vec![1, 2, 3],
+            learners: vec![],
         }
     }
 

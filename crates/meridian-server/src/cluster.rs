@@ -48,6 +48,7 @@ impl Cluster for ClusterService {
                 end: Bytes::from(desc.end.clone()),
                 replicas: desc.replicas.clone(),
                 home_region: desc.home.clone().unwrap_or_default(),
+                survival: desc.survival.as_str().to_string(),
                 generation: desc.generation,
                 ..Default::default()
             };
@@ -185,8 +186,12 @@ impl Cluster for ClusterService {
     ) -> Result<Response<SetPlacementResponse>, Status> {
         let req = request.into_inner();
         let home = Some(req.home_region).filter(|r| !r.is_empty());
+        let survival = match req.survival.as_str() {
+            "" => None,
+            raw => Some(crate::survival::Survival::parse(raw).map_err(Status::invalid_argument)?),
+        };
         let map_version =
-            crate::home::set_placement(&self.node, ShardId(req.shard_id), home).await?;
+            crate::home::set_placement(&self.node, ShardId(req.shard_id), home, survival).await?;
         Ok(Response::new(SetPlacementResponse { map_version }))
     }
 }

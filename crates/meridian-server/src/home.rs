@@ -24,7 +24,8 @@
 //!   elections while a voter of the home region other than the last leader is live.
 //!
 //! **At run time** ([`set_placement`], `Cluster.SetPlacement`, `meridian cluster placement
-//! SHARD --home REGION|none`) a shard's home changes: the stored shard map (`shard_map_store`)
+//! SHARD --home REGION|none [--survive region|zone]`) a shard's home (and its survival goal,
+//! see `survival`) changes: the stored shard map (`shard_map_store`)
 //! holds each shard's home, so the change is a compare-and-swap to the map's next version,
 //! pushed to every member like a replica move; each node's leader-follow loop reads the map
 //! it holds on every round, so the leader moves within a few election timeouts. The
@@ -43,8 +44,8 @@
 //!   there again).
 //!
 //! # Not done yet
-//! - Placement is the home region only: no survival goal (a zone-survival mode with all
-//!   voters in the home region and learners elsewhere) and no replica constraints; replica
+//! - A survival goal (`survival`: zone survival keeps the votes in the home region) decides
+//!   who votes among the replicas a shard has, but no replica constraints exist, and replica
 //!   placement ignores the home beyond the first replica. Followers outside the home leave
 //!   elections to a live home voter (`election_bias`) only when the home region has a voter
 //!   besides the last leader.
@@ -54,6 +55,7 @@ use crate::config::{ConfigError, Member};
 use crate::error::ServerError;
 use crate::node::Node;
 use crate::shard_map::ShardMap;
+use crate::survival::Survival;
 use meridian_types::{NodeId, ShardId};
 
 /// Keys from `start` (inclusive) to the next rule's start have `region` as home.
@@ -109,13 +111,16 @@ pub fn home_of<'r>(rules: &'r [HomeRule], start: &[u8]) -> Option<&'r str> {
     idx.checked_sub(1).map(|i| rules[i].region.as_str())
 }
 
-/// The next version of `map` with data shard `shard` homed in `region` (`None`: no home).
-/// `Ok(None)` if it has that home already; an error for an unknown or metadata shard, or a
-/// region where none of the shard's replicas is (`region_of` gives a replica's region).
-pub fn with_home(
+/// The next version of `map` with data shard `shard` homed in `region` (`None`: no home) and
+/// with survival goal `survival` (`None`: the shard's current one; see `survival`).
+/// `Ok(None)` if it has that placement already; an error for an unknown or metadata shard, a
+/// region where none of the shard's replicas is (`region_of` gives a replica's region), or a
+/// survival goal the shard cannot have there.
+pub fn with_placement(
     map: &ShardMap,
     shard: ShardId,
     region: Option<&str>,
+    survival: Option<Survival>,
     region_of: impl Fn(NodeId) -> Option<String>,
 ) -> std::result::Result<Option<ShardMap>, String> {
     if shard == ShardId::META {
@@ -130,7 +135,8 @@ pub fn with_home(
         ));
     };
     let desc = &map.data[idx];
-    if desc.home.as_deref() == region {
+    let survival = survival.unwrap_or(desc.survival);
+    if desc.home.as_deref() == region && desc.survival == survival {
         return Ok(None);
     }
     if let Some(region) = region {
@@ -153,8 +159,19 @@ pub fn with_home(
             ));
         }
     }
+    if let Some(why) = crate::survival::refusal(desc, survival, region, &region_of) {
+        return Err(match (region, desc.survival) {
+            (None, Survival::Zone) => format!(
+                "shard {} has zone survival, which needs a home region: clear both \
+                 (--home none --survive region)",
+                shard.0
+            ),
+            _ => why,
+        });
+    }
     let mut next = map.clone();
     next.data[idx].home = region.map(str::to_string);
+    next.data[idx].survival = survival;
     next.version += 1;
     Ok(Some(next))
 }
@@ -175,19 +192,22 @@ pub fn warn_overridden_homes(founding: &ShardMap, current: &ShardMap) {
     }
 }
 
-/// Serves a `Cluster.SetPlacement`: stores shard `shard`'s new home in the shard map and
-/// tells every member. Returns the map version that holds it.
+/// Serves a `Cluster.SetPlacement`: stores shard `shard`'s new home and survival goal
+/// (`None`: unchanged) in the shard map and tells every member. Returns the map version that
+/// holds them.
 pub async fn set_placement(
     node: &Node,
     shard: ShardId,
     region: Option<String>,
+    survival: Option<Survival>,
 ) -> crate::error::Result<u64> {
     let region_of = |id: NodeId| node.member(id).map(|m| m.region);
     let version = crate::membership::change_map(node, |map| {
-        with_home(map, shard, region.as_deref(), region_of).map_err(ServerError::InvalidArgument)
+        with_placement(map, shard, region.as_deref(), survival, region_of)
+            .map_err(ServerError::InvalidArgument)
     })
     .await?;
-    tracing::info!(%shard, home = region.as_deref().unwrap_or("none"), version, "set a shard's home region");
+    tracing::info!(%shard, home = region.as_deref().unwrap_or("none"), survival = ?survival, version, "set a shard's placement");
     Ok(version)
 }
 
@@ -269,7 +289,7 @@ mod tests {
             })
             .unwrap();
 
-        let next = with_home(&map, shard.id, Some(&held), region_of)
+        let next = with_placement(&map, shard.id, Some(&held), None, region_of)
             .unwrap()
             .unwrap();
         assert_eq!(next.version, map.version + 1);
@@ -279,21 +299,65 @@ mod tests {
             "replicas stay as they were"
         );
         assert!(next.same_layout(&map), "a home is not part of the layout");
-        assert_eq!(with_home(&next, shard.id, Some(&held), region_of), Ok(None));
-        let cleared = with_home(&next, shard.id, None, region_of)
+        assert_eq!(
+            with_placement(&next, shard.id, Some(&held), None, region_of),
+            Ok(None)
+        );
+        let cleared = with_placement(&next, shard.id, None, None, region_of)
             .unwrap()
             .unwrap();
         assert_eq!(cleared.data[0].home, None);
         assert_eq!(cleared.version, map.version + 2);
 
-        let e = with_home(&map, shard.id, Some(missing), region_of).unwrap_err();
+        let e = with_placement(&map, shard.id, Some(missing), None, region_of).unwrap_err();
         assert!(
             e.contains("has no replica in region") && e.contains("add-replica"),
             "{e}"
         );
-        let e = with_home(&map, ShardId::META, Some(&held), region_of).unwrap_err();
+        let e = with_placement(&map, ShardId::META, Some(&held), None, region_of).unwrap_err();
         assert!(e.contains("metadata shard"), "{e}");
-        let e = with_home(&map, ShardId(99), None, region_of).unwrap_err();
+        let e = with_placement(&map, ShardId(99), None, None, region_of).unwrap_err();
         assert!(e.contains("no data shard 99"), "{e}");
+    }
+
+    #[test]
+    fn zone_survival_is_set_with_a_home_and_cleared_with_it() {
+        let mut members = members();
+        for (id, zone) in [(4, "b"), (5, "c")] {
+            members.push(Member::parse(&format!("{id}=127.0.0.1:{id}@us-east/{zone}")).unwrap());
+        }
+        let region_of = |id: NodeId| {
+            members
+                .iter()
+                .find(|m| m.node_id == id)
+                .map(|m| m.region.clone())
+        };
+        let map = ShardMap::founding(&members, 5, &[], 2);
+        let shard = map.data[0].id;
+        let zone = Some(Survival::Zone);
+        let e = with_placement(&map, shard, None, zone, region_of).unwrap_err();
+        assert!(e.contains("--home"), "{e}");
+        let e = with_placement(&map, shard, Some("eu-west"), zone, region_of).unwrap_err();
+        assert!(e.contains("needs 3 replicas"), "{e}");
+        let zoned = with_placement(&map, shard, Some("us-east"), zone, region_of)
+            .unwrap()
+            .unwrap();
+        assert_eq!(zoned.data[0].survival, Survival::Zone);
+        // Moving the home keeps the goal, so it must hold there too.
+        let e = with_placement(&zoned, shard, Some("eu-west"), None, region_of).unwrap_err();
+        assert!(e.contains("needs 3 replicas"), "{e}");
+        let e = with_placement(&zoned, shard, None, None, region_of).unwrap_err();
+        assert!(e.contains("--home none --survive region"), "{e}");
+        let cleared = with_placement(&zoned, shard, None, Some(Survival::Region), region_of)
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            (cleared.data[0].home.as_deref(), cleared.data[0].survival),
+            (None, Survival::Region)
+        );
+        assert_eq!(
+            with_placement(&zoned, shard, Some("us-east"), zone, region_of),
+            Ok(None)
+        );
     }
 }

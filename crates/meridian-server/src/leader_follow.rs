@@ -20,7 +20,8 @@
 //!
 //! The same loop biases elections (`election_bias`): a replica outside the home region leaves
 //! elections to a live voter of the home region, so a home region with two voters keeps the
-//! leadership through a leader's crash without a transfer.
+//! leadership through a leader's crash without a transfer. It also changes the voters of the
+//! shards this node leads to what their survival goal wants (`survival`).
 //!
 //! # Not done yet
 //! - No preference among several voters of the home region beyond the first caught up.
@@ -47,11 +48,13 @@ pub(crate) fn spawn(node: &Arc<Node>) {
     tokio::spawn(async move {
         let mut led: HashMap<ShardId, Led> = HashMap::new();
         let mut bias = HashMap::new();
+        let mut role_changes = HashMap::new();
         loop {
             tokio::time::sleep(period).await;
             let Some(node) = weak.upgrade() else { return };
             crate::election_bias::step(&node, &mut bias, period);
             step(&node, &mut led, period).await;
+            crate::survival::step(&node, &mut role_changes, period).await;
         }
     });
 }

@@ -47,6 +47,7 @@ pub mod metrics;
 pub mod node;
 pub mod shard_map;
 pub mod shard_map_store;
+pub mod survival;
 pub mod sweeper;
 mod transfer;
 

@@ -13,7 +13,9 @@
 //!      told (`push`); the new node opens an empty replica that never initializes a group;
 //!   2. the leader adds it as a **learner** and waits (bounded by [`CATCH_UP_WAIT`]) until
 //!      it has replicated the log (or installed a snapshot, when the log was purged);
-//!   3. the leader makes it a **voter** (a joint-consensus change, openraft's).
+//!   3. the leader makes it a **voter** (a joint-consensus change, openraft's), unless the
+//!      shard's survival goal keeps the votes elsewhere (`survival`: under zone survival a
+//!      replica outside the home region stays a learner).
 //!
 //!   Stopped after 1, a node hosts an idle empty replica; after 2, a learner that follows
 //!   the log but does not vote. Asking again finishes the move: every step is idempotent.
@@ -128,6 +130,15 @@ pub async fn add_replica(node: &Node, shard: ShardId, target: NodeId) -> Result<
         .await
         .map_err(|e| raft_error(node, shard, e))?;
     wait_caught_up(node, &replica, shard, target).await?;
+    let region_of = |id: NodeId| node.member(id).map(|m| m.region);
+    let votes = node
+        .map()
+        .get(shard)
+        .is_some_and(|d| crate::survival::voters_wanted(d, region_of).contains(&target));
+    if !votes {
+        tracing::info!(%shard, target, "adding a replica: the learner caught up and stays one (zone survival keeps the votes in the home region)");
+        return Ok(outcome(node, &replica));
+    }
     tracing::info!(%shard, target, "adding a replica: the learner caught up; making it a voter");
     replica
         .raft

@@ -32,6 +32,10 @@ pub struct ShardDescriptor {
     pub replicas: Vec<NodeId>,
     /// The region that should lead this shard (`home`), if any.
     pub home: Option<String>,
+    /// Which failure the shard's voters are placed to survive (`survival`): a region's
+    /// (every replica votes) or, with a home, a zone's (only the home region's replicas
+    /// vote; the others are learners).
+    pub survival: crate::survival::Survival,
     /// The range generation: bumped whenever the shard's range changes (a split or a merge;
     /// none exists yet, so every founding shard has generation 1). Clients send the
     /// generation they routed by, and a node whose map disagrees answers `WRONG_SHARD`.
@@ -151,6 +155,7 @@ impl ShardMap {
             end: Vec::new(),
             replicas: place(&sorted, rf, ShardId::META, &mut load),
             home: None,
+            survival: Default::default(),
             generation: 1,
         };
         let mut data = Vec::new();
@@ -168,6 +173,7 @@ impl ShardMap {
                 end,
                 replicas: place(&sorted, rf, id, &mut load),
                 home: None,
+                survival: Default::default(),
                 generation: 1,
             });
         }
@@ -341,7 +347,7 @@ impl ShardMap {
     }
 
     /// Whether `other` has the same shards with the same ranges and generations: it differs
-    /// from this map in replica lists, homes (`home::with_home`), members that joined or were
+    /// from this map in replica lists, homes and survival goals (`home::with_placement`), members that joined or were
     /// forgotten (and version) only.
     pub fn same_layout(&self, other: &ShardMap) -> bool {
         let layout = |d: &ShardDescriptor| (d.id, d.start.clone(), d.end.clone(), d.generation);

@@ -27,7 +27,9 @@
 //!
 //! - **Members that joined** (`ShardMap::joined`) are stored after the shards; a map without
 //!   any is stored exactly as before joins existed, so clusters founded earlier keep their
-//!   record's bytes (a compare-and-swap compares bytes).
+//!   record's bytes (a compare-and-swap compares bytes). Forgotten members, then the shards
+//!   with zone survival (`survival`), follow in longer forms the same way: each only when
+//!   there is one.
 //!
 //! # Invariants
 //! - The record is exact: keys are stored as bytes, not as text, and decoding rejects trailing
@@ -46,6 +48,7 @@
 
 use crate::config::Member;
 use crate::shard_map::{ShardDescriptor, ShardMap};
+use crate::survival::Survival;
 use bytes::Bytes;
 use meridian_raft::types::codec;
 use meridian_storage::{mvcc, Engine};
@@ -105,6 +108,18 @@ struct StoredMapWithForgotten {
     forgotten: Vec<NodeId>,
 }
 
+/// The record of a map where some shard has zone survival (`ShardDescriptor::survival`):
+/// [`StoredMapWithForgotten`]'s fields, then those shards' ids. Used only when there is one,
+/// for the same reason.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+struct StoredMapWithSurvival {
+    version: u64,
+    shards: Vec<StoredShard>,
+    joined: Vec<StoredMember>,
+    forgotten: Vec<NodeId>,
+    zone_survival: Vec<u64>,
+}
+
 fn stored_shard(d: &ShardDescriptor) -> StoredShard {
     StoredShard {
         id: d.id.0,
@@ -123,6 +138,7 @@ fn descriptor(s: StoredShard) -> ShardDescriptor {
         end: s.end,
         replicas: s.replicas,
         home: s.home,
+        survival: Default::default(),
         generation: s.generation,
     }
 }
@@ -141,7 +157,20 @@ pub fn encode(map: &ShardMap) -> Result<Bytes, String> {
             })
             .collect()
     };
-    let raw = if !map.forgotten.is_empty() {
+    let zone_survival: Vec<u64> = map
+        .all()
+        .filter(|d| d.survival == Survival::Zone)
+        .map(|d| d.id.0)
+        .collect();
+    let raw = if !zone_survival.is_empty() {
+        codec::encode(&StoredMapWithSurvival {
+            version: map.version,
+            shards,
+            joined: joined(),
+            forgotten: map.forgotten.clone(),
+            zone_survival,
+        })
+    } else if !map.forgotten.is_empty() {
         codec::encode(&StoredMapWithForgotten {
             version: map.version,
             shards,
@@ -173,21 +202,31 @@ pub fn encode(map: &ShardMap) -> Result<Bytes, String> {
 
 /// Decodes a stored record.
 pub fn decode(raw: &[u8]) -> Result<ShardMap, String> {
-    // Exact decoding tells the three apart: each form has bytes after the shorter ones', and
+    // Exact decoding tells the four apart: each form has bytes after the shorter ones', and
     // ends before the longer ones' next list.
-    let stored: StoredMapWithForgotten = if let Ok(m) = codec::decode::<StoredMap>(raw) {
-        StoredMapWithForgotten {
+    let stored: StoredMapWithSurvival = if let Ok(m) = codec::decode::<StoredMap>(raw) {
+        StoredMapWithSurvival {
             version: m.version,
             shards: m.shards,
             joined: Vec::new(),
             forgotten: Vec::new(),
+            zone_survival: Vec::new(),
         }
     } else if let Ok(m) = codec::decode::<StoredMapWithMembers>(raw) {
-        StoredMapWithForgotten {
+        StoredMapWithSurvival {
             version: m.version,
             shards: m.shards,
             joined: m.joined,
             forgotten: Vec::new(),
+            zone_survival: Vec::new(),
+        }
+    } else if let Ok(m) = codec::decode::<StoredMapWithForgotten>(raw) {
+        StoredMapWithSurvival {
+            version: m.version,
+            shards: m.shards,
+            joined: m.joined,
+            forgotten: m.forgotten,
+            zone_survival: Vec::new(),
         }
     } else {
         codec::decode(raw).map_err(|e| format!("the stored shard map does not decode: {e}"))?
@@ -206,7 +245,13 @@ pub fn decode(raw: &[u8]) -> Result<ShardMap, String> {
             zone: m.zone,
         });
     }
-    let mut shards = stored.shards.into_iter().map(descriptor);
+    let zone = stored.zone_survival;
+    let mut shards = stored.shards.into_iter().map(descriptor).map(|mut d| {
+        if zone.contains(&d.id.0) {
+            d.survival = Survival::Zone;
+        }
+        d
+    });
     let meta = shards
         .next()
         .filter(|m| m.id == ShardId::META)
@@ -391,6 +436,33 @@ mod tests {
             .with_member_joined(&new_id, &members())
             .unwrap()
             .is_some());
+    }
+
+    #[test]
+    fn zone_survival_round_trips_and_leaves_a_map_without_it_as_it_was() {
+        let founding = ShardMap::founding(&members(), 3, &[], 4);
+        let before = encode(&founding).unwrap();
+        for plain in [founding.clone(), {
+            let mut forgot = founding.clone();
+            forgot.forgotten = vec![7];
+            forgot
+        }] {
+            let mut zoned = plain.clone();
+            zoned.data[1].home = Some("eu-west".into());
+            zoned.data[1].survival = Survival::Zone;
+            zoned.version += 1;
+            let raw = encode(&zoned).unwrap();
+            let back = decode(&raw).unwrap();
+            assert_eq!(back, zoned);
+            assert_eq!(back.data[1].survival, Survival::Zone);
+            assert_eq!(back.data[0].survival, Survival::Region);
+            assert_eq!(decode(&encode(&plain).unwrap()).unwrap(), plain);
+        }
+        assert_eq!(
+            encode(&founding).unwrap(),
+            before,
+            "no zone survival: bytes as before"
+        );
     }
 
     #[test]
