@@ -472,7 +472,8 @@ pub enum ClusterOp {
     /// Change SHARD's placement at run time: --home REGION makes REGION the shard's home (its
     /// leader moves to a caught-up replica there within a few election timeouts and returns
     /// after failovers), --home none drops it. REGION must hold a replica of SHARD. --survive
-    /// zone keeps the votes in the home region (3 of the shard's replicas must be there; the
+    /// zone keeps the votes in the home region (3 of the shard's replicas must be there: the
+    /// command first adds the missing ones on live nodes of the region, new zones first; the
     /// others become learners: writes commit inside the region, follower reads still work
     /// elsewhere, losing the home region stops the shard); --survive region makes every
     /// replica vote again. Stored in the shard map: it overrides --home-regions from then on,
@@ -555,7 +556,12 @@ impl ClusterCommand {
                 let region = Some(home.as_str()).filter(|h| *h != "none");
                 let client = self.connect.connect().await?;
                 let version = client
-                    .set_placement(shard, region, survive)
+                    .place(shard, region, survive, |node, change| {
+                        println!(
+                            "shard {shard}: added a replica on node {node} for zone survival: {}",
+                            render_change(change)
+                        )
+                    })
                     .await
                     .with_context(|| format!("setting shard {shard}'s home to {home}"))?;
                 match survive {

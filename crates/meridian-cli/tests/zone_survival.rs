@@ -1,13 +1,14 @@
 //! Cluster test: survival goals (`meridian cluster placement SHARD --home R --survive zone`).
 //!
 //! Five nodes: 1, 4 and 5 in us-east (zones a, b, c), 2 in eu-west, 3 in ap-south; one data
-//! shard, given a replica on every node (five voters).
-//! 1. Zone survival is refused while the shard has fewer than three replicas in the region
-//!    asked (eu-west has one).
-//! 2. **Control**, region survival: with nodes 2, 3 and 5 killed, two of the five voters are
+//! shard, given a replica on nodes 1 to 4 (four voters).
+//! 1. Zone survival is refused where the shard cannot have three replicas (eu-west has one
+//!    node).
+//! 2. **Control**, region survival: with nodes 2, 3 and 5 killed, two of the four voters are
 //!    left and a write cannot commit. The nodes are restarted.
-//! 3. `--home us-east --survive zone`: the shard's leader changes the group to voters
-//!    {1, 4, 5} and learners {2, 3}; status shows `us-east (zone)`. The learners keep
+//! 3. `--home us-east --survive zone`: the command adds a replica on node 5 (us-east had two),
+//!    and the shard's leader changes the group to voters {1, 4, 5} and learners {2, 3};
+//!    status shows `us-east (zone)`. The learners keep
 //!    receiving closed timestamps and serve follower reads in their regions.
 //! 4. The same three nodes killed: two of the three voters are left, and writes commit.
 //! 5. The nodes restarted, `--survive region` makes every replica vote again; every write
@@ -107,6 +108,25 @@ async fn wait_roles(
     }
 }
 
+/// Waits until node 1 reports every node live (the placement command adds replicas on live
+/// nodes only).
+async fn wait_all_live(cluster: &LocalCluster) {
+    let started = Instant::now();
+    loop {
+        let addr = cluster.client_addr(1).unwrap();
+        if let Ok(status) = fetch_status(&addr, Duration::from_secs(2)).await {
+            if status.nodes.len() == NODES as usize && status.nodes.iter().all(|n| n.live) {
+                return;
+            }
+        }
+        assert!(
+            started.elapsed() < CONVERGE_TIMEOUT,
+            "not every node live after {CONVERGE_TIMEOUT:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
 /// Whether a put through `client` commits within `wait`.
 async fn commits(client: &Client, key: &str, wait: Duration) -> bool {
     matches!(
@@ -142,14 +162,20 @@ async fn scenario() {
         .clone();
     eprintln!("shard {SHARD}'s founding replicas: {founding:?}");
     let shard_text = SHARD.to_string();
-    for node in (1..=NODES).filter(|n| !founding.contains(n)) {
+    // Nodes 1 to 4 hold replicas; node 5 gets one from the placement command.
+    let four: Vec<u64> = (1..=4).collect();
+    assert!(
+        !founding.contains(&5),
+        "placement gives node 5 no founding replica"
+    );
+    for node in four.iter().filter(|n| !founding.contains(n)) {
         cli(
             &endpoints,
             &["cluster", "add-replica", &shard_text, &node.to_string()],
         );
     }
     let all: Vec<u64> = (1..=NODES).collect();
-    wait_roles(&cluster, &all, &all, &[]).await;
+    wait_roles(&cluster, &all, &four, &[]).await;
 
     // 1. Not where the shard lacks three replicas.
     let said = cli_refused(
@@ -169,23 +195,24 @@ async fn scenario() {
     )
     .await;
     assert!(
-        said.contains("zone survival needs 3 replicas of shard 1 in eu-west"),
+        said.contains("zone survival needs 3 replicas of shard 1 in eu-west: it has 1 and 0 live"),
         "{said}"
     );
 
     let client = connect_client(vec![endpoints[0].clone(), endpoints[3].clone()]).await;
     let (acked, stop, writer) = start_writer(&client, "zone").await;
 
-    // 2. Control: five voters, three of them killed.
+    // 2. Control: four voters, two of them killed (and node 5, which holds none yet).
     kill_and_restart(&cluster, true);
     let control = commits(&client, "control-write", CONTROL_WAIT).await;
     assert!(
         !control,
-        "with 2 of 5 voters left a write committed: the control does not test what it should"
+        "with 2 of 4 voters left a write committed: the control does not test what it should"
     );
-    eprintln!("control: no write committed within {CONTROL_WAIT:?} with 2 of 5 voters");
+    eprintln!("control: no write committed within {CONTROL_WAIT:?} with 2 of 4 voters");
     kill_and_restart(&cluster, false);
-    wait_roles(&cluster, &all, &all, &[]).await;
+    wait_roles(&cluster, &all, &four, &[]).await;
+    wait_all_live(&cluster).await;
 
     // 3. Zone survival in us-east.
     let said = cli(
@@ -200,7 +227,11 @@ async fn scenario() {
             "zone",
         ],
     );
-    assert!(said.contains("survives a zone failure"), "{said}");
+    assert!(
+        said.contains("added a replica on node 5 for zone survival")
+            && said.contains("survives a zone failure"),
+        "{said}"
+    );
     let placed = Instant::now();
     let view = wait_roles(&cluster, &all, &[1, 4, 5], &[2, 3]).await;
     eprintln!(
@@ -213,18 +244,18 @@ async fn scenario() {
     let shown = cli(&endpoints, &["cluster", "status"]);
     assert!(shown.contains("us-east (zone)"), "{shown}");
     for learner in [2, 3] {
-        let first = shard_at(&cluster, learner).await.expect("learner status");
         let started = Instant::now();
+        let mut first = 0;
         loop {
-            let now = shard_at(&cluster, learner).await.expect("learner status");
-            if first.closed_ts != 0 && now.closed_ts > first.closed_ts {
+            let now = shard_at(&cluster, learner).await.map_or(0, |s| s.closed_ts);
+            if first == 0 {
+                first = now;
+            } else if now > first {
                 break;
             }
             assert!(
                 started.elapsed() < CONVERGE_TIMEOUT,
-                "learner {learner}'s closed timestamp does not advance: {} then {}",
-                first.closed_ts,
-                now.closed_ts
+                "learner {learner}'s closed timestamp does not advance: {first} then {now}"
             );
             tokio::time::sleep(Duration::from_millis(200)).await;
         }

@@ -96,6 +96,7 @@ mod txn_commit;
 mod txn_recover;
 mod validate;
 mod write_retry;
+pub mod zone_survival;
 
 pub use admin::{ReplicaChange, Survival};
 pub use cas::{CasOutcome, Expect};

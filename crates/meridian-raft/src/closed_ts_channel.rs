@@ -9,9 +9,10 @@
 //!                                and applied == last log index          (idle)
 //!                                and a quorum confirmed a round sent < 0.9 × lag ago
 //!    otherwise send (0, applied): a round that only gathers confirmations
-//!  one CloseTimestamps RPC per peer: the entries of the shards that peer is a voter of
+//!  one CloseTimestamps RPC per peer: the entries of the shards that peer is a voter or learner of
 //!  follower: if it is in that term and follows the sender → offer (index, C), confirm shard
-//!  leader: each confirmation stamps (voter, send time of the round) in the shard's Closer
+//!  leader: each confirmation stamps (peer, send time of the round) in the shard's Closer;
+//!          only voters' stamps count toward the quorum
 //! ```
 //!
 //! Why each condition is there (the model test `closed_ts_model_tests` breaks each one and
@@ -42,7 +43,8 @@
 //!
 //! # Not done yet
 //! - Deltas: every round names every led shard (about 32 bytes each).
-//! - Learners (non-voting replicas) get no rounds; there are none yet.
+//! - Learners get rounds (zone survival's replicas outside the home region serve follower
+//!   reads) but their confirmations never count toward a quorum's.
 
 use crate::closed_ts::publishable;
 use crate::host::{InFlight, MultiRaft, ShardReplica};

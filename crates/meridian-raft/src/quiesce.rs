@@ -46,7 +46,9 @@
 //! # Not done yet
 //! - A node that restarts does not know its peers' groups are parked: its election timers run,
 //!   and it may win elections of idle shards (safe, but it moves leaders).
-//! - Learners are not parked with their group (there are none yet).
+//! - Learners (zone survival's replicas outside the home region) are not parked with their
+//!   group: only voters count for quiescing, and a learner's timers keep running (it never
+//!   campaigns).
 //! - Pings carry liveness and the peer's physical clock, no HLC (`clock_fence` acts on the
 //!   offsets); CockroachDB also piggybacks the awake groups' heartbeats on them.
 

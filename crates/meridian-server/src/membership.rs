@@ -19,6 +19,8 @@
 //!
 //!   Stopped after 1, a node hosts an idle empty replica; after 2, a learner that follows
 //!   the log but does not vote. Asking again finishes the move: every step is idempotent.
+//!   (The leader's survival step, `survival`, also promotes such a learner once it has the
+//!   log and is live, if the shard's goal wants it to vote.)
 //!   `Cluster.Status` reports each shard's voters, learners and joint state next to the map's
 //!   replica list, so `cluster status` shows a move stopped half way (its MOVES column).
 //! - **Remove** (`remove_replica`, run by the shard's leader):
@@ -50,6 +52,8 @@
 //! `meridian-raft`'s `map_gossip`).
 //!
 //! # Invariants
+//! - One membership change per shard at a time on its leader (`Node::changing`, shared with
+//!   the survival step); a second one asked meanwhile answers UNAVAILABLE (retried).
 //! - The stored record changes only by compare-and-swap from the record the change was
 //!   computed from, so concurrent moves serialize (the loser re-reads and recomputes).
 //! - Only founding replicas of a never-changed map (version 1) initialize Raft groups; a
@@ -97,6 +101,7 @@ pub struct Outcome {
 /// Adds a replica of `shard` on `target` (see the module docs); must run on the leader.
 pub async fn add_replica(node: &Node, shard: ShardId, target: NodeId) -> Result<Outcome> {
     let replica = led_replica(node, shard).await?;
+    let _held = hold(node, shard)?;
     let member = node.member(target).ok_or_else(|| {
         ServerError::InvalidArgument(format!(
             "node {target} is not a member of this cluster (members: {:?})",
@@ -151,6 +156,7 @@ pub async fn add_replica(node: &Node, shard: ShardId, target: NodeId) -> Result<
 /// Removes `target`'s replica of `shard` (see the module docs); must run on the leader.
 pub async fn remove_replica(node: &Node, shard: ShardId, target: NodeId) -> Result<Outcome> {
     let replica = led_replica(node, shard).await?;
+    let _held = hold(node, shard)?;
     let (voters, learners) = group(&replica);
     let listed = node
         .map()
@@ -181,6 +187,16 @@ pub async fn remove_replica(node: &Node, shard: ShardId, target: NodeId) -> Resu
     }
     change_map(node, |map| Ok(map.with_replica_removed(shard, target))).await?;
     Ok(outcome(node, &replica))
+}
+
+/// Holds `shard` for one membership change on this node, or UNAVAILABLE (retryable) while
+/// another one (a move, a survival goal's role change) is under way.
+fn hold(node: &Node, shard: ShardId) -> Result<crate::survival::ChangingGuard<'_>> {
+    node.changing.try_hold(shard).ok_or_else(|| {
+        ServerError::Unavailable(format!(
+            "another membership change of shard {shard} is under way on its leader; try again"
+        ))
+    })
 }
 
 /// This node's replica of `shard` if it leads it, else NOT_LEADER (with the leader's address)

@@ -71,6 +71,9 @@ pub struct Node {
     registry_cache: RwLock<HashMap<NodeId, NodeRecord>>,
     /// Held while adopting a shard map, so replicas open and retire one map at a time.
     pub(crate) reconciling: tokio::sync::Mutex<()>,
+    /// Shards whose Raft membership this node is changing (a move or a survival goal's role
+    /// change): one change per shard at a time (see `survival::Changing`).
+    pub(crate) changing: crate::survival::Changing,
     /// Persists the HLC ceiling (see `hlc_ceiling`); aborted on shutdown.
     ceiling_keeper: tokio::task::JoinHandle<()>,
     /// Committed records GC passes found unfinished, for the sweeper (see `sweeper`).
@@ -259,6 +262,7 @@ impl Node {
             ceiling,
             registry_cache: RwLock::new(HashMap::new()),
             reconciling: tokio::sync::Mutex::new(()),
+            changing: Default::default(),
             config,
             ceiling_keeper,
             stuck: Default::default(),

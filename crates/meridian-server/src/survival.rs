@@ -20,33 +20,43 @@
 //! wanted roles are a pure function of the map ([`voters_wanted`]). The shard's leader makes
 //! its Raft group match them ([`step`], run by the leader-follow loop every
 //! `election_timeout_max`): one joint-consensus change (`ReplaceAllVoters`, keeping removed
-//! voters as learners) from the voters it has to the voters wanted. It acts only when
-//! - no membership change is in progress (not joint),
-//! - every wanted voter is in the group already (a replica being added is `add_replica`'s
-//!   work) and has replicated the leader's log (promoting a lagging learner would stall
-//!   commits until it caught up),
-//! - and the leader itself is a wanted voter (under zone survival the leader-follow loop moves
-//!   the leader home first; a leader never demotes itself).
+//! voters as learners) from the voters it has to the voters wanted, run to its end (both
+//! entries). It acts only when
+//! - the group's voters and learners are the map's replicas (no move in progress, and this
+//!   leader's map is not behind the group),
+//! - no other membership change of the shard is under way on this node (`Changing`, shared
+//!   with `membership`'s moves, so a move and a role change never collide half way),
+//! - and every wanted voter is ready: answering pings, and for a learner, holding the leader's
+//!   log (promoting a lagging learner would stall commits; dropping voters while a wanted one
+//!   is down could leave no quorum).
+//!
+//! A leader that is not a wanted voter (the home moved under zone survival) first *adds* the
+//! wanted voters to its own; the leader-follow loop then moves the lead to the home region,
+//! and that leader drops the rest. A leader never demotes itself. A group left joint by a
+//! leader change mid-way is finished by the next leader if it was heading for the voters
+//! wanted.
 //!
 //! A replica added to a shard with zone survival outside its home region stays a learner
-//! (`membership::add_replica` asks [`voters_wanted`] before promoting it).
+//! (`membership::add_replica` asks [`voters_wanted`] before promoting it); under region
+//! survival the step promotes a listed learner (an interrupted add) once it is ready.
 //!
 //! # Invariants
 //! - Zone survival needs a home region and at least [`ZONE_VOTERS`] replicas there when it is
-//!   set (refused otherwise, naming what to add). If moves later leave fewer, every replica
-//!   votes again ([`voters_wanted`] falls back to region survival's roles): a shard never runs
-//!   on one or two voters because of its goal.
+//!   set (refused otherwise, naming what to add; the CLI adds them first). If moves later
+//!   leave fewer, every replica is wanted as a voter again ([`voters_wanted`] falls back to
+//!   region survival's roles), so the goal itself never asks for one or two voters (a removal
+//!   still leaves two until the next round promotes the learners).
 //! - Roles only ever change by Raft membership changes the leader commits; the map never lists
 //!   roles, so no map version can disagree with the group about who votes.
 //!
 //! # Not done yet
-//! - Replicas are not moved for the goal: setting zone survival refuses until the home region
-//!   holds [`ZONE_VOTERS`] replicas (`meridian cluster add-replica` puts them there), and going
-//!   back to region survival makes every replica vote without removing the home region's
-//!   extra ones.
+//! - Going back to region survival makes every replica vote without removing the home
+//!   region's extra ones, and the replicas added for zone survival are never removed for you.
 //! - The home region's voters are not checked to sit in distinct zones.
 //! - Not available at bootstrap (`home_regions` gives homes only) and not for the metadata
 //!   shard.
+//! - Older binaries cannot decode a shard map with zone survival: a rolling upgrade must not
+//!   set it before every node runs this version.
 
 use crate::node::Node;
 use crate::shard_map::ShardDescriptor;
@@ -147,25 +157,60 @@ pub fn refusal(
 }
 
 /// The voters a leader should change its group to, if a change is due (see the module
-/// docs): `None` when the group has the voters wanted, or cannot get them yet.
+/// docs): `None` when the group has the voters wanted, or cannot get them yet. `ready` says
+/// whether a node can be a voter now: live, and (for a learner) caught up; the leader is.
+/// A leader that is not wanted first adds the wanted voters to its own (a home moved under
+/// zone survival: the leader-follow loop then moves the lead there, and the new leader drops
+/// the rest), so a leader never demotes itself.
 pub fn role_change(
     voters: &BTreeSet<NodeId>,
-    learners: &BTreeSet<NodeId>,
     wanted: &BTreeSet<NodeId>,
     leader: NodeId,
-    caught_up: impl Fn(NodeId) -> bool,
+    ready: impl Fn(NodeId) -> bool,
 ) -> Option<BTreeSet<NodeId>> {
-    if wanted == voters || wanted.is_empty() || !wanted.contains(&leader) {
+    if wanted.is_empty() || wanted.iter().any(|id| *id != leader && !ready(*id)) {
         return None;
     }
-    let ready = wanted
-        .iter()
-        .all(|id| voters.contains(id) || (learners.contains(id) && caught_up(*id)));
-    ready.then(|| wanted.clone())
+    let to = match wanted.contains(&leader) {
+        true => wanted.clone(),
+        false => voters.union(wanted).copied().collect(),
+    };
+    (&to != voters).then_some(to)
+}
+
+/// The shards whose membership this node is changing: a move (`membership`) or a role change
+/// holds its shard here, so the two never propose at once (openraft refuses a second change
+/// while one is in progress, and a move would fail half way).
+#[derive(Default)]
+pub struct Changing(std::sync::Mutex<BTreeSet<ShardId>>);
+
+/// A shard held in [`Changing`]; released when dropped.
+pub struct ChangingGuard<'a> {
+    set: &'a Changing,
+    shard: ShardId,
+}
+
+impl Changing {
+    /// Holds `shard`, or `None` if a change of it is under way here.
+    pub fn try_hold(&self, shard: ShardId) -> Option<ChangingGuard<'_>> {
+        let mut held = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        // Lazily: a guard built and dropped here would release the holder's shard.
+        held.insert(shard)
+            .then(|| ChangingGuard { set: self, shard })
+    }
+}
+
+impl Drop for ChangingGuard<'_> {
+    fn drop(&mut self) {
+        let mut held = self.set.0.lock().unwrap_or_else(|p| p.into_inner());
+        held.remove(&self.shard);
+    }
 }
 
 /// One round of the leader's side (see the module docs) over the data shards this node
-/// leads; at most one change per shard per `10 × period` (`attempts` remembers them).
+/// leads; at most one change per shard per `10 × period` (`attempts` remembers them). A
+/// change runs to its end (both of its joint-consensus entries): a dropped change could leave
+/// the group joint.
 pub(crate) async fn step(node: &Node, attempts: &mut HashMap<ShardId, Instant>, period: Duration) {
     let me = node.config.node_id;
     let region_of = |id: NodeId| node.member(id).map(|m| m.region);
@@ -180,21 +225,33 @@ pub(crate) async fn step(node: &Node, attempts: &mut HashMap<ShardId, Instant>, 
                 continue;
             }
             let config = m.membership_config.membership();
-            if config.get_joint_config().len() != 1 {
-                continue;
-            }
+            let joint = config.get_joint_config();
             let voters: BTreeSet<NodeId> = config.voter_ids().collect();
             let learners: BTreeSet<NodeId> = config.learner_ids().collect();
-            let last = m.last_log_index.unwrap_or(0);
-            let caught_up = |id: NodeId| {
-                m.replication
-                    .as_ref()
-                    .and_then(|r| r.get(&id))
-                    .and_then(|x| x.as_ref())
-                    .is_some_and(|x| x.index >= last)
-            };
+            let listed: BTreeSet<NodeId> = desc.replicas.iter().copied().collect();
+            // A move in progress, or a map this node has not caught up with: not ours to touch.
+            if voters.union(&learners).copied().collect::<BTreeSet<_>>() != listed {
+                continue;
+            }
             let wanted = voters_wanted(desc, region_of);
-            role_change(&voters, &learners, &wanted, me, caught_up).map(|to| (voters, to))
+            if joint.len() != 1 {
+                // Left joint (a leader change mid-way): finish it if it was heading for the
+                // voters wanted.
+                let last: BTreeSet<NodeId> = joint.last().into_iter().flatten().copied().collect();
+                (last == wanted).then_some((voters, wanted))
+            } else {
+                let last = m.last_log_index.unwrap_or(0);
+                let ready = |id: NodeId| {
+                    let caught_up = m
+                        .replication
+                        .as_ref()
+                        .and_then(|r| r.get(&id))
+                        .and_then(|x| x.as_ref())
+                        .is_some_and(|x| x.index >= last);
+                    node.host.pool.seen_within(id, period) && (voters.contains(&id) || caught_up)
+                };
+                role_change(&voters, &wanted, me, ready).map(|to| (voters, to))
+            }
         };
         let Some((from, to)) = change else {
             continue;
@@ -206,6 +263,9 @@ pub(crate) async fn step(node: &Node, attempts: &mut HashMap<ShardId, Instant>, 
         {
             continue;
         }
+        let Some(_held) = node.changing.try_hold(desc.id) else {
+            continue;
+        };
         attempts.insert(desc.id, now);
         // Wakes a quiesced group: a membership change needs replication.
         if node.replica(desc.id).is_err() {
@@ -215,14 +275,8 @@ pub(crate) async fn step(node: &Node, attempts: &mut HashMap<ShardId, Instant>, 
         let change = replica
             .raft
             .change_membership(ChangeMembers::ReplaceAllVoters(to), true);
-        match tokio::time::timeout(period, change).await {
-            Ok(Ok(_)) => {}
-            Ok(Err(e)) => {
-                tracing::warn!(shard = %desc.id, error = %e, "changing the voters failed")
-            }
-            Err(_) => {
-                tracing::warn!(shard = %desc.id, "changing the voters did not commit in time")
-            }
+        if let Err(e) = change.await {
+            tracing::warn!(shard = %desc.id, error = %e, "changing the voters failed");
         }
     }
 }
@@ -301,22 +355,43 @@ mod tests {
     fn the_leader_changes_roles_only_when_every_wanted_voter_is_ready() {
         let all = set(&[1, 2, 3, 4, 5]);
         let east = set(&EAST);
-        let none = BTreeSet::new();
         let yes = |_| true;
         // Region -> zone: demote 2 and 3 in one change, led from the home region.
-        assert_eq!(role_change(&all, &none, &east, 1, yes), Some(east.clone()));
-        // Not by a leader that would demote itself (leader-follow moves it home first).
-        assert_eq!(role_change(&all, &none, &east, 2, yes), None);
-        // Zone -> region: promote the learners once they have the log.
-        let learners = set(&[2, 3]);
+        assert_eq!(role_change(&all, &east, 1, yes), Some(east.clone()));
+        // Not while a wanted voter is down (or a learner behind): the change could take the
+        // quorum away.
+        assert_eq!(role_change(&all, &east, 1, |id| id != 5), None);
+        // Zone -> region: promote the learners once they are ready.
+        assert_eq!(role_change(&east, &all, 1, yes), Some(all.clone()));
+        assert_eq!(role_change(&east, &all, 1, |id| id != 3), None);
+        // The leader is always ready.
         assert_eq!(
-            role_change(&east, &learners, &all, 1, yes),
-            Some(all.clone())
+            role_change(&all, &east, 4, |id| id != 4),
+            Some(east.clone())
         );
-        assert_eq!(role_change(&east, &learners, &all, 1, |id| id != 3), None);
-        // A wanted voter not in the group yet is add_replica's to add.
-        assert_eq!(role_change(&east, &set(&[2]), &all, 1, yes), None);
+        // A leader outside the wanted voters (the home moved to eu-west and ap-south, say)
+        // adds them and keeps itself; the next leader, a wanted one, drops the rest.
+        let away = set(&[2, 3, 6]);
+        assert_eq!(
+            role_change(&east, &away, 1, yes),
+            Some(set(&[1, 2, 3, 4, 5, 6]))
+        );
+        assert_eq!(role_change(&set(&[1, 2, 3, 4, 5, 6]), &away, 1, yes), None);
+        assert_eq!(
+            role_change(&set(&[1, 2, 3, 4, 5, 6]), &away, 2, yes),
+            Some(away)
+        );
         // Nothing to do.
-        assert_eq!(role_change(&east, &learners, &east, 1, yes), None);
+        assert_eq!(role_change(&east, &east, 1, yes), None);
+    }
+
+    #[test]
+    fn one_change_per_shard_at_a_time() {
+        let changing = Changing::default();
+        let held = changing.try_hold(ShardId(1)).expect("free");
+        assert!(changing.try_hold(ShardId(1)).is_none());
+        assert!(changing.try_hold(ShardId(2)).is_some());
+        drop(held);
+        assert!(changing.try_hold(ShardId(1)).is_some());
     }
 }
