@@ -127,6 +127,21 @@ async fn wait_all_live(cluster: &LocalCluster) {
     }
 }
 
+/// `meridian cluster placement SHARD --home us-east --survive GOAL`; its output.
+fn home_us_east(endpoints: &[String], goal: &str) -> String {
+    let shard = SHARD.to_string();
+    let args = [
+        "cluster",
+        "placement",
+        &shard,
+        "--home",
+        "us-east",
+        "--survive",
+        goal,
+    ];
+    cli(endpoints, &args)
+}
+
 /// Whether a put through `client` commits within `wait`.
 async fn commits(client: &Client, key: &str, wait: Duration) -> bool {
     matches!(
@@ -215,18 +230,7 @@ async fn scenario() {
     wait_all_live(&cluster).await;
 
     // 3. Zone survival in us-east.
-    let said = cli(
-        &endpoints,
-        &[
-            "cluster",
-            "placement",
-            &shard_text,
-            "--home",
-            "us-east",
-            "--survive",
-            "zone",
-        ],
-    );
+    let said = home_us_east(&endpoints, "zone");
     assert!(
         said.contains("added a replica on node 5 for zone survival")
             && said.contains("survives a zone failure"),
@@ -312,18 +316,7 @@ async fn scenario() {
     kill_and_restart(&cluster, false);
 
     // 5. Every replica votes again.
-    cli(
-        &endpoints,
-        &[
-            "cluster",
-            "placement",
-            &shard_text,
-            "--home",
-            "us-east",
-            "--survive",
-            "region",
-        ],
-    );
+    home_us_east(&endpoints, "region");
     wait_roles(&cluster, &all, &all, &[]).await;
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     writer.await.unwrap();

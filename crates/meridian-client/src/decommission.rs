@@ -147,29 +147,13 @@ impl Client {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use meridian_proto::kv::{NodeInfo, ShardInfo};
 
     fn status(nodes: &[(u64, &str, bool)], shards: &[(u64, &[u64])]) -> StatusResponse {
-        StatusResponse {
-            nodes: nodes
-                .iter()
-                .map(|(id, region, live)| NodeInfo {
-                    node_id: *id,
-                    region: region.to_string(),
-                    live: *live,
-                    ..Default::default()
-                })
-                .collect(),
-            shards: shards
-                .iter()
-                .map(|(id, replicas)| ShardInfo {
-                    shard_id: *id,
-                    replicas: replicas.to_vec(),
-                    ..Default::default()
-                })
-                .collect(),
-            ..Default::default()
-        }
+        let nodes: Vec<(u64, &str, &str, bool)> = nodes
+            .iter()
+            .map(|(id, r, live)| (*id, *r, "a", *live))
+            .collect();
+        crate::test_support::status(&nodes, shards)
     }
 
     #[test]

@@ -90,6 +90,8 @@ mod oracle;
 pub mod routing;
 mod snapshot;
 pub mod stale;
+#[cfg(test)]
+mod test_support;
 pub mod txn;
 mod txn_2pc;
 mod txn_commit;

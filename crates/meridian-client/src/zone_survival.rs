@@ -111,32 +111,7 @@ impl Client {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use meridian_proto::kv::{NodeInfo, ShardInfo};
-
-    /// Nodes as (id, region, zone, live); shards as (id, replicas).
-    fn status(nodes: &[(u64, &str, &str, bool)], shards: &[(u64, &[u64])]) -> StatusResponse {
-        StatusResponse {
-            nodes: nodes
-                .iter()
-                .map(|(id, region, zone, live)| NodeInfo {
-                    node_id: *id,
-                    region: region.to_string(),
-                    zone: zone.to_string(),
-                    live: *live,
-                    ..Default::default()
-                })
-                .collect(),
-            shards: shards
-                .iter()
-                .map(|(id, replicas)| ShardInfo {
-                    shard_id: *id,
-                    replicas: replicas.to_vec(),
-                    ..Default::default()
-                })
-                .collect(),
-            ..Default::default()
-        }
-    }
+    use crate::test_support::status;
 
     const NODES: [(u64, &str, &str, bool); 7] = [
         (1, "us-east", "a", true),
