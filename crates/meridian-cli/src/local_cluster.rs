@@ -33,6 +33,7 @@ use anyhow::{anyhow, bail, Context};
 use meridian_client::proto::StatusResponse;
 use nix::sys::signal::{self, Signal};
 use nix::unistd::Pid;
+use std::collections::BTreeMap;
 use std::fs::OpenOptions;
 use std::io::Write;
 use std::os::unix::process::CommandExt;
@@ -549,14 +550,21 @@ impl LocalCluster {
             .into_iter()
             .filter(|id| self.is_running(*id).unwrap_or(false))
             .collect();
-        let mut best: Option<(StatusResponse, usize, usize)> = None;
+        // Each node reports leaders only for the shards it hosts (with more nodes than the
+        // replication factor, no node may host them all): a shard counts as led if any node
+        // names a running, registered leader for it, and the returned status (the node that
+        // answered with the most shards) takes those leaders.
+        let mut views: Vec<StatusResponse> = Vec::new();
         for node_id in &running {
             let Ok(address) = self.client_addr(*node_id) else {
                 continue;
             };
-            let Ok(status) = meridian_client::fetch_status(&address, STATUS_TIMEOUT).await else {
-                continue;
-            };
+            if let Ok(status) = meridian_client::fetch_status(&address, STATUS_TIMEOUT).await {
+                views.push(status);
+            }
+        }
+        let mut leaders: BTreeMap<u64, (u64, u64)> = BTreeMap::new();
+        for status in &views {
             // Every running node must also be registered with its client address, or clients
             // cannot route to the shards it leads.
             let registered = |id: &u64| {
@@ -565,20 +573,27 @@ impl LocalCluster {
                     .iter()
                     .any(|n| n.node_id == *id && !n.client_addr.is_empty())
             };
-            let total = status.shards.len();
-            let led = status
-                .shards
-                .iter()
-                .filter(|s| running.contains(&s.leader_id) && registered(&s.leader_id))
-                .count();
-            let better = best
-                .as_ref()
-                .is_none_or(|(_, best_led, best_total)| (led, total) > (*best_led, *best_total));
-            if better {
-                best = Some((status, led, total));
+            for s in &status.shards {
+                if running.contains(&s.leader_id) && registered(&s.leader_id) {
+                    leaders.entry(s.shard_id).or_insert((s.leader_id, s.term));
+                }
             }
         }
-        best
+        let mut best = views.into_iter().max_by_key(|s| s.shards.len())?;
+        for s in &mut best.shards {
+            if let Some((leader, term)) = leaders.get(&s.shard_id) {
+                if !running.contains(&s.leader_id) {
+                    (s.leader_id, s.term) = (*leader, *term);
+                }
+            }
+        }
+        let total = best.shards.len();
+        let led = best
+            .shards
+            .iter()
+            .filter(|s| leaders.contains_key(&s.shard_id))
+            .count();
+        Some((best, led, total))
     }
 
     /// An error quoting the log of the first node found to have exited, if any.
