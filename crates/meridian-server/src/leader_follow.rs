@@ -54,7 +54,7 @@ pub(crate) fn spawn(node: &Arc<Node>) {
             let Some(node) = weak.upgrade() else { return };
             crate::election_bias::step(&node, &mut bias, period);
             step(&node, &mut led, period).await;
-            crate::survival::step(&node, &mut role_changes, period).await;
+            crate::survival::step(&node, &mut role_changes, period);
         }
     });
 }

@@ -64,6 +64,7 @@ use meridian_types::{NodeId, ShardId};
 use openraft::type_config::async_runtime::WatchReceiver;
 use openraft::ChangeMembers;
 use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Fewest replicas in the home region that zone survival accepts: three voters survive the
@@ -209,9 +210,10 @@ impl Drop for ChangingGuard<'_> {
 
 /// One round of the leader's side (see the module docs) over the data shards this node
 /// leads; at most one change per shard per `10 × period` (`attempts` remembers them). A
-/// change runs to its end (both of its joint-consensus entries): a dropped change could leave
-/// the group joint.
-pub(crate) async fn step(node: &Node, attempts: &mut HashMap<ShardId, Instant>, period: Duration) {
+/// change runs to its end (both of its joint-consensus entries; a dropped change could leave
+/// the group joint) in a task of its own, so a change that cannot commit (no quorum) holds
+/// only its shard, not the loop's other work.
+pub(crate) fn step(node: &Arc<Node>, attempts: &mut HashMap<ShardId, Instant>, period: Duration) {
     let me = node.config.node_id;
     let region_of = |id: NodeId| node.member(id).map(|m| m.region);
     for desc in &node.map().data {
@@ -225,6 +227,13 @@ pub(crate) async fn step(node: &Node, attempts: &mut HashMap<ShardId, Instant>, 
                 continue;
             }
             let config = m.membership_config.membership();
+            // The common case, every replica voting as wanted: no sets built.
+            if desc.survival == Survival::Region
+                && config.learner_ids().next().is_none()
+                && config.get_joint_config().len() == 1
+            {
+                continue;
+            }
             let joint = config.get_joint_config();
             let voters: BTreeSet<NodeId> = config.voter_ids().collect();
             let learners: BTreeSet<NodeId> = config.learner_ids().collect();
@@ -263,21 +272,24 @@ pub(crate) async fn step(node: &Node, attempts: &mut HashMap<ShardId, Instant>, 
         {
             continue;
         }
-        let Some(_held) = node.changing.try_hold(desc.id) else {
-            continue;
-        };
         attempts.insert(desc.id, now);
-        // Wakes a quiesced group: a membership change needs replication.
-        if node.replica(desc.id).is_err() {
-            continue;
-        }
-        tracing::info!(shard = %desc.id, ?from, ?to, survival = desc.survival.as_str(), "changing a shard's voters for its survival goal");
-        let change = replica
-            .raft
-            .change_membership(ChangeMembers::ReplaceAllVoters(to), true);
-        if let Err(e) = change.await {
-            tracing::warn!(shard = %desc.id, error = %e, "changing the voters failed");
-        }
+        let (node, shard, survival) = (node.clone(), desc.id, desc.survival);
+        tokio::spawn(async move {
+            let Some(_held) = node.changing.try_hold(shard) else {
+                return;
+            };
+            // Wakes a quiesced group: a membership change needs replication.
+            if node.replica(shard).is_err() {
+                return;
+            }
+            tracing::info!(%shard, ?from, ?to, survival = survival.as_str(), "changing a shard's voters for its survival goal");
+            let change = replica
+                .raft
+                .change_membership(ChangeMembers::ReplaceAllVoters(to), true);
+            if let Err(e) = change.await {
+                tracing::warn!(%shard, error = %e, "changing the voters failed");
+            }
+        });
     }
 }
 
