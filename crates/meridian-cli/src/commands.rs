@@ -7,6 +7,7 @@ use crate::display::{format_bytes, parse_hex, ClusterView};
 use crate::txn_steps::{parse_steps, Step};
 use anyhow::Context;
 use bytes::Bytes;
+use meridian_client::survival_plan::Move;
 use meridian_client::{
     CasOutcome, Client, ClientConfig, Expect, ReadConsistency, Timestamp, TxnOptions,
 };
@@ -476,7 +477,8 @@ pub enum ClusterOp {
     /// command first adds the missing ones on live nodes of the region, new zones first; the
     /// others become learners: writes commit inside the region, follower reads still work
     /// elsewhere, losing the home region stops the shard); --survive region makes every
-    /// replica vote again. Stored in the shard map: it overrides --home-regions from then on,
+    /// replica vote again, then removes replicas while one region holds half of them or more
+    /// (never the leader, never below three). Stored in the shard map: it overrides --home-regions from then on,
     /// restarts included.
     Placement {
         /// The data shard's id (`meridian cluster status` lists them).
@@ -556,11 +558,16 @@ impl ClusterCommand {
                 let region = Some(home.as_str()).filter(|h| *h != "none");
                 let client = self.connect.connect().await?;
                 let version = client
-                    .place(shard, region, survive, |node, change| {
-                        println!(
+                    .place(shard, region, survive, |step, node, change| match step {
+                        Move::Added => println!(
                             "shard {shard}: added a replica on node {node} for zone survival: {}",
                             render_change(change)
-                        )
+                        ),
+                        Move::Removed => println!(
+                            "shard {shard}: removed node {node}'s replica, not needed for region \
+                             survival: {}",
+                            render_change(change)
+                        ),
                     })
                     .await
                     .with_context(|| format!("setting shard {shard}'s home to {home}"))?;

@@ -11,8 +11,10 @@
 //!    status shows `us-east (zone)`. The learners keep
 //!    receiving closed timestamps and serve follower reads in their regions.
 //! 4. The same three nodes killed: two of the three voters are left, and writes commit.
-//! 5. The nodes restarted, `--survive region` makes every replica vote again; every write
-//!    acknowledged throughout (a writer ran from the start) is read back.
+//! 5. The nodes restarted, `--survive region` makes every replica vote again and removes
+//!    the two us-east replicas not needed any more (one per region is left). With every
+//!    us-east node killed, writes commit in eu-west and ap-south. Every write acknowledged
+//!    throughout (a writer ran from the start) is read back.
 
 mod common;
 
@@ -24,11 +26,15 @@ use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 const BASE_PORT: u16 = 26_400;
+/// The bootstrap test's cluster.
+const BOOT_PORT: u16 = 27_300;
 const NODES: u64 = 5;
 const SHARD: u64 = 1;
 /// The nodes killed in the control and again under zone survival: both replicas outside
 /// us-east and one us-east voter.
 const KILLED: [u64; 3] = [2, 3, 5];
+/// The nodes of the shard's home region.
+const US_EAST: [u64; 3] = [1, 4, 5];
 /// Bound on the group reaching the roles wanted, and on a write under zone survival.
 const CONVERGE_TIMEOUT: Duration = Duration::from_secs(90);
 /// How long the control's write is given to commit: several election timeouts of the local
@@ -40,10 +46,21 @@ fn zone_survival_keeps_the_votes_in_the_home_region() {
     run_scenario(scenario());
 }
 
+#[test]
+fn zone_survival_set_at_bootstrap() {
+    run_scenario(bootstrap_scenario());
+}
+
 fn start() -> (tempfile::TempDir, LocalCluster) {
+    start_with(BASE_PORT, &[])
+}
+
+fn start_with(base_port: u16, args: &[&str]) -> (tempfile::TempDir, LocalCluster) {
     let dir = tempfile::tempdir().unwrap();
-    let config = LocalClusterConfig::new(binary(), NODES as usize, BASE_PORT, dir.path())
-        .common_args(["--initial-shards", "1"])
+    let mut common = vec!["--initial-shards", "1"];
+    common.extend_from_slice(args);
+    let config = LocalClusterConfig::new(binary(), NODES as usize, base_port, dir.path())
+        .common_args(common)
         .node_labels(1, "us-east", "a")
         .node_labels(2, "eu-west", "a")
         .node_labels(3, "ap-south", "a")
@@ -51,7 +68,7 @@ fn start() -> (tempfile::TempDir, LocalCluster) {
         .node_labels(5, "us-east", "c");
     let cluster = LocalCluster::start(config).expect("spawning the cluster");
     eprintln!(
-        "cluster at ports {BASE_PORT}+, logs in {}",
+        "cluster at ports {base_port}+, logs in {}",
         dir.path().display()
     );
     (dir, cluster)
@@ -315,16 +332,105 @@ async fn scenario() {
     eprintln!("zone survival: writes commit with nodes {KILLED:?} down");
     kill_and_restart(&cluster, false);
 
-    // 5. Every replica votes again.
-    home_us_east(&endpoints, "region");
-    wait_roles(&cluster, &all, &all, &[]).await;
+    // 5. Region survival again: every replica votes, and the command removes the two us-east
+    // replicas zone survival needed, leaving one per region.
+    let said = home_us_east(&endpoints, "region");
+    let removed: Vec<u64> = said
+        .lines()
+        .filter_map(|l| l.split("removed node ").nth(1))
+        .filter_map(|rest| rest.split('\'').next()?.parse().ok())
+        .collect();
+    assert_eq!(removed.len(), 2, "{said}");
+    // Nothing is removed before every replica votes: never down to one or two voters.
+    for line in said.lines().filter(|l| l.contains("removed node")) {
+        assert!(
+            line.contains("learners []"),
+            "removed while learners wait: {said}"
+        );
+    }
+    let kept: Vec<u64> = all
+        .iter()
+        .copied()
+        .filter(|n| !removed.contains(n))
+        .collect();
+    let view = wait_roles(&cluster, &all, &kept, &[]).await;
+    let home_voters: Vec<u64> = view
+        .voters
+        .iter()
+        .copied()
+        .filter(|v| US_EAST.contains(v))
+        .collect();
+    assert_eq!(home_voters.len(), 1, "one us-east voter: {view:?}");
+    eprintln!(
+        "region survival: voters {:?} after removing {removed:?}",
+        view.voters
+    );
+
+    // ... so the shard survives losing all of us-east.
+    for node in US_EAST {
+        cluster.kill(node, Signal::SIGKILL).expect("kill");
+    }
+    let abroad = connect_client(vec![endpoints[1].clone(), endpoints[2].clone()]).await;
+    let committed = commits(&abroad, "region-write", CONVERGE_TIMEOUT).await;
+    assert!(
+        committed,
+        "no write committed with us-east down under region survival"
+    );
+    eprintln!("region survival: writes commit with every us-east node down");
+    for node in US_EAST {
+        cluster.restart(node).expect("restart");
+    }
+
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     writer.await.unwrap();
     let written = acked.lock().unwrap().clone();
     eprintln!("reading back {} acknowledged writes", written.len());
     read_back(&client, &written).await;
-    assert_eq!(
-        client.get("zone-write").await.expect("get").as_deref(),
-        Some(&b"zone-write"[..])
+    for key in ["zone-write", "region-write"] {
+        assert_eq!(
+            client.get(key).await.expect("get").as_deref(),
+            Some(key.as_bytes())
+        );
+    }
+}
+
+/// `--home-regions "=us-east:zone"`: the founding map gives the shard three us-east replicas
+/// (zones a, b, c) plus the others, and the group settles with only those voting; with the
+/// replicas outside us-east and one home voter killed, writes commit.
+async fn bootstrap_scenario() {
+    let (_dir, cluster) = start_with(BOOT_PORT, &["--home-regions", "=us-east:zone"]);
+    cluster
+        .wait_ready(READY_TIMEOUT)
+        .await
+        .expect("cluster ready");
+    let all: Vec<u64> = (1..=NODES).collect();
+    let started = Instant::now();
+    let view = wait_roles(&cluster, &all, &US_EAST, &[2, 3]).await;
+    eprintln!(
+        "founded with voters {:?}, learners {:?}, {:?} after ready",
+        view.voters,
+        view.learners,
+        started.elapsed()
     );
+    assert_eq!(
+        (view.home_region.as_str(), view.survival.as_str()),
+        ("us-east", "zone")
+    );
+    let endpoints: Vec<String> = all
+        .iter()
+        .map(|id| cluster.client_addr(*id).unwrap())
+        .collect();
+    let client = connect_client(vec![endpoints[0].clone(), endpoints[3].clone()]).await;
+    let killed: Vec<u64> = [2, 3]
+        .into_iter()
+        .chain(US_EAST.into_iter().filter(|n| *n != view.leader_id).take(1))
+        .collect();
+    for node in &killed {
+        cluster.kill(*node, Signal::SIGKILL).expect("kill");
+    }
+    assert!(
+        commits(&client, "boot-write", CONVERGE_TIMEOUT).await,
+        "no write committed with nodes {killed:?} down"
+    );
+    eprintln!("a write commits with nodes {killed:?} down");
 }

@@ -90,6 +90,7 @@ mod oracle;
 pub mod routing;
 mod snapshot;
 pub mod stale;
+pub mod survival_plan;
 #[cfg(test)]
 mod test_support;
 pub mod txn;
@@ -98,7 +99,6 @@ mod txn_commit;
 mod txn_recover;
 mod validate;
 mod write_retry;
-pub mod zone_survival;
 
 pub use admin::{ReplicaChange, Survival};
 pub use cas::{CasOutcome, Expect};

@@ -1,4 +1,4 @@
-//! Builders shared by the unit tests of the planners (`decommission`, `zone_survival`).
+//! Builders shared by the unit tests of the planners (`decommission`, `survival_plan`).
 
 use meridian_proto::kv::{NodeInfo, ShardInfo, StatusResponse};
 

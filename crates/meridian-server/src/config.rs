@@ -21,7 +21,7 @@
 //! gc_ttl_ms = 900000            # history kept for reads in the past (0 = never collect)
 //! gc_interval_ms = 60000        # how often a leader looks for garbage in its shards
 //! txn_sweep_after_ms = 10000    # settle transactions prepared this long ago (0 = no sweeper)
-//! home_regions = []             # "<start key>=<region>": who should lead that key range (`home`)
+//! home_regions = []             # "<start key>=<region>[:zone]": who leads that key range (`home`)
 //! closed_ts_lag_ms = 3000       # how far behind now leaders close timestamps (0 = no follower reads)
 //! closed_ts_interval_ms = 200   # how often leaders publish closed timestamps of idle shards
 //!

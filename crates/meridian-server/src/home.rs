@@ -58,11 +58,13 @@ use crate::shard_map::ShardMap;
 use crate::survival::Survival;
 use meridian_types::{NodeId, ShardId};
 
-/// Keys from `start` (inclusive) to the next rule's start have `region` as home.
+/// Keys from `start` (inclusive) to the next rule's start have `region` as home, and shards
+/// starting there the survival goal `survival` (`<start>=<region>:zone`; see `survival`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct HomeRule {
     pub start: Vec<u8>,
     pub region: String,
+    pub survival: Survival,
 }
 
 /// Parses and checks `cluster.home_regions` against the founding members' regions.
@@ -77,9 +79,15 @@ pub fn parse_home_regions(
             field: field.clone(),
             message,
         };
-        let (start, region) = entry
-            .rsplit_once('=')
-            .ok_or_else(|| fail(format!("{entry:?} is not of the form <start key>=<region>")))?;
+        let (start, placement) = entry.rsplit_once('=').ok_or_else(|| {
+            fail(format!(
+                "{entry:?} is not of the form <start key>=<region>[:zone|:region]"
+            ))
+        })?;
+        let (region, survival) = match placement.split_once(':') {
+            Some((region, goal)) => (region, Survival::parse(goal.trim()).map_err(fail)?),
+            None => (placement, Survival::Region),
+        };
         let region = region.trim();
         if region.is_empty() {
             return Err(fail(format!("{entry:?} names no region")));
@@ -93,22 +101,36 @@ pub fn parse_home_regions(
                 known.join(", ")
             )));
         }
+        let there = members.iter().filter(|m| m.region == region).count();
+        if survival == Survival::Zone && there < crate::survival::ZONE_VOTERS {
+            return Err(fail(format!(
+                "zone survival needs {} founding members in {region:?} to survive losing one, \
+                 and it has {there}",
+                crate::survival::ZONE_VOTERS
+            )));
+        }
         if rules.iter().any(|r| r.start == start.as_bytes()) {
             return Err(fail(format!("start key {start:?} is listed twice")));
         }
         rules.push(HomeRule {
             start: start.as_bytes().to_vec(),
             region: region.to_string(),
+            survival,
         });
     }
     rules.sort_by(|a, b| a.start.cmp(&b.start));
     Ok(rules)
 }
 
-/// The home region of a shard starting at `start`: the last rule starting at or before it.
-pub fn home_of<'r>(rules: &'r [HomeRule], start: &[u8]) -> Option<&'r str> {
+/// The rule for a shard starting at `start`: the last one starting at or before it.
+pub fn rule_of<'r>(rules: &'r [HomeRule], start: &[u8]) -> Option<&'r HomeRule> {
     let idx = rules.partition_point(|r| r.start.as_slice() <= start);
-    idx.checked_sub(1).map(|i| rules[i].region.as_str())
+    idx.checked_sub(1).map(|i| &rules[i])
+}
+
+/// The home region of a shard starting at `start` (see [`rule_of`]).
+pub fn home_of<'r>(rules: &'r [HomeRule], start: &[u8]) -> Option<&'r str> {
+    rule_of(rules, start).map(|r| r.region.as_str())
 }
 
 /// The next version of `map` with data shard `shard` homed in `region` (`None`: no home) and
@@ -180,11 +202,13 @@ pub fn with_placement(
 /// differs from the one this node's `home_regions` give (`founding`): the stored one applies.
 pub fn warn_overridden_homes(founding: &ShardMap, current: &ShardMap) {
     for (ours, stored) in founding.data.iter().zip(&current.data) {
-        if ours.id == stored.id && ours.home != stored.home {
+        if ours.id == stored.id && (&ours.home, ours.survival) != (&stored.home, stored.survival) {
             tracing::warn!(
                 shard = ours.id.0,
                 stored = stored.home.as_deref().unwrap_or("none"),
+                stored_survival = stored.survival.as_str(),
                 configured = ours.home.as_deref().unwrap_or("none"),
+                configured_survival = ours.survival.as_str(),
                 "the shard map's home region (set by meridian cluster placement) differs from \
                  this node's home_regions; the shard map's applies"
             );
@@ -253,12 +277,43 @@ mod tests {
     }
 
     #[test]
+    fn a_rule_may_name_a_survival_goal() {
+        let mut members = members();
+        for m in ["4=127.0.0.1:4@us-east/b", "5=127.0.0.1:5@us-east/c"] {
+            members.push(Member::parse(m).unwrap());
+        }
+        let rules = parse_home_regions(
+            &raw(&["=us-east:zone", "m=eu-west:region", "t=ap-south"]),
+            &members,
+        )
+        .unwrap();
+        let goals: Vec<(&str, Survival)> = rules
+            .iter()
+            .map(|r| (r.region.as_str(), r.survival))
+            .collect();
+        assert_eq!(
+            goals,
+            [
+                ("us-east", Survival::Zone),
+                ("eu-west", Survival::Region),
+                ("ap-south", Survival::Region)
+            ]
+        );
+        assert_eq!(rule_of(&rules, b"a").unwrap().survival, Survival::Zone);
+    }
+
+    #[test]
     fn bad_rules_name_their_field() {
         let cases = [
             (raw(&["eu-west"]), "is not of the form"),
             (raw(&["a="]), "names no region"),
             (raw(&["a=mars"]), "has no founding member"),
             (raw(&["a=eu-west", "a=us-east"]), "listed twice"),
+            (raw(&["a=eu-west:zones"]), "unknown survival goal \"zones\""),
+            (
+                raw(&["a=eu-west:zone"]),
+                "zone survival needs 3 founding members in \"eu-west\"",
+            ),
         ];
         for (entries, want) in cases {
             let e = parse_home_regions(&entries, &members()).unwrap_err();

@@ -186,21 +186,55 @@ impl ShardMap {
         }
     }
 
-    /// Gives each data shard the home region its start key has under `rules` (see `home`) and
-    /// moves a replica of that region, if it has one, to the front of its replicas: the first
-    /// replica bootstraps the group and so usually leads it first.
+    /// Gives each data shard the home region and survival goal its start key has under
+    /// `rules` (see `home`) and moves a replica of that region, if it has one, to the front of
+    /// its replicas: the first replica bootstraps the group and so usually leads it first. A
+    /// shard with zone survival also gets replicas on other members of its home region until
+    /// it has [`crate::survival::ZONE_VOTERS`] there (zones it lacks first, then the members
+    /// holding fewest replicas, then the lowest id); its group is founded with every replica
+    /// voting, and its leader makes the others learners (`survival::step`).
     pub fn with_homes(mut self, rules: &[crate::home::HomeRule], members: &[Member]) -> ShardMap {
-        let region_of = |id: &NodeId| {
-            members
-                .iter()
-                .find(|m| m.node_id == *id)
-                .map(|m| m.region.as_str())
-        };
+        let member = |id: &NodeId| members.iter().find(|m| m.node_id == *id);
+        let region_of = |id: &NodeId| member(id).map(|m| m.region.as_str());
+        let mut load: BTreeMap<NodeId, usize> = BTreeMap::new();
+        for shard in std::iter::once(&self.meta).chain(&self.data) {
+            for r in &shard.replicas {
+                *load.entry(*r).or_default() += 1;
+            }
+        }
         for shard in &mut self.data {
-            shard.home = crate::home::home_of(rules, &shard.start).map(str::to_string);
-            let Some(home) = shard.home.as_deref() else {
+            let Some(rule) = crate::home::rule_of(rules, &shard.start) else {
                 continue;
             };
+            let home = rule.region.as_str();
+            shard.home = Some(home.to_string());
+            shard.survival = rule.survival;
+            if rule.survival == crate::survival::Survival::Zone {
+                let mut sorted: Vec<&Member> = members.iter().collect();
+                sorted.sort_by_key(|m| m.node_id);
+                loop {
+                    let held: Vec<&Member> = shard.replicas.iter().filter_map(&member).collect();
+                    let at_home = held.iter().filter(|m| m.region == home).count();
+                    if at_home >= crate::survival::ZONE_VOTERS {
+                        break;
+                    }
+                    let Some(next) = sorted
+                        .iter()
+                        .filter(|m| m.region == home && !shard.replicas.contains(&m.node_id))
+                        .min_by_key(|m| {
+                            (
+                                held.iter().any(|h| h.region == home && h.zone == m.zone),
+                                load.get(&m.node_id).copied().unwrap_or(0),
+                                m.node_id,
+                            )
+                        })
+                    else {
+                        break; // too few members there: `parse_home_regions` refuses that
+                    };
+                    *load.entry(next.node_id).or_default() += 1;
+                    shard.replicas.push(next.node_id);
+                }
+            }
             if let Some(i) = shard
                 .replicas
                 .iter()
@@ -495,6 +529,54 @@ mod tests {
         assert_eq!(map.lookup_before(b"g").id, ShardId(1));
         assert_eq!(map.lookup_before(b"g\0").id, ShardId(2));
         assert_eq!(map.lookup_before(b"").id, ShardId(3));
+    }
+
+    #[test]
+    fn zone_survival_at_founding_places_three_replicas_at_home() {
+        let members = vec![
+            member(1, "us-east", "a"),
+            member(2, "eu-west", "a"),
+            member(3, "ap-south", "a"),
+            member(4, "us-east", "a"),
+            member(5, "us-east", "b"),
+            member(6, "us-east", "c"),
+        ];
+        let rules =
+            crate::home::parse_home_regions(&["user5=us-east:zone".to_string()], &members).unwrap();
+        let plain = ShardMap::founding(&members, 3, &[], 4);
+        let homed = plain.clone().with_homes(&rules, &members);
+        let region = |id: &NodeId| members.iter().find(|m| m.node_id == *id).unwrap();
+        let mut load: BTreeMap<NodeId, usize> = BTreeMap::new();
+        for (before, after) in plain.data.iter().zip(&homed.data) {
+            for r in &after.replicas {
+                *load.entry(*r).or_default() += 1;
+            }
+            if after.survival == crate::survival::Survival::Region {
+                assert_eq!(before.replicas, after.replicas);
+                continue;
+            }
+            let home: Vec<&Member> = after
+                .replicas
+                .iter()
+                .map(region)
+                .filter(|m| m.region == "us-east")
+                .collect();
+            assert_eq!(home.len(), 3, "{after:?}");
+            let zones: HashSet<&str> = home.iter().map(|m| m.zone.as_str()).collect();
+            assert_eq!(zones.len(), 3, "distinct zones first: {after:?}");
+            assert_eq!(region(&after.replicas[0]).region, "us-east");
+            for r in &before.replicas {
+                assert!(after.replicas.contains(r), "the founding replicas stay");
+            }
+        }
+        assert!(homed
+            .data
+            .iter()
+            .any(|s| s.survival == crate::survival::Survival::Zone));
+        // The added replicas spread over the home region's members.
+        let most = load.values().max().unwrap();
+        let least = load.values().min().unwrap();
+        assert!(most - least <= 3, "{load:?}");
     }
 
     #[test]

@@ -50,11 +50,15 @@
 //!   roles, so no map version can disagree with the group about who votes.
 //!
 //! # Not done yet
-//! - Going back to region survival makes every replica vote without removing the home
-//!   region's extra ones, and the replicas added for zone survival are never removed for you.
+//! - Going back to region survival makes every replica vote; the home region's extra
+//!   replicas are removed by the client (`meridian-client`'s `survival_plan`), not by the
+//!   server, so `Cluster.SetPlacement` alone leaves a shard that cannot survive its home
+//!   region until they are.
 //! - The home region's voters are not checked to sit in distinct zones.
-//! - Not available at bootstrap (`home_regions` gives homes only) and not for the metadata
-//!   shard.
+//! - Not for the metadata shard (it has no home). At bootstrap (`home_regions` rules ending
+//!   in `:zone`) the founding map holds the goal and the home replicas, but the group is
+//!   founded with every replica voting; the first rounds of its leader make the others
+//!   learners.
 //! - Older binaries cannot decode a shard map with zone survival: a rolling upgrade must not
 //!   set it before every node runs this version.
 

@@ -1,0 +1,329 @@
+//! Moving a shard between survival goals from wherever its replicas are: the replicas a goal
+//! needs are added before it is stored, the ones it no longer needs removed after.
+//!
+//! **Zone survival** keeps a shard's votes in its home region, so the region must hold at
+//! least [`ZONE_VOTERS`] of its replicas (the server refuses the goal otherwise). A shard
+//! placed one replica per region has one there. [`Client::place`] closes the gap: from one
+//! status of the cluster it plans the additions ([`zone_additions`], a pure function), runs
+//! each as an `add_replica` (learner, caught up, voter), then stores the goal; the shard's
+//! leader then makes the replicas outside the home region learners. The targets are live
+//! members of the home region without a replica of the shard, preferring
+//!
+//! 1. a zone none of the shard's home replicas (or the targets chosen so far) is in,
+//! 2. then the node with the fewest replicas,
+//! 3. then the lowest node id (a stable choice).
+//!
+//! A region with too few live members fails the plan before anything moves. Running the
+//! command again after an interruption re-plans from what is there (an added replica counts).
+//!
+//! **Region survival** needs the opposite: every replica votes, and the shard survives losing
+//! a region only if no region holds half of them or more (losing it would leave no majority).
+//! A shard that had zone survival has three replicas in its home region and one in each other,
+//! so going back would leave it unable to survive its home region. [`Client::place`] therefore
+//! stores the goal first, waits until the shard's leader reports every replica a voter
+//! ([`ALL_VOTING_TIMEOUT`]; removing a voter while the learners wait would leave one or two),
+//! and then removes replicas ([`region_removals`], a pure function): while
+//! the most crowded region holds half the replicas or more, has two or more, and the shard has
+//! more than three, one of that region's replicas goes, preferring
+//!
+//! 1. not the leader the status names (a removal of the leader costs an election),
+//! 2. a replica on a member that is down,
+//! 3. a replica sharing its zone with another replica of that region,
+//! 4. then the most loaded node, then the highest node id.
+//!
+//! So three replicas in the home region and one in each of two others become one per region.
+//! Only an explicit `--survive region` removes anything; a home change alone keeps replicas.
+//!
+//! # Not done yet
+//! The replicas outside the home region stay under zone survival, as learners (they serve
+//! follower reads there); no goal asks for more than one of them per region.
+
+use crate::admin::{ReplicaChange, Survival};
+use crate::client::Client;
+use crate::error::{Error, Result};
+use meridian_proto::kv::{ShardInfo, StatusResponse};
+use std::collections::{BTreeMap, BTreeSet};
+
+/// Fewest replicas of a shard in its home region that zone survival accepts (the server's
+/// `survival::ZONE_VOTERS`).
+pub const ZONE_VOTERS: usize = 3;
+
+/// The nodes that should get a replica of `shard` so that `home` holds [`ZONE_VOTERS`] of
+/// them (see the module docs); empty if it does already.
+pub fn zone_additions(status: &StatusResponse, shard: u64, home: &str) -> Result<Vec<u64>> {
+    let info = shard_info(status, shard)?;
+    let at_home: Vec<_> = status.nodes.iter().filter(|n| n.region == home).collect();
+    let held: Vec<_> = at_home
+        .iter()
+        .filter(|n| info.replicas.contains(&n.node_id))
+        .collect();
+    let need = ZONE_VOTERS.saturating_sub(held.len());
+    let mut zones: BTreeSet<&str> = held.iter().map(|n| n.zone.as_str()).collect();
+    let load = replicas_per_node(status);
+    let mut free: Vec<_> = at_home
+        .iter()
+        .filter(|n| n.live && !info.replicas.contains(&n.node_id))
+        .collect();
+    if free.len() < need {
+        return Err(Error::InvalidArgument {
+            message: format!(
+                "zone survival needs {ZONE_VOTERS} replicas of shard {shard} in {home}: it has {} \
+                 and {} live member(s) there could take one; start more nodes in {home} \
+                 (meridian start --join ... --region {home})",
+                held.len(),
+                free.len()
+            ),
+        });
+    }
+    let mut chosen = Vec::with_capacity(need);
+    for _ in 0..need {
+        let (i, _) = free
+            .iter()
+            .enumerate()
+            .min_by_key(|(_, n)| {
+                (
+                    zones.contains(n.zone.as_str()),
+                    load.get(&n.node_id).copied().unwrap_or(0),
+                    n.node_id,
+                )
+            })
+            .expect("enough free members, checked above");
+        let node = free.remove(i);
+        zones.insert(node.zone.as_str());
+        chosen.push(node.node_id);
+    }
+    Ok(chosen)
+}
+
+/// How long [`Client::place`] waits, after storing region survival, for every replica to
+/// vote before it removes any (the leader changes roles once per `election_timeout_max`,
+/// 3 s by default, once learners have its log).
+pub const ALL_VOTING_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// What [`Client::place`] did to a replica.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Move {
+    /// A replica added for the goal.
+    Added,
+    /// A replica the goal no longer needs, removed.
+    Removed,
+}
+
+/// The replicas of `shard` to remove, in order, so that no region holds half of them or more
+/// (see the module docs); empty if none does, or if the shard has three replicas or fewer.
+pub fn region_removals(status: &StatusResponse, shard: u64) -> Result<Vec<u64>> {
+    let info = shard_info(status, shard)?;
+    let load = replicas_per_node(status);
+    let node = |id: u64| status.nodes.iter().find(|n| n.node_id == id);
+    // Replicas by region; a replica on a node the status does not list counts on its own.
+    let mut by_region: BTreeMap<String, Vec<u64>> = BTreeMap::new();
+    for &r in &info.replicas {
+        let region = node(r).map_or_else(|| format!("unknown node {r}"), |n| n.region.clone());
+        by_region.entry(region).or_default().push(r);
+    }
+    let mut left = info.replicas.len();
+    let mut removed = Vec::new();
+    while left > 3 {
+        let Some(crowded) = by_region
+            .values_mut()
+            .filter(|rs| rs.len() >= 2 && 2 * rs.len() >= left)
+            .max_by_key(|rs| rs.len())
+        else {
+            break;
+        };
+        let zone = |id: u64| node(id).map(|n| n.zone.as_str());
+        let shares_zone = |id: u64| {
+            crowded
+                .iter()
+                .any(|&other| other != id && zone(other).is_some() && zone(other) == zone(id))
+        };
+        let (i, _) = crowded
+            .iter()
+            .enumerate()
+            .max_by_key(|(_, &id)| {
+                (
+                    id != info.leader_id,
+                    !node(id).is_some_and(|n| n.live),
+                    shares_zone(id),
+                    load.get(&id).copied().unwrap_or(0),
+                    id,
+                )
+            })
+            .expect("a crowded region has two replicas or more");
+        removed.push(crowded.remove(i));
+        left -= 1;
+    }
+    Ok(removed)
+}
+
+fn shard_info(status: &StatusResponse, shard: u64) -> Result<&ShardInfo> {
+    status
+        .shards
+        .iter()
+        .find(|s| s.shard_id == shard)
+        .ok_or_else(|| Error::InvalidArgument {
+            message: format!("there is no shard {shard}"),
+        })
+}
+
+/// How many replicas each node holds.
+fn replicas_per_node(status: &StatusResponse) -> BTreeMap<u64, usize> {
+    let mut load: BTreeMap<u64, usize> = BTreeMap::new();
+    for s in &status.shards {
+        for r in &s.replicas {
+            *load.entry(*r).or_default() += 1;
+        }
+    }
+    load
+}
+
+impl Client {
+    /// Sets `shard`'s home region and survival goal like [`Client::set_placement`], but first
+    /// gives the home region the replicas zone survival lacks, and after an explicit region
+    /// survival removes the replicas it no longer needs (see the module docs), calling `moved`
+    /// after each addition or removal. Returns the last shard map version written.
+    pub async fn place(
+        &self,
+        shard: u64,
+        home_region: Option<&str>,
+        survival: Option<Survival>,
+        mut moved: impl FnMut(Move, u64, &ReplicaChange),
+    ) -> Result<u64> {
+        if let (Some(Survival::Zone), Some(home)) = (survival, home_region) {
+            let status = self.status().await?;
+            for node in zone_additions(&status, shard, home)? {
+                let change = self.add_replica(shard, node).await?;
+                moved(Move::Added, node, &change);
+            }
+        }
+        let mut version = self.set_placement(shard, home_region, survival).await?;
+        if survival == Some(Survival::Region) {
+            self.wait_all_voting(shard).await?;
+            let status = self.status().await?;
+            for node in region_removals(&status, shard)? {
+                let change = self.remove_replica(shard, node).await?;
+                moved(Move::Removed, node, &change);
+                version = version.max(change.map_version);
+            }
+        }
+        Ok(version)
+    }
+
+    /// Waits until `shard`'s leader reports every replica a voter (no learner, not joint),
+    /// for at most [`ALL_VOTING_TIMEOUT`]: removing replicas while learners wait to be
+    /// promoted would leave one or two voters.
+    async fn wait_all_voting(&self, shard: u64) -> Result<()> {
+        let started = std::time::Instant::now();
+        let mut last = String::from("no leader seen");
+        while started.elapsed() < ALL_VOTING_TIMEOUT {
+            if let Some(seen) = self.leader_view(shard).await {
+                if seen.learners.is_empty() && !seen.joint && !seen.voters.is_empty() {
+                    return Ok(());
+                }
+                last = format!(
+                    "voters {:?} learners {:?}{}",
+                    seen.voters,
+                    seen.learners,
+                    if seen.joint { " (joint)" } else { "" }
+                );
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        }
+        Err(Error::Unavailable {
+            message: format!(
+                "shard {shard}'s replicas did not all become voters within {ALL_VOTING_TIMEOUT:?} \
+                 ({last}); region survival is stored, and running the command again removes \
+                 the replicas it does not need once they do"
+            ),
+        })
+    }
+
+    /// `shard` as its leader's node sees it (its own group's roles), if reachable.
+    async fn leader_view(&self, shard: u64) -> Option<ShardInfo> {
+        let status = self.status().await.ok()?;
+        let leader = shard_info(&status, shard).ok()?.leader_id;
+        let node = status.nodes.iter().find(|n| n.node_id == leader)?;
+        let theirs = self.node_status(&node.client_addr).await.ok()?;
+        theirs.shards.into_iter().find(|s| s.shard_id == shard)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::test_support::status;
+
+    const NODES: [(u64, &str, &str, bool); 7] = [
+        (1, "us-east", "a", true),
+        (2, "eu-west", "a", true),
+        (3, "ap-south", "a", true),
+        (4, "us-east", "a", true),
+        (5, "us-east", "b", true),
+        (6, "us-east", "c", true),
+        (7, "us-east", "d", false),
+    ];
+
+    #[test]
+    fn the_home_region_gets_replicas_in_new_zones_first() {
+        let s = status(&NODES, &[(1, &[1, 2, 3]), (2, &[5, 2, 3])]);
+        // Node 1 holds zone a: 5 (b, but loaded) and 6 (c) before 4 (a); 7 is down.
+        assert_eq!(zone_additions(&s, 1, "us-east").unwrap(), vec![6, 5]);
+        let s = status(&NODES, &[(1, &[1, 2, 3])]);
+        assert_eq!(zone_additions(&s, 1, "us-east").unwrap(), vec![5, 6]);
+        let s = status(&NODES, &[(1, &[1, 4, 5, 2])]);
+        assert_eq!(zone_additions(&s, 1, "us-east").unwrap(), Vec::<u64>::new());
+    }
+
+    #[test]
+    fn a_region_without_enough_live_members_fails_the_plan() {
+        let s = status(&NODES, &[(1, &[1, 2, 3])]);
+        let e = zone_additions(&s, 1, "eu-west").unwrap_err().to_string();
+        assert!(e.contains("it has 1 and 0 live member(s)"), "{e}");
+        let e = zone_additions(&s, 9, "us-east").unwrap_err().to_string();
+        assert!(e.contains("no shard 9"), "{e}");
+    }
+
+    const SPREAD: [(u64, &str, &str, bool); 7] = [
+        (1, "us-east", "a", true),
+        (2, "eu-west", "a", true),
+        (3, "ap-south", "a", true),
+        (4, "us-east", "b", true),
+        (5, "us-east", "c", true),
+        (6, "us-east", "a", false),
+        (7, "eu-west", "b", true),
+    ];
+
+    fn led_by(mut s: StatusResponse, leader: u64) -> StatusResponse {
+        s.shards[0].leader_id = leader;
+        s
+    }
+
+    #[test]
+    fn region_survival_leaves_one_replica_per_region_after_zone_survival() {
+        // Three in us-east (1 leads), one in each other region: the two other us-east go.
+        let s = led_by(status(&SPREAD, &[(1, &[1, 4, 5, 2, 3])]), 1);
+        let mut gone = region_removals(&s, 1).unwrap();
+        gone.sort_unstable();
+        assert_eq!(gone, vec![4, 5]);
+        // Node 4 leads: it stays; the down node 6 goes first, then the one sharing zone a (1).
+        let s = led_by(status(&SPREAD, &[(1, &[1, 4, 6, 2, 3])]), 4);
+        assert_eq!(region_removals(&s, 1).unwrap(), vec![6, 1]);
+    }
+
+    #[test]
+    fn a_shard_that_survives_a_region_already_keeps_its_replicas() {
+        for replicas in [&[1, 2, 3][..], &[1, 4, 2, 7, 3], &[1, 4, 2], &[1, 4, 5]] {
+            let s = led_by(status(&SPREAD, &[(1, replicas)]), 1);
+            assert_eq!(
+                region_removals(&s, 1).unwrap(),
+                Vec::<u64>::new(),
+                "{replicas:?}"
+            );
+        }
+        // Four replicas, two in us-east: losing us-east would leave two of four, no majority.
+        let s = led_by(status(&SPREAD, &[(1, &[1, 4, 2, 3])]), 1);
+        assert_eq!(region_removals(&s, 1).unwrap(), vec![4]);
+        let e = region_removals(&s, 9).unwrap_err().to_string();
+        assert!(e.contains("no shard 9"), "{e}");
+    }
+}
