@@ -9,8 +9,10 @@ pub const MAX_OPS: usize = 100_000;
 pub const MAX_CONCURRENCY: usize = 64;
 /// Largest latency-matrix scale.
 pub const MAX_SCALE: f64 = 10.0;
-/// Ports above `--base-port` the run uses (nodes, Raft, WAN links).
-pub const PORT_SPAN: u16 = 240;
+/// Ports above `--base-port` the run uses (nodes, Raft, WAN links; see `topology`).
+pub const PORT_SPAN: u16 = 340;
+/// Most nodes per region.
+pub const MAX_NODES_PER_REGION: usize = 3;
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct GeoArgs {
@@ -24,9 +26,17 @@ pub struct GeoArgs {
     /// eu-west↔ap-south 130 ms, us-east↔ap-south 200 ms at 1).
     #[arg(long, default_value_t = 1.0)]
     pub scale: f64,
-    /// Nodes: clients P+1..3, Raft P+101..103; WAN links P+200..P+239.
+    /// Nodes: clients P+1..9, Raft P+101..109; WAN links P+200..P+339.
     #[arg(long, default_value_t = 30_000)]
     pub base_port: u16,
+    /// Nodes in each region (1 to 3; a region's nodes sit in zones a, b, c).
+    #[arg(long, default_value_t = 1)]
+    pub nodes_per_region: usize,
+    /// The data shards' survival goal: `region` (every replica votes; one per region) or
+    /// `zone` (three voters in the home region, learners elsewhere; needs
+    /// --nodes-per-region 3).
+    #[arg(long, default_value = "region", value_parser = ["region", "zone"])]
+    pub survive: String,
     /// Output directory (default: bench/results/<UTC date>/geo in the repository).
     #[arg(long)]
     pub out: Option<PathBuf>,
@@ -63,6 +73,12 @@ impl GeoArgs {
                 "--base-port must be in 1024..={} (the run uses P+1..P+{PORT_SPAN})",
                 u16::MAX - PORT_SPAN
             );
+        }
+        if !(1..=MAX_NODES_PER_REGION).contains(&self.nodes_per_region) {
+            bail!("--nodes-per-region must be in 1..={MAX_NODES_PER_REGION}");
+        }
+        if self.survive == "zone" && self.nodes_per_region < 3 {
+            bail!("--survive zone needs --nodes-per-region 3 (three voters in each home region)");
         }
         if self.ready_timeout_secs == 0 {
             bail!("--ready-timeout-secs must be > 0");

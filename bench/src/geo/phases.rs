@@ -5,7 +5,7 @@
 //! writes). Latency is the wall time of one client call, retries included; an operation that
 //! fails is counted, not timed.
 
-use super::topology::{key, node_of, KEYS_PER_SHARD, REGIONS};
+use super::topology::{key, region_of, KEYS_PER_SHARD, REGIONS};
 use meridian_client::{Client, Error, ReadConsistency, TxnOptions};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -148,7 +148,7 @@ async fn one(client: &Client, region: &str, op: Op, n: u64) -> Result<Sample, Er
                 )
                 .await?;
             sample.staleness_ms = Some((now_ms() - read.read_ts.physical_ms() as f64).max(0.0));
-            sample.local = Some(read.served_by == node_of(region));
+            sample.local = Some(region_of(read.served_by) == region && read.served_by != 0);
         }
         Op::Txn1pc | Op::Txn2Shard => {
             let mut keys = vec![key(region, 'a', n)];

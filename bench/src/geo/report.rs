@@ -71,6 +71,9 @@ pub struct GeoReport {
     pub started_at_utc: String,
     pub finished_at_utc: String,
     pub scale: f64,
+    pub nodes_per_region: usize,
+    /// The data shards' survival goal: `region` or `zone`.
+    pub survival: String,
     pub rtt_ms: Vec<(String, String, f64)>,
     pub ops_per_region_per_phase: usize,
     pub concurrency_per_region: usize,
@@ -253,11 +256,16 @@ pub fn markdown(report: &GeoReport) -> String {
         .collect();
     let _ = writeln!(
         s,
-        "Three regions, one node each, WAN round trips {} (`meridian-wan` links between nodes \
-         and from each region's clients). Two data shards homed per region (leaders there), \
-         replication factor 3. Per region and phase: {} operations, {} concurrent workers, \
-         all regions at once. Latency is one client call's wall time, in ms. Seed {}.\n",
+        "Three regions, {} node(s) each, WAN round trips {} (`meridian-wan` links between \
+         nodes and from each region's clients). Two data shards homed per region (leaders \
+         there), {}. Per region and phase: {} operations, {} concurrent workers, all regions \
+         at once. Latency is one client call's wall time, in ms. Seed {}.\n",
+        report.nodes_per_region,
         rtts.join(", "),
+        match report.survival.as_str() {
+            "zone" => "zone survival (three voters in the home region, a learner in each other)",
+            _ => "region survival (replication factor 3, one voter per region)",
+        },
         report.ops_per_region_per_phase,
         report.concurrency_per_region,
         report.seed

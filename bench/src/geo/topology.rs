@@ -1,18 +1,26 @@
-//! The geo run's cluster: three regions, one node each, a WAN between them, and one client
-//! group per region.
+//! The geo run's cluster: three regions, one to three nodes each, a WAN between them, and one
+//! client group per region.
 //!
 //! ```text
-//!   region    node  keys (two data shards each, homed there)     client group
-//!   us-east    1    us-east/a…  us-east/b…                        dials every node via its
-//!   eu-west    2    eu-west/a…  eu-west/b…                        region's links
-//!   ap-south   3    ap-south/a… ap-south/b…
+//!   region    nodes     keys (two data shards each, homed there)     client group
+//!   us-east   1 4 7     us-east/a…  us-east/b…                        dials every node via its
+//!   eu-west   2 5 8     eu-west/a…  eu-west/b…                        region's links
+//!   ap-south  3 6 9     ap-south/a… ap-south/b…
 //! ```
 //!
+//! Node `i` sits in region `REGIONS[(i - 1) % 3]`, zone `a`, `b`, `c` for its first, second,
+//! third node there; nodes 1, 2, 3 exist in every layout (`--nodes-per-region` 1 to 3). With
+//! `--survive zone` every data shard's home rule ends in `:zone`, so its three replicas in the
+//! home region vote and its replicas elsewhere are learners (see the server's `survival`).
+//!
 //! The WAN is `meridian-wan`'s links run in this process: one per ordered node pair (each node
-//! dials its peers through them, `--peer-dial`) and one per (client region, node) (clients dial
-//! through them, `ClientConfig::dial`), with the one-way delay of the latency matrix. Nodes use
-//! the server's WAN-sized Raft timings. Operator calls (status, leader transfers) go straight to
-//! the nodes, without delay, so they do not disturb what is measured.
+//! dials its peers through them, `--peer-dial`; two nodes of one region get a link without
+//! delay) and one per (client region, node) (clients dial through them,
+//! `ClientConfig::dial`), with the one-way delay of the latency matrix. Ports: nodes' clients
+//! P+1..9, Raft P+101..109, peer links from P+200 (at most 72), client links from P+300 (at
+//! most 27). Nodes use the server's WAN-sized Raft timings. Operator calls (status, leader
+//! transfers) go straight to the nodes, without delay, so they do not disturb what is
+//! measured.
 
 use anyhow::{bail, Context};
 use meridian_cli::local_cluster::{LocalCluster, LocalClusterConfig};
@@ -20,6 +28,8 @@ use meridian_client::proto::StatusResponse;
 use meridian_client::{fetch_status, Client, ClientConfig};
 use meridian_wan::matrix::{format_dial_map, plan_client_links, plan_peer_links};
 use meridian_wan::{LatencyMatrix, LinkOptions, NodeEndpoint, Wan};
+
+use super::args::GeoArgs;
 use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::Path;
@@ -42,7 +52,12 @@ const META_STABLE: Duration = Duration::from_secs(3);
 /// How often waits poll the cluster.
 const POLL: Duration = Duration::from_millis(250);
 
-/// The node in `region` (1-based id).
+/// The region of node `node` (1-based id).
+pub fn region_of(node: u64) -> &'static str {
+    REGIONS[(node.max(1) as usize - 1) % REGIONS.len()]
+}
+
+/// The first node in `region` (1-based id), which every layout has.
 pub fn node_of(region: &str) -> u64 {
     REGIONS
         .iter()
@@ -75,8 +90,9 @@ pub struct GeoCluster {
     direct: Vec<String>,
 }
 
-/// The node config file: split points giving each region two shards, and their home regions.
-fn config_file() -> String {
+/// The node config file: split points giving each region two shards, and their home regions
+/// with survival goal `survive` (`region` or `zone`).
+fn config_file(survive: &str) -> String {
     let mut splits = Vec::new();
     let mut homes = Vec::new();
     let mut by_key: Vec<&str> = REGIONS.to_vec();
@@ -92,7 +108,8 @@ fn config_file() -> String {
         } else {
             format!("{region}/")
         };
-        homes.push(format!("\"{start}={region}\""));
+        let goal = if survive == "zone" { ":zone" } else { "" };
+        homes.push(format!("\"{start}={region}{goal}\""));
     }
     format!(
         "[cluster]\nsplit_points = [{}]\nhome_regions = [{}]\n",
@@ -102,32 +119,33 @@ fn config_file() -> String {
 }
 
 impl GeoCluster {
-    /// Starts the WAN links, the three nodes and the clients; waits until every shard has a
-    /// leader.
+    /// Starts the WAN links, the nodes (`args.nodes_per_region` per region) and the clients;
+    /// waits until every shard has a leader.
     pub async fn start(
         binary: &Path,
         data_dir: &Path,
-        base_port: u16,
-        scale: f64,
+        args: &GeoArgs,
         ready: Duration,
     ) -> anyhow::Result<GeoCluster> {
+        let (base_port, scale) = (args.base_port, args.scale);
+        let nodes = (REGIONS.len() * args.nodes_per_region) as u16;
         let ip = IpAddr::V4(Ipv4Addr::LOCALHOST);
         let mut matrix = LatencyMatrix::new(Duration::ZERO);
         for (a, b, rtt) in RTT_MS {
             matrix.set_rtt(a, b, Duration::from_secs_f64(rtt * scale / 1_000.0))?;
         }
         let endpoint = |offset: u16| -> Vec<NodeEndpoint> {
-            (1..=REGIONS.len() as u16)
+            (1..=nodes)
                 .map(|i| NodeEndpoint {
                     id: u64::from(i),
-                    region: REGIONS[usize::from(i) - 1].to_string(),
+                    region: region_of(u64::from(i)).to_string(),
                     addr: SocketAddr::new(ip, base_port + offset + i),
                 })
                 .collect()
         };
         let peers = plan_peer_links(&matrix, &endpoint(100), ip, base_port + 200)?;
         let regions: Vec<String> = REGIONS.iter().map(|r| r.to_string()).collect();
-        let clients = plan_client_links(&matrix, &regions, &endpoint(0), ip, base_port + 220)?;
+        let clients = plan_client_links(&matrix, &regions, &endpoint(0), ip, base_port + 300)?;
         let mut links = peers.links.clone();
         links.extend(clients.links.clone());
         let wan = Wan::start(links, &LinkOptions::default())
@@ -137,9 +155,13 @@ impl GeoCluster {
         std::fs::create_dir_all(data_dir)
             .with_context(|| format!("creating {}", data_dir.display()))?;
         let config_path = data_dir.join("geo.toml");
-        std::fs::write(&config_path, config_file())
+        std::fs::write(&config_path, config_file(&args.survive))
             .with_context(|| format!("writing {}", config_path.display()))?;
-        let mut config = LocalClusterConfig::new(binary, REGIONS.len(), base_port, data_dir);
+        let mut config = LocalClusterConfig::new(binary, usize::from(nodes), base_port, data_dir);
+        for id in 1..=u64::from(nodes) {
+            let zone = ["a", "b", "c"][(id as usize - 1) / REGIONS.len()];
+            config = config.node_labels(id, region_of(id), zone);
+        }
         // The server's own (WAN-sized) Raft timings, not the loopback ones.
         config.common_args = vec!["--config".into(), config_path.display().to_string()];
         for (id, dial) in &peers.dial_maps {
@@ -207,11 +229,16 @@ impl GeoCluster {
             .map(|n| n.region.as_str())
     }
 
-    /// Waits until every data shard is led from its home region (the leader-follow loop).
+    /// Waits until every data shard is led from its home region (the leader-follow loop) and,
+    /// under zone survival, has voters there only (the survival step).
     pub async fn wait_leaders_home(&self, timeout: Duration) -> anyhow::Result<()> {
         let give_up = Instant::now() + timeout;
         loop {
-            let status = self.status().await?;
+            // Every node's view combined: with more nodes than replicas, no node hosts every
+            // shard, and a node names leaders only for those it hosts.
+            let Some((status, _, _)) = self.cluster.probe().await else {
+                bail!("no node answered its status");
+            };
             let away: Vec<u64> = status
                 .shards
                 .iter()
@@ -219,11 +246,36 @@ impl GeoCluster {
                 .filter(|s| Self::region_in(&status, s.leader_id) != Some(s.home_region.as_str()))
                 .map(|s| s.shard_id)
                 .collect();
+            let mut voting_abroad = Vec::new();
             if away.is_empty() {
-                return Ok(());
+                for shard in status.shards.iter().filter(|s| s.survival == "zone") {
+                    // The leader's own view of its group's voters.
+                    let at_leader =
+                        match self.direct.get((shard.leader_id as usize).wrapping_sub(1)) {
+                            Some(address) => fetch_status(address, STATUS_TIMEOUT).await.ok(),
+                            None => None,
+                        };
+                    let settled = at_leader
+                        .as_ref()
+                        .and_then(|st| st.shards.iter().find(|s| s.shard_id == shard.shard_id))
+                        .is_some_and(|s| {
+                            !s.joint
+                                && !s.voters.is_empty()
+                                && s.voters.iter().all(|v| region_of(*v) == s.home_region)
+                        });
+                    if !settled {
+                        voting_abroad.push(shard.shard_id);
+                    }
+                }
+                if voting_abroad.is_empty() {
+                    return Ok(());
+                }
             }
             if Instant::now() >= give_up {
-                bail!("shards {away:?} not led from their home regions after {timeout:?}");
+                bail!(
+                    "after {timeout:?}: shards {away:?} not led from their home regions, shards \
+                     {voting_abroad:?} (zone survival) with voters outside them"
+                );
             }
             tokio::time::sleep(POLL).await;
         }
@@ -290,7 +342,8 @@ impl GeoCluster {
         }
     }
 
-    /// The metadata shard's last log index on every running node (node id → index).
+    /// The metadata shard's last log index on every running node holding a replica of it
+    /// (node id → index).
     pub async fn meta_log(&self) -> anyhow::Result<BTreeMap<u64, u64>> {
         let mut out = BTreeMap::new();
         for (i, address) in self.direct.iter().enumerate() {
@@ -299,8 +352,14 @@ impl GeoCluster {
                 continue;
             }
             let status = fetch_status(address, STATUS_TIMEOUT).await?;
-            let meta = status.shards.iter().find(|s| s.shard_id == 0);
-            out.insert(node, meta.map_or(0, |s| s.last_log_index));
+            // Only the metadata shard's replicas have its log.
+            if let Some(meta) = status
+                .shards
+                .iter()
+                .find(|s| s.shard_id == 0 && s.replicas.contains(&node))
+            {
+                out.insert(node, meta.last_log_index);
+            }
         }
         Ok(out)
     }
@@ -312,7 +371,7 @@ mod tests {
 
     #[test]
     fn each_region_gets_two_shards_homed_there() {
-        let text = config_file();
+        let text = config_file("region");
         assert_eq!(
             text,
             "[cluster]\nsplit_points = [\"ap-south/b\", \"eu-west/\", \"eu-west/b\", \
@@ -327,10 +386,26 @@ mod tests {
     }
 
     #[test]
+    fn zone_survival_marks_every_home_rule() {
+        let text = config_file("zone");
+        assert!(
+            text.contains(
+                "home_regions = [\"=ap-south:zone\", \"eu-west/=eu-west:zone\", \
+                           \"us-east/=us-east:zone\"]"
+            ),
+            "{text}"
+        );
+    }
+
+    #[test]
     fn round_trips_follow_the_matrix() {
         assert_eq!(rtt_ms("eu-west", "us-east", 1.0), 80.0);
         assert_eq!(rtt_ms("ap-south", "us-east", 0.5), 100.0);
         assert_eq!(rtt_ms("eu-west", "eu-west", 1.0), 0.0);
         assert_eq!(node_of("ap-south"), 3);
+        assert_eq!(
+            (region_of(1), region_of(5), region_of(9)),
+            ("us-east", "eu-west", "ap-south")
+        );
     }
 }
