@@ -7,7 +7,8 @@ use crate::display::{format_bytes, parse_hex, ClusterView};
 use crate::txn_steps::{parse_steps, Step};
 use anyhow::Context;
 use bytes::Bytes;
-use meridian_client::survival_plan::Move;
+use meridian_client::survival_plan::{shared_zone_warning, Move};
+use meridian_client::Survival;
 use meridian_client::{
     CasOutcome, Client, ClientConfig, Expect, ReadConsistency, Timestamp, TxnOptions,
 };
@@ -571,6 +572,13 @@ impl ClusterCommand {
                     })
                     .await
                     .with_context(|| format!("setting shard {shard}'s home to {home}"))?;
+                if let (Some(Survival::Zone), Some(home)) = (survive, region) {
+                    if let Ok(status) = client.status().await {
+                        if let Some(warning) = shared_zone_warning(&status, shard, home) {
+                            eprintln!("{warning}");
+                        }
+                    }
+                }
                 match survive {
                     Some(goal) => println!(
                         "shard {shard}: home {home}, survives a {} failure (shard map version {version})",

@@ -100,6 +100,31 @@ pub fn zone_additions(status: &StatusResponse, shard: u64, home: &str) -> Result
 /// 3 s by default, once learners have its log).
 pub const ALL_VOTING_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
 
+/// Under zone survival, the warning that `shard`'s replicas in `home` (its voters) are not in
+/// distinct enough zones: some zone holds half of them or more, so losing that one zone stops
+/// the shard's writes. `None` when no zone does (or the shard is unknown). Zones are the
+/// nodes' `--zone` labels; nodes without one share the empty zone.
+pub fn shared_zone_warning(status: &StatusResponse, shard: u64, home: &str) -> Option<String> {
+    let info = shard_info(status, shard).ok()?;
+    let mut by_zone: BTreeMap<&str, Vec<u64>> = BTreeMap::new();
+    for n in &status.nodes {
+        if n.region == home && info.replicas.contains(&n.node_id) {
+            by_zone.entry(n.zone.as_str()).or_default().push(n.node_id);
+        }
+    }
+    let voters: usize = by_zone.values().map(Vec::len).sum();
+    let (zone, nodes) = by_zone
+        .iter()
+        .filter(|(_, nodes)| 2 * nodes.len() >= voters)
+        .max_by_key(|(_, nodes)| nodes.len())?;
+    Some(format!(
+        "warning: {} of shard {shard}'s {voters} voters in {home} share zone {zone:?} (nodes \
+         {nodes:?}): losing that zone stops its writes; add replicas on nodes of other zones \
+         there and remove these (meridian cluster add-replica / remove-replica)",
+        nodes.len()
+    ))
+}
+
 /// What [`Client::place`] did to a replica.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Move {
@@ -272,6 +297,24 @@ mod tests {
         assert_eq!(zone_additions(&s, 1, "us-east").unwrap(), vec![5, 6]);
         let s = status(&NODES, &[(1, &[1, 4, 5, 2])]);
         assert_eq!(zone_additions(&s, 1, "us-east").unwrap(), Vec::<u64>::new());
+    }
+
+    #[test]
+    fn voters_sharing_a_zone_are_warned_about() {
+        // 1, 4 in zone a, 5 in b: losing zone a leaves one of three voters.
+        let s = status(&NODES, &[(1, &[1, 4, 5, 2, 3])]);
+        let w = shared_zone_warning(&s, 1, "us-east").unwrap();
+        assert!(
+            w.contains("2 of shard 1's 3 voters in us-east share zone \"a\""),
+            "{w}"
+        );
+        // 1 (a), 5 (b), 6 (c): distinct zones.
+        let s = status(&NODES, &[(1, &[1, 5, 6, 2, 3])]);
+        assert_eq!(shared_zone_warning(&s, 1, "us-east"), None);
+        // Four voters, two in zone a: losing it leaves two of four, no majority.
+        let s = status(&NODES, &[(1, &[1, 4, 5, 7])]);
+        let w = shared_zone_warning(&s, 1, "us-east").unwrap();
+        assert!(w.contains("of shard 1's 4 voters"), "{w}");
     }
 
     #[test]

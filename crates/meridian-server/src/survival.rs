@@ -54,7 +54,9 @@
 //!   replicas are removed by the client (`meridian-client`'s `survival_plan`), not by the
 //!   server, so `Cluster.SetPlacement` alone leaves a shard that cannot survive its home
 //!   region until they are.
-//! - The home region's voters are not checked to sit in distinct zones.
+//! - The home region's voters are not checked to sit in distinct zones here; the CLI warns
+//!   (`meridian-client`'s `survival_plan::shared_zone_warning`), and founding placement and
+//!   the CLI's additions prefer new zones.
 //! - Not for the metadata shard (it has no home). At bootstrap (`home_regions` rules ending
 //!   in `:zone`) the founding map holds the goal and the home replicas, but the group is
 //!   founded with every replica voting; the first rounds of its leader make the others
