@@ -11,8 +11,9 @@ mod common;
 
 use common::meridian_binary;
 
-/// Nodes 30_301..30_303 (clients) and 30_401..30_403 (Raft), links 30_500..30_539.
-const BASE_PORT: u16 = 30_300;
+/// Nodes 20_001..20_003 (clients) and 20_101..20_103 (Raft), links 20_200..20_205 (peers) and
+/// 20_300..20_308 (clients).
+const BASE_PORT: u16 = 20_000;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn short_geo_run_measures_every_phase_and_the_oracle_costs_a_round_trip() {

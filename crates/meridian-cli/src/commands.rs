@@ -558,7 +558,7 @@ impl ClusterCommand {
             } => {
                 let region = Some(home.as_str()).filter(|h| *h != "none");
                 let client = self.connect.connect().await?;
-                let version = client
+                let placed = client
                     .place(shard, region, survive, |step, node, change| match step {
                         Move::Added => println!(
                             "shard {shard}: added a replica on node {node} for zone survival: {}",
@@ -571,7 +571,11 @@ impl ClusterCommand {
                         ),
                     })
                     .await
-                    .with_context(|| format!("setting shard {shard}'s home to {home}"))?;
+                    .with_context(|| format!("placing shard {shard} (home {home})"))?;
+                let version = placed.map_version;
+                if let Some(warning) = &placed.warning {
+                    eprintln!("warning: {warning}");
+                }
                 if let (Some(Survival::Zone), Some(home)) = (survive, region) {
                     if let Ok(status) = client.status().await {
                         if let Some(warning) = shared_zone_warning(&status, shard, home) {
@@ -580,8 +584,13 @@ impl ClusterCommand {
                     }
                 }
                 match survive {
-                    Some(goal) => println!(
+                    Some(goal) if placed.warning.is_none() => println!(
                         "shard {shard}: home {home}, survives a {} failure (shard map version {version})",
+                        goal.as_str()
+                    ),
+                    Some(goal) => println!(
+                        "shard {shard}: home {home}, survival goal {} stored, not achieved (see \
+                         the warning; shard map version {version})",
                         goal.as_str()
                     ),
                     None => println!("shard {shard}: home {home} (shard map version {version})"),

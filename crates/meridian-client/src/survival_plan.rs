@@ -20,19 +20,24 @@
 //! a region only if no region holds half of them or more (losing it would leave no majority).
 //! A shard that had zone survival has three replicas in its home region and one in each other,
 //! so going back would leave it unable to survive its home region. [`Client::place`] therefore
-//! stores the goal first, waits until the shard's leader reports every replica a voter
-//! ([`ALL_VOTING_TIMEOUT`]; removing a voter while the learners wait would leave one or two),
-//! and then removes replicas ([`region_removals`], a pure function): while
-//! the most crowded region holds half the replicas or more, has two or more, and the shard has
-//! more than three, one of that region's replicas goes, preferring
+//! stores the goal first, then removes one replica at a time, each planned
+//! ([`region_removals`], a pure function) from the status of the shard's leader once it
+//! reports every replica a voter ([`ALL_VOTING_TIMEOUT`]; removing a voter while learners wait
+//! would leave one or two, and the leader may move between removals). While the most crowded
+//! region holds half the replicas or more, has two or more, and the shard has more than three,
+//! one of that region's replicas goes, preferring
 //!
-//! 1. not the leader the status names (a removal of the leader costs an election),
+//! 1. not the leader (a removal of the leader costs an election),
 //! 2. a replica on a member that is down,
 //! 3. a replica sharing its zone with another replica of that region,
 //! 4. then the most loaded node, then the highest node id.
 //!
 //! So three replicas in the home region and one in each of two others become one per region.
-//! Only an explicit `--survive region` removes anything; a home change alone keeps replicas.
+//! Where no removal can give region survival (the replicas span fewer than three regions, or
+//! a replica's node is not listed) nothing is
+//! removed and the result carries a warning: the goal is stored, every replica votes, and the
+//! CLI says the shard does not survive a region yet. Only an explicit `--survive region`
+//! removes anything; a home change alone keeps replicas.
 //!
 //! # Not done yet
 //! The replicas outside the home region stay under zone survival, as learners (they serve
@@ -95,10 +100,11 @@ pub fn zone_additions(status: &StatusResponse, shard: u64, home: &str) -> Result
     Ok(chosen)
 }
 
-/// How long [`Client::place`] waits, after storing region survival, for every replica to
-/// vote before it removes any (the leader changes roles once per `election_timeout_max`,
-/// 3 s by default, once learners have its log).
-pub const ALL_VOTING_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
+/// How long [`Client::place`] waits, after storing region survival, for the shard's leader to
+/// report every replica a voter before it removes any. The leader changes a shard's roles at
+/// most once per ten `election_timeout_max` (30 s by default), and promotes a learner only
+/// once it answers pings and has the leader's log.
+pub const ALL_VOTING_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(120);
 
 /// Under zone survival, the warning that `shard`'s replicas in `home` (its voters) are not in
 /// distinct enough zones: some zone holds half of them or more, so losing that one zone stops
@@ -134,17 +140,39 @@ pub enum Move {
     Removed,
 }
 
-/// The replicas of `shard` to remove, in order, so that no region holds half of them or more
-/// (see the module docs); empty if none does, or if the shard has three replicas or fewer.
-pub fn region_removals(status: &StatusResponse, shard: u64) -> Result<Vec<u64>> {
+/// What region survival asks of a shard's replicas, from its leader's status.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RegionPlan {
+    /// Remove these replicas, in order (empty: none to remove).
+    Remove(Vec<u64>),
+    /// No removal gives the shard region survival (the reason); nothing is removed.
+    Cannot(String),
+}
+
+/// The replicas of `shard` to remove so that no region holds half of them or more (see the
+/// module docs), or why no removal can achieve that: the replicas span fewer than three
+/// regions, or a replica's node is not in the status.
+pub fn region_removals(status: &StatusResponse, shard: u64) -> Result<RegionPlan> {
     let info = shard_info(status, shard)?;
     let load = replicas_per_node(status);
     let node = |id: u64| status.nodes.iter().find(|n| n.node_id == id);
-    // Replicas by region; a replica on a node the status does not list counts on its own.
-    let mut by_region: BTreeMap<String, Vec<u64>> = BTreeMap::new();
+    let mut by_region: BTreeMap<&str, Vec<u64>> = BTreeMap::new();
     for &r in &info.replicas {
-        let region = node(r).map_or_else(|| format!("unknown node {r}"), |n| n.region.clone());
-        by_region.entry(region).or_default().push(r);
+        let Some(n) = node(r) else {
+            return Ok(RegionPlan::Cannot(format!(
+                "node {r} holds a replica but the cluster status does not list it"
+            )));
+        };
+        by_region.entry(n.region.as_str()).or_default().push(r);
+    }
+    if by_region.len() < 3 {
+        let regions: Vec<&str> = by_region.keys().copied().collect();
+        return Ok(RegionPlan::Cannot(format!(
+            "its replicas are in {} region(s) ({}); losing one of fewer than three regions \
+             always loses a majority: add replicas in a third region",
+            regions.len(),
+            regions.join(", ")
+        )));
     }
     let mut left = info.replicas.len();
     let mut removed = Vec::new();
@@ -160,7 +188,7 @@ pub fn region_removals(status: &StatusResponse, shard: u64) -> Result<Vec<u64>> 
         let shares_zone = |id: u64| {
             crowded
                 .iter()
-                .any(|&other| other != id && zone(other).is_some() && zone(other) == zone(id))
+                .any(|&other| other != id && zone(other) == zone(id))
         };
         let (i, _) = crowded
             .iter()
@@ -178,7 +206,9 @@ pub fn region_removals(status: &StatusResponse, shard: u64) -> Result<Vec<u64>> 
         removed.push(crowded.remove(i));
         left -= 1;
     }
-    Ok(removed)
+    // With three regions or more the loop ends with no region holding half: at three
+    // replicas left, each region holds one.
+    Ok(RegionPlan::Remove(removed))
 }
 
 fn shard_info(status: &StatusResponse, shard: u64) -> Result<&ShardInfo> {
@@ -202,18 +232,28 @@ fn replicas_per_node(status: &StatusResponse) -> BTreeMap<u64, usize> {
     load
 }
 
+/// What [`Client::place`] did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Placed {
+    /// The last shard map version written.
+    pub map_version: u64,
+    /// Why the shard does not have the goal's layout, when it was stored without it (region
+    /// survival a removal cannot give; see [`RegionPlan::Cannot`]).
+    pub warning: Option<String>,
+}
+
 impl Client {
     /// Sets `shard`'s home region and survival goal like [`Client::set_placement`], but first
     /// gives the home region the replicas zone survival lacks, and after an explicit region
     /// survival removes the replicas it no longer needs (see the module docs), calling `moved`
-    /// after each addition or removal. Returns the last shard map version written.
+    /// after each addition or removal.
     pub async fn place(
         &self,
         shard: u64,
         home_region: Option<&str>,
         survival: Option<Survival>,
         mut moved: impl FnMut(Move, u64, &ReplicaChange),
-    ) -> Result<u64> {
+    ) -> Result<Placed> {
         if let (Some(Survival::Zone), Some(home)) = (survival, home_region) {
             let status = self.status().await?;
             for node in zone_additions(&status, shard, home)? {
@@ -221,29 +261,55 @@ impl Client {
                 moved(Move::Added, node, &change);
             }
         }
-        let mut version = self.set_placement(shard, home_region, survival).await?;
-        if survival == Some(Survival::Region) {
-            self.wait_all_voting(shard).await?;
+        let mut placed = Placed {
+            map_version: self.set_placement(shard, home_region, survival).await?,
+            warning: None,
+        };
+        if survival != Some(Survival::Region) {
+            return Ok(placed);
+        }
+        // One removal at a time, each planned from the leader's own view once every replica
+        // votes: the leader may move between removals, and must never be removed.
+        let started = std::time::Instant::now();
+        let replicas = {
             let status = self.status().await?;
-            for node in region_removals(&status, shard)? {
-                let change = self.remove_replica(shard, node).await?;
-                moved(Move::Removed, node, &change);
-                version = version.max(change.map_version);
+            shard_info(&status, shard)?.replicas.len()
+        };
+        for _ in 0..replicas {
+            let status = self.all_voting(shard, started).await?;
+            match region_removals(&status, shard)? {
+                RegionPlan::Cannot(why) => {
+                    placed.warning = Some(format!(
+                        "shard {shard} cannot survive losing a region yet: {why}"
+                    ));
+                    break;
+                }
+                RegionPlan::Remove(nodes) => {
+                    let Some(&node) = nodes.first() else {
+                        break;
+                    };
+                    let change = self.remove_replica(shard, node).await?;
+                    moved(Move::Removed, node, &change);
+                    placed.map_version = placed.map_version.max(change.map_version);
+                }
             }
         }
-        Ok(version)
+        Ok(placed)
     }
 
-    /// Waits until `shard`'s leader reports every replica a voter (no learner, not joint),
-    /// for at most [`ALL_VOTING_TIMEOUT`]: removing replicas while learners wait to be
+    /// The status of `shard`'s leader's node once it reports every replica of the shard a
+    /// voter (no learner, not joint, voters = the map's replicas), waiting until
+    /// [`ALL_VOTING_TIMEOUT`] after `started`: removing replicas while learners wait to be
     /// promoted would leave one or two voters.
-    async fn wait_all_voting(&self, shard: u64) -> Result<()> {
-        let started = std::time::Instant::now();
-        let mut last = String::from("no leader seen");
+    async fn all_voting(&self, shard: u64, started: std::time::Instant) -> Result<StatusResponse> {
+        let mut last = String::from("no leader found");
         while started.elapsed() < ALL_VOTING_TIMEOUT {
-            if let Some(seen) = self.leader_view(shard).await {
-                if seen.learners.is_empty() && !seen.joint && !seen.voters.is_empty() {
-                    return Ok(());
+            if let Some(status) = self.leader_status(shard).await {
+                let seen = shard_info(&status, shard)?;
+                let voters: BTreeSet<u64> = seen.voters.iter().copied().collect();
+                let replicas: BTreeSet<u64> = seen.replicas.iter().copied().collect();
+                if seen.learners.is_empty() && !seen.joint && voters == replicas {
+                    return Ok(status);
                 }
                 last = format!(
                     "voters {:?} learners {:?}{}",
@@ -256,20 +322,35 @@ impl Client {
         }
         Err(Error::Unavailable {
             message: format!(
-                "shard {shard}'s replicas did not all become voters within {ALL_VOTING_TIMEOUT:?} \
-                 ({last}); region survival is stored, and running the command again removes \
-                 the replicas it does not need once they do"
+                "shard {shard}'s replicas did not all become voters within \
+                 {ALL_VOTING_TIMEOUT:?} ({last}); region survival is stored. A learner is \
+                 promoted once it answers pings and has the leader's log: if its node is down, \
+                 remove its replica (meridian cluster remove-replica); then run the command \
+                 again to remove the replicas region survival does not need"
             ),
         })
     }
 
-    /// `shard` as its leader's node sees it (its own group's roles), if reachable.
-    async fn leader_view(&self, shard: u64) -> Option<ShardInfo> {
+    /// The status of the node that leads `shard` by its own account: the replicas (from any
+    /// node's map) are asked in turn, since a node without a replica names no leader.
+    async fn leader_status(&self, shard: u64) -> Option<StatusResponse> {
         let status = self.status().await.ok()?;
-        let leader = shard_info(&status, shard).ok()?.leader_id;
-        let node = status.nodes.iter().find(|n| n.node_id == leader)?;
-        let theirs = self.node_status(&node.client_addr).await.ok()?;
-        theirs.shards.into_iter().find(|s| s.shard_id == shard)
+        let info = shard_info(&status, shard).ok()?;
+        let mut order: Vec<u64> = vec![info.leader_id];
+        order.extend(info.replicas.iter().filter(|r| **r != info.leader_id));
+        for id in order {
+            let Some(node) = status.nodes.iter().find(|n| n.node_id == id && id != 0) else {
+                continue;
+            };
+            let Ok(theirs) = self.node_status(&node.client_addr).await else {
+                continue;
+            };
+            let leads = shard_info(&theirs, shard).is_ok_and(|s| s.leader_id == id);
+            if leads {
+                return Some(theirs);
+            }
+        }
+        None
     }
 }
 
@@ -341,32 +422,62 @@ mod tests {
         s
     }
 
+    fn removals(s: &StatusResponse) -> Vec<u64> {
+        match region_removals(s, 1).unwrap() {
+            RegionPlan::Remove(nodes) => nodes,
+            RegionPlan::Cannot(why) => panic!("expected removals: {why}"),
+        }
+    }
+
+    fn cannot(s: &StatusResponse) -> String {
+        match region_removals(s, 1).unwrap() {
+            RegionPlan::Cannot(why) => why,
+            RegionPlan::Remove(nodes) => panic!("expected no plan, got removals {nodes:?}"),
+        }
+    }
+
     #[test]
     fn region_survival_leaves_one_replica_per_region_after_zone_survival() {
         // Three in us-east (1 leads), one in each other region: the two other us-east go.
         let s = led_by(status(&SPREAD, &[(1, &[1, 4, 5, 2, 3])]), 1);
-        let mut gone = region_removals(&s, 1).unwrap();
+        let mut gone = removals(&s);
         gone.sort_unstable();
         assert_eq!(gone, vec![4, 5]);
         // Node 4 leads: it stays; the down node 6 goes first, then the one sharing zone a (1).
         let s = led_by(status(&SPREAD, &[(1, &[1, 4, 6, 2, 3])]), 4);
-        assert_eq!(region_removals(&s, 1).unwrap(), vec![6, 1]);
+        assert_eq!(removals(&s), vec![6, 1]);
+        // Four replicas, two in us-east: losing us-east would leave two of four, no majority.
+        let s = led_by(status(&SPREAD, &[(1, &[1, 4, 2, 3])]), 1);
+        assert_eq!(removals(&s), vec![4]);
     }
 
     #[test]
     fn a_shard_that_survives_a_region_already_keeps_its_replicas() {
-        for replicas in [&[1, 2, 3][..], &[1, 4, 2, 7, 3], &[1, 4, 2], &[1, 4, 5]] {
+        for replicas in [&[1, 2, 3][..], &[1, 4, 2, 7, 3]] {
             let s = led_by(status(&SPREAD, &[(1, replicas)]), 1);
-            assert_eq!(
-                region_removals(&s, 1).unwrap(),
-                Vec::<u64>::new(),
-                "{replicas:?}"
-            );
+            assert_eq!(removals(&s), Vec::<u64>::new(), "{replicas:?}");
         }
-        // Four replicas, two in us-east: losing us-east would leave two of four, no majority.
-        let s = led_by(status(&SPREAD, &[(1, &[1, 4, 2, 3])]), 1);
-        assert_eq!(region_removals(&s, 1).unwrap(), vec![4]);
-        let e = region_removals(&s, 9).unwrap_err().to_string();
+        let e = region_removals(&s_of(&[1, 2, 3]), 9)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("no shard 9"), "{e}");
+    }
+
+    fn s_of(replicas: &[u64]) -> StatusResponse {
+        led_by(status(&SPREAD, &[(1, replicas)]), 1)
+    }
+
+    #[test]
+    fn no_removal_is_planned_where_none_gives_region_survival() {
+        // Two regions (3 + 2): no layout survives losing one; nothing is stripped.
+        let why = cannot(&s_of(&[1, 4, 5, 2, 7]));
+        assert!(why.contains("in 2 region(s) (eu-west, us-east)"), "{why}");
+        assert!(cannot(&s_of(&[1, 4, 5])).contains("in 1 region(s)"));
+        // Three replicas, two in us-east: two regions again (none is removed below three).
+        let why = cannot(&s_of(&[1, 4, 2]));
+        assert!(why.contains("in 2 region(s)"), "{why}");
+        // A replica on a node the status does not list.
+        let why = cannot(&s_of(&[1, 2, 3, 9]));
+        assert!(why.contains("node 9 holds a replica"), "{why}");
     }
 }

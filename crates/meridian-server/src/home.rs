@@ -85,6 +85,11 @@ pub fn parse_home_regions(
             ))
         })?;
         let (region, survival) = match placement.split_once(':') {
+            Some((_, goal)) if goal.trim().is_empty() => {
+                return Err(fail(format!(
+                    "{entry:?} ends in ':' with no survival goal (zone or region)"
+                )))
+            }
             Some((region, goal)) => (region, Survival::parse(goal.trim()).map_err(fail)?),
             None => (placement, Survival::Region),
         };
@@ -310,6 +315,7 @@ mod tests {
             (raw(&["a=mars"]), "has no founding member"),
             (raw(&["a=eu-west", "a=us-east"]), "listed twice"),
             (raw(&["a=eu-west:zones"]), "unknown survival goal \"zones\""),
+            (raw(&["a=eu-west:"]), "with no survival goal"),
             (
                 raw(&["a=eu-west:zone"]),
                 "zone survival needs 3 founding members in \"eu-west\"",
