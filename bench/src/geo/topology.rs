@@ -52,10 +52,8 @@ const META_STABLE: Duration = Duration::from_secs(3);
 /// How often waits poll the cluster.
 const POLL: Duration = Duration::from_millis(250);
 
-/// The region of node `node` (1-based id).
-pub fn region_of(node: u64) -> &'static str {
-    REGIONS[(node.max(1) as usize - 1) % REGIONS.len()]
-}
+/// The region of node `node` (1-based id): `LocalCluster`'s default labels.
+pub use meridian_cli::local_cluster::default_region as region_of;
 
 /// The first node in `region` (1-based id), which every layout has.
 pub fn node_of(region: &str) -> u64 {
@@ -249,21 +247,7 @@ impl GeoCluster {
             let mut voting_abroad = Vec::new();
             if away.is_empty() {
                 for shard in status.shards.iter().filter(|s| s.survival == "zone") {
-                    // The leader's own view of its group's voters.
-                    let at_leader =
-                        match self.direct.get((shard.leader_id as usize).wrapping_sub(1)) {
-                            Some(address) => fetch_status(address, STATUS_TIMEOUT).await.ok(),
-                            None => None,
-                        };
-                    let settled = at_leader
-                        .as_ref()
-                        .and_then(|st| st.shards.iter().find(|s| s.shard_id == shard.shard_id))
-                        .is_some_and(|s| {
-                            !s.joint
-                                && !s.voters.is_empty()
-                                && s.voters.iter().all(|v| region_of(*v) == s.home_region)
-                        });
-                    if !settled {
+                    if !self.votes_at_home(shard.shard_id, shard.leader_id).await {
                         voting_abroad.push(shard.shard_id);
                     }
                 }
@@ -279,6 +263,26 @@ impl GeoCluster {
             }
             tokio::time::sleep(POLL).await;
         }
+    }
+
+    /// Whether `shard`'s leader `leader` reports voters in the shard's home region only, not
+    /// joint (zone survival's roles reached).
+    async fn votes_at_home(&self, shard: u64, leader: u64) -> bool {
+        let Some(address) = self.direct.get((leader as usize).wrapping_sub(1)) else {
+            return false;
+        };
+        let Ok(status) = fetch_status(address, STATUS_TIMEOUT).await else {
+            return false;
+        };
+        status
+            .shards
+            .iter()
+            .find(|s| s.shard_id == shard)
+            .is_some_and(|s| {
+                !s.joint
+                    && !s.voters.is_empty()
+                    && s.voters.iter().all(|v| region_of(*v) == s.home_region)
+            })
     }
 
     /// The metadata shard's leader.

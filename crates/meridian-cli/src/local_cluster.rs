@@ -46,6 +46,12 @@ use std::time::{Duration, Instant};
 pub const MAX_LOCAL_NODES: usize = 99;
 /// Region labels given to nodes in turn.
 pub const REGIONS: [&str; 3] = ["us-east", "eu-west", "ap-south"];
+
+/// The region node `node_id` (1-based) is labelled with unless `node_labels` says otherwise:
+/// [`REGIONS`] in turn.
+pub fn default_region(node_id: u64) -> &'static str {
+    REGIONS[(node_id.max(1) as usize - 1) % REGIONS.len()]
+}
 /// Raft timings that suit loopback (the server's defaults are WAN-sized).
 pub const LOOPBACK_RAFT_ARGS: [&str; 4] = [
     "--heartbeat-interval-ms",
@@ -219,10 +225,7 @@ impl LocalCluster {
                     .get(id as usize - 1)
                     .cloned()
                     .flatten()
-                    .unwrap_or_else(|| {
-                        let region = REGIONS[(id as usize - 1) % REGIONS.len()];
-                        (region.to_string(), "a".to_string())
-                    });
+                    .unwrap_or_else(|| (default_region(id).to_string(), "a".to_string()));
                 let peer = format!("127.0.0.1:{}", config.base_port as u64 + 100 + id);
                 (id, peer, region, zone)
             })
