@@ -479,8 +479,12 @@ pub enum ClusterOp {
     /// others become learners: writes commit inside the region, follower reads still work
     /// elsewhere, losing the home region stops the shard); --survive region makes every
     /// replica vote again, then removes replicas while one region holds half of them or more
-    /// (never the leader, never below three). Stored in the shard map: it overrides --home-regions from then on,
-    /// restarts included.
+    /// (never the leader, never below three). --constraints "+region=eu-west,-zone=c" says
+    /// which nodes may hold the shard's replicas (+ required, - prohibited; attributes region
+    /// and zone; none clears them): stored first, then each replica that breaks them is
+    /// replaced by one on an allowed live node (same region first), and every later move must
+    /// obey them. Stored in the shard map: it overrides --home-regions and
+    /// --replica-constraints from then on, restarts included.
     Placement {
         /// The data shard's id (`meridian cluster status` lists them).
         shard: u64,
@@ -491,6 +495,10 @@ pub enum ClusterOp {
         /// (only the home region's). Unchanged when not given.
         #[arg(long, value_name = "region|zone")]
         survive: Option<meridian_client::Survival>,
+        /// Replica constraints, comma-separated `+attribute=value` / `-attribute=value`
+        /// (attributes: region, zone), or `none`. Unchanged when not given.
+        #[arg(long, value_name = "CONSTRAINTS|none", allow_hyphen_values = true, value_parser = meridian_client::Constraints::parse)]
+        constraints: Option<meridian_client::Constraints>,
     },
 }
 
@@ -555,21 +563,38 @@ impl ClusterCommand {
                 shard,
                 ref home,
                 survive,
+                ref constraints,
             } => {
                 let region = Some(home.as_str()).filter(|h| *h != "none");
                 let client = self.connect.connect().await?;
                 let placed = client
-                    .place(shard, region, survive, |step, node, change| match step {
-                        Move::Added => println!(
+                    .place(
+                        shard,
+                        region,
+                        survive,
+                        constraints.as_ref(),
+                        |step, node, change| match step {
+                            Move::Obeying { instead } => println!(
+                                "shard {shard}: added a replica on node {node} in place of node \
+                             {instead}'s, which breaks the constraints: {}",
+                                render_change(change)
+                            ),
+                            Move::Breaking => println!(
+                                "shard {shard}: removed node {node}'s replica, which breaks the \
+                             constraints: {}",
+                                render_change(change)
+                            ),
+                            Move::Added => println!(
                             "shard {shard}: added a replica on node {node} for zone survival: {}",
                             render_change(change)
                         ),
-                        Move::Removed => println!(
+                            Move::Removed => println!(
                             "shard {shard}: removed node {node}'s replica, not needed for region \
                              survival: {}",
                             render_change(change)
                         ),
-                    })
+                        },
+                    )
                     .await
                     .with_context(|| format!("placing shard {shard} (home {home})"))?;
                 let version = placed.map_version;
@@ -594,6 +619,9 @@ impl ClusterCommand {
                         goal.as_str()
                     ),
                     None => println!("shard {shard}: home {home} (shard map version {version})"),
+                }
+                if let Some(constraints) = constraints {
+                    println!("shard {shard}: replica constraints {constraints}");
                 }
             }
         }

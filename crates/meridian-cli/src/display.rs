@@ -193,6 +193,7 @@ impl ClusterView {
             "LAG (node:entries)",
             "CLOSED LAG (node:s)",
             "HOME",
+            "CONSTRAINTS",
             "MOVES",
         ]);
         for shard in self.shards() {
@@ -226,6 +227,7 @@ impl ClusterView {
                     (home, "zone") => format!("{home} (zone)"),
                     (home, _) => home.to_string(),
                 },
+                format_constraints(&shard, &self.base.nodes),
                 format_moves(&shard),
             ]);
         }
@@ -285,6 +287,31 @@ fn yes_no(value: bool) -> &'static str {
         "yes"
     } else {
         "no"
+    }
+}
+
+/// A shard's constraints (`-` for none), and the replicas that break them: `-region=ap-south
+/// (breaks: 3)`. A replica on a node the status does not list is not judged.
+fn format_constraints(shard: &ShardInfo, nodes: &[NodeInfo]) -> String {
+    if shard.constraints.is_empty() {
+        return "-".into();
+    }
+    let Ok(parsed) = meridian_client::Constraints::parse(&shard.constraints) else {
+        return format!("{} (unreadable)", shard.constraints);
+    };
+    let breaking: Vec<String> = shard
+        .replicas
+        .iter()
+        .filter(|id| {
+            nodes
+                .iter()
+                .any(|n| n.node_id == **id && !parsed.allows(&n.region, &n.zone))
+        })
+        .map(u64::to_string)
+        .collect();
+    match breaking.is_empty() {
+        true => shard.constraints.clone(),
+        false => format!("{} (breaks: {})", shard.constraints, breaking.join(",")),
     }
 }
 

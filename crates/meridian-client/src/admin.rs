@@ -123,22 +123,30 @@ impl Client {
     /// goal, which decides which replicas vote: [`Survival::Zone`] keeps the votes in the home
     /// region (it needs 3 of the shard's replicas there) and makes the others learners. Stored
     /// in the shard map (the founding `home_regions` no longer apply to it). Asked of the
-    /// metadata shard's leader. Returns the shard map version that holds it.
+    /// metadata shard's leader. With `constraints` (`None`: unchanged) it also sets which
+    /// members may hold the shard's replicas (see `constraint_plan`): stored even while some
+    /// replica breaks them, which [`Client::place`] then moves. Returns the shard map version
+    /// that holds it.
     pub async fn set_placement(
         &self,
         shard: u64,
         home_region: Option<&str>,
         survival: Option<Survival>,
+        constraints: Option<&meridian_types::Constraints>,
     ) -> Result<u64> {
         let home_region = home_region.unwrap_or_default().to_string();
         let survival = survival.map(Survival::as_str).unwrap_or_default();
+        // The canonical text; `none` clears (the empty text means unchanged).
+        let constraints = constraints.map(ToString::to_string).unwrap_or_default();
         self.leader_call(0, |mut cluster, timeout| {
             let home_region = home_region.clone();
+            let constraints = constraints.clone();
             async move {
                 let ask = SetPlacementRequest {
                     shard_id: shard,
                     home_region,
                     survival: survival.to_string(),
+                    constraints,
                 };
                 let reply = cluster.set_placement(request(ask, timeout)).await?;
                 Ok(reply.into_inner().map_version)

@@ -4,7 +4,8 @@
 //! Each move is an `add_replica` on a chosen node followed by a `remove_replica` of the
 //! leaving one, so a shard never has fewer replicas than before (one more, briefly). The plan
 //! is made from one status of the cluster ([`plan`], a pure function): for each shard the
-//! leaving node holds, the target is a live node without a replica of it, preferring
+//! leaving node holds, the target is a live node without a replica of it that the shard's
+//! replica constraints allow (`constraint_plan`), preferring
 //!
 //! 1. the leaving node's region (the shard keeps its spread over regions),
 //! 2. then a region none of the shard's other replicas is in,
@@ -59,6 +60,7 @@ pub fn plan(status: &StatusResponse, node: u64) -> Result<Vec<Move>> {
     }
     let mut moves = Vec::new();
     for shard in status.shards.iter().filter(|s| s.replicas.contains(&node)) {
+        let constraints = crate::constraint_plan::shard_constraints(shard)?;
         let others: Vec<&str> = shard
             .replicas
             .iter()
@@ -69,6 +71,7 @@ pub fn plan(status: &StatusResponse, node: u64) -> Result<Vec<Move>> {
             .nodes
             .iter()
             .filter(|n| n.node_id != node && n.live && !shard.replicas.contains(&n.node_id))
+            .filter(|n| crate::constraint_plan::allows(&constraints, n))
             .min_by_key(|n| {
                 let region_rank = if n.region == leaving_region {
                     0
@@ -82,8 +85,8 @@ pub fn plan(status: &StatusResponse, node: u64) -> Result<Vec<Move>> {
             .map(|n| n.node_id)
             .ok_or_else(|| Error::InvalidArgument {
                 message: format!(
-                    "no live node can take node {node}'s replica of shard {} (replicas {:?}): \
-                     add a node first",
+                    "no live node can take node {node}'s replica of shard {} (replicas {:?}, \
+                     constraints {constraints}): add a node first",
                     shard.shard_id, shard.replicas
                 ),
             })?;
@@ -227,5 +230,30 @@ mod tests {
             plan(&s, 4).unwrap().is_empty(),
             "a node without replicas has nothing to move"
         );
+    }
+
+    #[test]
+    fn targets_obey_the_shards_constraints() {
+        let nodes = [
+            (1, "a", true),
+            (2, "b", true),
+            (3, "c", true),
+            (4, "a", true),
+            (5, "d", true),
+        ];
+        let mut s = status(&nodes, &[(1, &[1, 2, 3])]);
+        assert_eq!(
+            plan(&s, 1).unwrap()[0].to,
+            4,
+            "the leaving node's region first"
+        );
+        s.shards[0].constraints = "-region=a".into();
+        assert_eq!(plan(&s, 1).unwrap()[0].to, 5, "region a is excluded");
+        s.shards[0].constraints = "+region=a".into();
+        // Only node 4 is allowed: fine for node 1's replica.
+        assert_eq!(plan(&s, 1).unwrap()[0].to, 4);
+        s.shards[0].constraints = "-region=a,-region=d".into();
+        let e = plan(&s, 1).unwrap_err().to_string();
+        assert!(e.contains("constraints -region=a,-region=d"), "{e}");
     }
 }

@@ -7,7 +7,8 @@
 //! status of the cluster it plans the additions ([`zone_additions`], a pure function), runs
 //! each as an `add_replica` (learner, caught up, voter), then stores the goal; the shard's
 //! leader then makes the replicas outside the home region learners. The targets are live
-//! members of the home region without a replica of the shard, preferring
+//! members of the home region without a replica of the shard that its replica constraints
+//! allow (`constraint_plan`), preferring
 //!
 //! 1. a zone none of the shard's home replicas (or the targets chosen so far) is in,
 //! 2. then the node with the fewest replicas,
@@ -65,16 +66,19 @@ pub fn zone_additions(status: &StatusResponse, shard: u64, home: &str) -> Result
     let need = ZONE_VOTERS.saturating_sub(held.len());
     let mut zones: BTreeSet<&str> = held.iter().map(|n| n.zone.as_str()).collect();
     let load = replicas_per_node(status);
+    let constraints = crate::constraint_plan::shard_constraints(info)?;
     let mut free: Vec<_> = at_home
         .iter()
         .filter(|n| n.live && !info.replicas.contains(&n.node_id))
+        .filter(|n| crate::constraint_plan::allows(&constraints, n))
         .collect();
     if free.len() < need {
         return Err(Error::InvalidArgument {
             message: format!(
                 "zone survival needs {ZONE_VOTERS} replicas of shard {shard} in {home}: it has {} \
-                 and {} live member(s) there could take one; start more nodes in {home} \
-                 (meridian start --join ... --region {home})",
+                 and {} live member(s) there that its constraints ({constraints}) allow could \
+                 take one; start more nodes in {home} (meridian start --join ... --region \
+                 {home})",
                 held.len(),
                 free.len()
             ),
@@ -134,6 +138,11 @@ pub fn shared_zone_warning(status: &StatusResponse, shard: u64, home: &str) -> O
 /// What [`Client::place`] did to a replica.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Move {
+    /// A replica added in place of the one on node `instead`, which breaks the shard's
+    /// constraints (`constraint_plan`).
+    Obeying { instead: u64 },
+    /// A replica that broke the shard's constraints, removed (its replacement was added).
+    Breaking,
     /// A replica added for the goal.
     Added,
     /// A replica the goal no longer needs, removed.
@@ -243,17 +252,39 @@ pub struct Placed {
 }
 
 impl Client {
-    /// Sets `shard`'s home region and survival goal like [`Client::set_placement`], but first
-    /// gives the home region the replicas zone survival lacks, and after an explicit region
-    /// survival removes the replicas it no longer needs (see the module docs), calling `moved`
-    /// after each addition or removal.
+    /// Sets `shard`'s home region, survival goal and replica constraints like
+    /// [`Client::set_placement`], but moves replicas to match, calling `moved` after each
+    /// addition or removal:
+    /// 1. new `constraints` are stored first (with the new home), then each replica that
+    ///    breaks the shard's constraints is replaced (`constraint_plan`: add, then remove);
+    /// 2. zone survival's missing home replicas are added, then the goal stored;
+    /// 3. after an explicit region survival, the replicas it no longer needs are removed (see
+    ///    the module docs).
     pub async fn place(
         &self,
         shard: u64,
         home_region: Option<&str>,
         survival: Option<Survival>,
+        constraints: Option<&meridian_types::Constraints>,
         mut moved: impl FnMut(Move, u64, &ReplicaChange),
     ) -> Result<Placed> {
+        if let Some(constraints) = constraints {
+            self.set_placement(shard, home_region, None, Some(constraints))
+                .await?;
+            let status = self.status().await?;
+            let moves = crate::constraint_plan::constraint_moves(&status, shard, constraints)?;
+            for step in moves {
+                match self.add_replica(shard, step.to).await {
+                    Ok(change) => moved(Move::Obeying { instead: step.from }, step.to, &change),
+                    // Added by an earlier, interrupted run: only the removal is left.
+                    Err(Error::InvalidArgument { message })
+                        if message.contains("voter of shard") => {}
+                    Err(e) => return Err(e),
+                }
+                let change = self.remove_replica(shard, step.from).await?;
+                moved(Move::Breaking, step.from, &change);
+            }
+        }
         if let (Some(Survival::Zone), Some(home)) = (survival, home_region) {
             let status = self.status().await?;
             for node in zone_additions(&status, shard, home)? {
@@ -262,7 +293,9 @@ impl Client {
             }
         }
         let mut placed = Placed {
-            map_version: self.set_placement(shard, home_region, survival).await?,
+            map_version: self
+                .set_placement(shard, home_region, survival, None)
+                .await?,
             warning: None,
         };
         if survival != Some(Survival::Region) {
@@ -378,6 +411,16 @@ mod tests {
         assert_eq!(zone_additions(&s, 1, "us-east").unwrap(), vec![5, 6]);
         let s = status(&NODES, &[(1, &[1, 4, 5, 2])]);
         assert_eq!(zone_additions(&s, 1, "us-east").unwrap(), Vec::<u64>::new());
+        // Constraints keep zone c out: 4 (zone a, like node 1) instead of 6.
+        let mut s = status(&NODES, &[(1, &[1, 2, 3])]);
+        s.shards[0].constraints = "-zone=c".into();
+        assert_eq!(zone_additions(&s, 1, "us-east").unwrap(), vec![5, 4]);
+        s.shards[0].constraints = "-zone=c,-zone=b".into();
+        let e = zone_additions(&s, 1, "us-east").unwrap_err().to_string();
+        assert!(
+            e.contains("that its constraints (-zone=b,-zone=c) allow"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -49,6 +49,10 @@ impl Cluster for ClusterService {
                 replicas: desc.replicas.clone(),
                 home_region: desc.home.clone().unwrap_or_default(),
                 survival: desc.survival.as_str().to_string(),
+                constraints: match desc.constraints.is_empty() {
+                    true => String::new(),
+                    false => desc.constraints.to_string(),
+                },
                 generation: desc.generation,
                 ..Default::default()
             };
@@ -190,8 +194,18 @@ impl Cluster for ClusterService {
             "" => None,
             raw => Some(crate::survival::Survival::parse(raw).map_err(Status::invalid_argument)?),
         };
-        let map_version =
-            crate::home::set_placement(&self.node, ShardId(req.shard_id), home, survival).await?;
+        let constraints = match req.constraints.as_str() {
+            "" => None,
+            raw => Some(meridian_types::Constraints::parse(raw).map_err(Status::invalid_argument)?),
+        };
+        let map_version = crate::home::set_placement(
+            &self.node,
+            ShardId(req.shard_id),
+            home,
+            survival,
+            constraints,
+        )
+        .await?;
         Ok(Response::new(SetPlacementResponse { map_version }))
     }
 }

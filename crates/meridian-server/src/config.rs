@@ -22,6 +22,7 @@
 //! gc_interval_ms = 60000        # how often a leader looks for garbage in its shards
 //! txn_sweep_after_ms = 10000    # settle transactions prepared this long ago (0 = no sweeper)
 //! home_regions = []             # "<start key>=<region>[:zone]": who leads that key range (`home`)
+//! replica_constraints = []      # "<start key>:+region=eu-west,-zone=c": who may hold replicas (`constraints`)
 //! closed_ts_lag_ms = 3000       # how far behind now leaders close timestamps (0 = no follower reads)
 //! closed_ts_interval_ms = 200   # how often leaders publish closed timestamps of idle shards
 //!
@@ -115,6 +116,9 @@ pub struct ClusterSection {
     pub txn_sweep_after_ms: u64,
     /// `<start key>=<region>` rules: the region that should lead each key range (see `home`).
     pub home_regions: Vec<String>,
+    /// `<start key>:<constraints>` rules: which members may hold each key range's replicas
+    /// (see `constraints`).
+    pub replica_constraints: Vec<String>,
     /// How far behind its clock a shard's leader closes timestamps, in milliseconds (see
     /// `meridian_raft::closed_ts`): followers serve reads at or below a closed timestamp, so
     /// this is how stale a follower read usually is. 0 = closed timestamps off (followers
@@ -139,6 +143,7 @@ impl Default for ClusterSection {
             // Far beyond a healthy commit (a few consensus rounds, even across regions).
             txn_sweep_after_ms: 10_000,
             home_regions: Vec::new(),
+            replica_constraints: Vec::new(),
             // CockroachDB's default target: stale enough that closing never waits on a write
             // in flight across the WAN, fresh enough for dashboards and local reads.
             closed_ts_lag_ms: 3_000,
@@ -258,6 +263,11 @@ pub struct StartArgs {
     /// keys from that start key to the next rule's (same list on every node).
     #[arg(long, value_delimiter = ',')]
     pub home_regions: Option<Vec<String>>,
+    /// Replica constraints, `;`-separated `<start key>:<constraints>` rules, as in
+    /// `user5:+region=eu-west,-zone=c`: which members may hold the replicas of the keys from
+    /// that start key to the next rule's (same list on every node).
+    #[arg(long, value_delimiter = ';')]
+    pub replica_constraints: Option<Vec<String>>,
     /// How far behind its clock a shard's leader closes timestamps, in milliseconds: the
     /// usual staleness of a follower read (0 = no follower reads).
     #[arg(long)]
@@ -311,6 +321,8 @@ pub struct NodeConfig {
     pub raft: RaftSection,
     /// `cluster.home_regions`, parsed and sorted.
     pub home_regions: Vec<crate::home::HomeRule>,
+    /// `cluster.replica_constraints`, parsed and sorted.
+    pub replica_constraints: Vec<crate::constraints::ConstraintRule>,
 }
 
 fn parse_addr(field: &str, value: Option<String>) -> Result<SocketAddr, ConfigError> {
@@ -375,6 +387,9 @@ impl NodeConfig {
         }
         if let Some(v) = &args.home_regions {
             file.cluster.home_regions = v.clone();
+        }
+        if let Some(v) = &args.replica_constraints {
+            file.cluster.replica_constraints = v.clone();
         }
         if let Some(v) = args.closed_ts_lag_ms {
             file.cluster.closed_ts_lag_ms = v;
@@ -546,9 +561,9 @@ impl NodeConfig {
             ));
         }
         // A joining node takes the cluster's rules when it joins.
-        let home_regions = match join {
-            Some(_) => Vec::new(),
-            None => crate::home::parse_home_regions(&c.home_regions, &initial_cluster)?,
+        let (home_regions, replica_constraints) = match join {
+            Some(_) => (Vec::new(), Vec::new()),
+            None => crate::home::parse_rules(c, &initial_cluster)?,
         };
         let r = &file.raft;
         if r.heartbeat_interval_ms == 0 || r.heartbeat_interval_ms * 3 > r.election_timeout_min_ms {
@@ -599,6 +614,7 @@ impl NodeConfig {
             clock_offset_ms: file.clock_offset_ms.unwrap_or(0),
             peer_dial,
             home_regions,
+            replica_constraints,
             cluster: file.cluster,
             raft: file.raft,
         })
@@ -690,6 +706,47 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("cluster.home_regions[0]"));
+    }
+
+    #[test]
+    fn replica_constraints_are_checked_at_startup() {
+        let mut a = test_args();
+        a.initial_cluster = Some(vec![
+            "1=127.0.0.1:7101@us/a".into(),
+            "2=127.0.0.1:7102@eu/b".into(),
+            "3=127.0.0.1:7103@ap/a".into(),
+            "4=127.0.0.1:7104@us/c".into(),
+        ]);
+        a.replica_constraints = Some(vec!["user5:-region=eu".into(), ":-zone=c".into()]);
+        let c = NodeConfig::load(&a).unwrap();
+        let starts: Vec<&[u8]> = c.replica_constraints.iter().map(|r| &r.start[..]).collect();
+        assert_eq!(starts, [&b""[..], &b"user5"[..]], "sorted by start key");
+        for (rules, field, want) in [
+            (
+                vec![":+region=mars"],
+                "cluster.replica_constraints[0]",
+                "no member has",
+            ),
+            (
+                vec!["a:-zone=b", "b:+region=us,+region=eu"],
+                "cluster.replica_constraints[1]",
+                "cannot both hold",
+            ),
+            (
+                vec!["a:-zone=a"],
+                "cluster.replica_constraints[0]",
+                "allow 2 member(s)",
+            ),
+        ] {
+            a.replica_constraints = Some(rules.iter().map(|r| r.to_string()).collect());
+            let e = NodeConfig::load(&a).unwrap_err().to_string();
+            assert!(e.contains(field) && e.contains(want), "{e}");
+        }
+        // A home the constraints exclude.
+        a.replica_constraints = Some(vec![":-region=eu".into()]);
+        a.home_regions = Some(vec!["=eu".into()]);
+        let e = NodeConfig::load(&a).unwrap_err().to_string();
+        assert!(e.contains("allow 0 member(s) in the home region eu"), "{e}");
     }
 
     /// The closed-timestamp lag is 0 (off) or at least four publication intervals.

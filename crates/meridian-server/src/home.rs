@@ -24,8 +24,9 @@
 //!   elections while a voter of the home region other than the last leader is live.
 //!
 //! **At run time** ([`set_placement`], `Cluster.SetPlacement`, `meridian cluster placement
-//! SHARD --home REGION|none [--survive region|zone]`) a shard's home (and its survival goal,
-//! see `survival`) changes: the stored shard map (`shard_map_store`)
+//! SHARD --home REGION|none [--survive region|zone] [--constraints TEXT|none]`) a shard's
+//! home (and its survival goal, see `survival`, and replica constraints, see `constraints`)
+//! changes: the stored shard map (`shard_map_store`)
 //! holds each shard's home, so the change is a compare-and-swap to the map's next version,
 //! pushed to every member like a replica move; each node's leader-follow loop reads the map
 //! it holds on every round, so the leader moves within a few election timeouts. The
@@ -45,8 +46,9 @@
 //!
 //! # Not done yet
 //! - A survival goal (`survival`: zone survival keeps the votes in the home region) decides
-//!   who votes among the replicas a shard has, but no replica constraints exist, and replica
-//!   placement ignores the home beyond the first replica. Followers outside the home leave
+//!   who votes among the replicas a shard has, and constraints (`constraints`) who may hold
+//!   them; founding placement ignores the home beyond the first replica (and zone survival's
+//!   three). Followers outside the home leave
 //!   elections to a live home voter (`election_bias`) only when the home region has a voter
 //!   besides the last leader.
 //! - A home is per shard (ranges never split), not per key range independent of shards.
@@ -56,7 +58,7 @@ use crate::error::ServerError;
 use crate::node::Node;
 use crate::shard_map::ShardMap;
 use crate::survival::Survival;
-use meridian_types::{NodeId, ShardId};
+use meridian_types::{Constraints, NodeId, ShardId};
 
 /// Keys from `start` (inclusive) to the next rule's start have `region` as home, and shards
 /// starting there the survival goal `survival` (`<start>=<region>:zone`; see `survival`).
@@ -127,6 +129,22 @@ pub fn parse_home_regions(
     Ok(rules)
 }
 
+/// Parses and checks `cluster.home_regions` and `cluster.replica_constraints` together (a
+/// home the constraints exclude is refused; see `constraints::check_homes`).
+pub fn parse_rules(
+    cluster: &crate::config::ClusterSection,
+    members: &[Member],
+) -> Result<(Vec<HomeRule>, Vec<crate::constraints::ConstraintRule>), ConfigError> {
+    let homes = parse_home_regions(&cluster.home_regions, members)?;
+    let rules = crate::constraints::parse_rules(
+        &cluster.replica_constraints,
+        members,
+        cluster.replication_factor as usize,
+    )?;
+    crate::constraints::check_homes(&homes, &rules, members)?;
+    Ok((homes, rules))
+}
+
 /// The rule for a shard starting at `start`: the last one starting at or before it.
 pub fn rule_of<'r>(rules: &'r [HomeRule], start: &[u8]) -> Option<&'r HomeRule> {
     let idx = rules.partition_point(|r| r.start.as_slice() <= start);
@@ -138,18 +156,26 @@ pub fn home_of<'r>(rules: &'r [HomeRule], start: &[u8]) -> Option<&'r str> {
     rule_of(rules, start).map(|r| r.region.as_str())
 }
 
-/// The next version of `map` with data shard `shard` homed in `region` (`None`: no home) and
-/// with survival goal `survival` (`None`: the shard's current one; see `survival`).
-/// `Ok(None)` if it has that placement already; an error for an unknown or metadata shard, a
-/// region where none of the shard's replicas is (`region_of` gives a replica's region), or a
-/// survival goal the shard cannot have there.
+/// The next version of `map` with data shard `shard` homed in `region` (`None`: no home),
+/// with survival goal `survival` and replica constraints `constraints` (`None`: the shard's
+/// current ones; see `survival`, `constraints`). `Ok(None)` if it has that placement
+/// already; an error for an unknown or metadata shard, a region where none of the shard's
+/// replicas is, a survival goal the shard cannot have there, or constraints that `members`
+/// (the cluster's now) cannot satisfy or that exclude the home.
 pub fn with_placement(
     map: &ShardMap,
     shard: ShardId,
     region: Option<&str>,
     survival: Option<Survival>,
-    region_of: impl Fn(NodeId) -> Option<String>,
+    constraints: Option<&Constraints>,
+    members: &[Member],
 ) -> std::result::Result<Option<ShardMap>, String> {
+    let region_of = |id: NodeId| {
+        members
+            .iter()
+            .find(|m| m.node_id == id)
+            .map(|m| m.region.clone())
+    };
     if shard == ShardId::META {
         return Err("shard 0 is the metadata shard; only data shards have a home region".into());
     }
@@ -163,7 +189,11 @@ pub fn with_placement(
     };
     let desc = &map.data[idx];
     let survival = survival.unwrap_or(desc.survival);
-    if desc.home.as_deref() == region && desc.survival == survival {
+    let constraints = constraints.unwrap_or(&desc.constraints);
+    if desc.home.as_deref() == region
+        && desc.survival == survival
+        && &desc.constraints == constraints
+    {
         return Ok(None);
     }
     if let Some(region) = region {
@@ -186,7 +216,7 @@ pub fn with_placement(
             ));
         }
     }
-    if let Some(why) = crate::survival::refusal(desc, survival, region, &region_of) {
+    if let Some(why) = crate::survival::refusal(desc, survival, region, region_of) {
         return Err(match (region, desc.survival) {
             (None, Survival::Zone) => format!(
                 "shard {} has zone survival, which needs a home region: clear both \
@@ -196,9 +226,11 @@ pub fn with_placement(
             _ => why,
         });
     }
+    crate::constraints::check_placement(desc, constraints, region, survival, members)?;
     let mut next = map.clone();
     next.data[idx].home = region.map(str::to_string);
     next.data[idx].survival = survival;
+    next.data[idx].constraints = constraints.clone();
     next.version += 1;
     Ok(Some(next))
 }
@@ -229,14 +261,22 @@ pub async fn set_placement(
     shard: ShardId,
     region: Option<String>,
     survival: Option<Survival>,
+    constraints: Option<Constraints>,
 ) -> crate::error::Result<u64> {
-    let region_of = |id: NodeId| node.member(id).map(|m| m.region);
+    let members = node.members_now();
     let version = crate::membership::change_map(node, |map| {
-        with_placement(map, shard, region.as_deref(), survival, region_of)
-            .map_err(ServerError::InvalidArgument)
+        with_placement(
+            map,
+            shard,
+            region.as_deref(),
+            survival,
+            constraints.as_ref(),
+            &members,
+        )
+        .map_err(ServerError::InvalidArgument)
     })
     .await?;
-    tracing::info!(%shard, home = region.as_deref().unwrap_or("none"), survival = ?survival, version, "set a shard's placement");
+    tracing::info!(%shard, home = region.as_deref().unwrap_or("none"), survival = ?survival, constraints = ?constraints.map(|c| c.to_string()), version, "set a shard's placement");
     Ok(version)
 }
 
@@ -350,7 +390,7 @@ mod tests {
             })
             .unwrap();
 
-        let next = with_placement(&map, shard.id, Some(&held), None, region_of)
+        let next = with_placement(&map, shard.id, Some(&held), None, None, &members)
             .unwrap()
             .unwrap();
         assert_eq!(next.version, map.version + 1);
@@ -361,23 +401,23 @@ mod tests {
         );
         assert!(next.same_layout(&map), "a home is not part of the layout");
         assert_eq!(
-            with_placement(&next, shard.id, Some(&held), None, region_of),
+            with_placement(&next, shard.id, Some(&held), None, None, &members),
             Ok(None)
         );
-        let cleared = with_placement(&next, shard.id, None, None, region_of)
+        let cleared = with_placement(&next, shard.id, None, None, None, &members)
             .unwrap()
             .unwrap();
         assert_eq!(cleared.data[0].home, None);
         assert_eq!(cleared.version, map.version + 2);
 
-        let e = with_placement(&map, shard.id, Some(missing), None, region_of).unwrap_err();
+        let e = with_placement(&map, shard.id, Some(missing), None, None, &members).unwrap_err();
         assert!(
             e.contains("has no replica in region") && e.contains("add-replica"),
             "{e}"
         );
-        let e = with_placement(&map, ShardId::META, Some(&held), None, region_of).unwrap_err();
+        let e = with_placement(&map, ShardId::META, Some(&held), None, None, &members).unwrap_err();
         assert!(e.contains("metadata shard"), "{e}");
-        let e = with_placement(&map, ShardId(99), None, None, region_of).unwrap_err();
+        let e = with_placement(&map, ShardId(99), None, None, None, &members).unwrap_err();
         assert!(e.contains("no data shard 99"), "{e}");
     }
 
@@ -387,29 +427,23 @@ mod tests {
         for (id, zone) in [(4, "b"), (5, "c")] {
             members.push(Member::parse(&format!("{id}=127.0.0.1:{id}@us-east/{zone}")).unwrap());
         }
-        let region_of = |id: NodeId| {
-            members
-                .iter()
-                .find(|m| m.node_id == id)
-                .map(|m| m.region.clone())
-        };
         let map = ShardMap::founding(&members, 5, &[], 2);
         let shard = map.data[0].id;
         let zone = Some(Survival::Zone);
-        let e = with_placement(&map, shard, None, zone, region_of).unwrap_err();
+        let e = with_placement(&map, shard, None, zone, None, &members).unwrap_err();
         assert!(e.contains("--home"), "{e}");
-        let e = with_placement(&map, shard, Some("eu-west"), zone, region_of).unwrap_err();
+        let e = with_placement(&map, shard, Some("eu-west"), zone, None, &members).unwrap_err();
         assert!(e.contains("needs 3 replicas"), "{e}");
-        let zoned = with_placement(&map, shard, Some("us-east"), zone, region_of)
+        let zoned = with_placement(&map, shard, Some("us-east"), zone, None, &members)
             .unwrap()
             .unwrap();
         assert_eq!(zoned.data[0].survival, Survival::Zone);
         // Moving the home keeps the goal, so it must hold there too.
-        let e = with_placement(&zoned, shard, Some("eu-west"), None, region_of).unwrap_err();
+        let e = with_placement(&zoned, shard, Some("eu-west"), None, None, &members).unwrap_err();
         assert!(e.contains("needs 3 replicas"), "{e}");
-        let e = with_placement(&zoned, shard, None, None, region_of).unwrap_err();
+        let e = with_placement(&zoned, shard, None, None, None, &members).unwrap_err();
         assert!(e.contains("--home none --survive region"), "{e}");
-        let cleared = with_placement(&zoned, shard, None, Some(Survival::Region), region_of)
+        let cleared = with_placement(&zoned, shard, None, Some(Survival::Region), None, &members)
             .unwrap()
             .unwrap();
         assert_eq!(
@@ -417,7 +451,7 @@ mod tests {
             (None, Survival::Region)
         );
         assert_eq!(
-            with_placement(&zoned, shard, Some("us-east"), zone, region_of),
+            with_placement(&zoned, shard, Some("us-east"), zone, None, &members),
             Ok(None)
         );
     }

@@ -79,6 +79,9 @@ pub struct JoinedRecord {
     pub initial_shards: u32,
     pub split_points: Vec<String>,
     pub home_regions: Vec<String>,
+    /// Absent from records written before replica constraints existed.
+    #[serde(default)]
+    pub replica_constraints: Vec<String>,
     pub max_offset_ms: u64,
     pub cluster_id: String,
     /// The member this node joined through, for the record.
@@ -108,6 +111,7 @@ pub async fn admit(node: &Node, req: JoinRequest) -> Result<JoinResponse> {
         initial_shards: c.initial_shards,
         split_points: c.split_points.clone(),
         home_regions: c.home_regions.clone(),
+        replica_constraints: c.replica_constraints.clone(),
         max_offset_ms: c.max_offset_ms,
         cluster_id: node.cluster_id.clone(),
         map_version: version,
@@ -231,8 +235,9 @@ fn apply(config: &mut NodeConfig, record: &JoinedRecord) -> anyhow::Result<()> {
     c.initial_shards = record.initial_shards;
     c.split_points = record.split_points.clone();
     c.home_regions = record.home_regions.clone();
+    c.replica_constraints = record.replica_constraints.clone();
     c.max_offset_ms = record.max_offset_ms;
-    config.home_regions = crate::home::parse_home_regions(&c.home_regions, &founders)?;
+    (config.home_regions, config.replica_constraints) = crate::home::parse_rules(c, &founders)?;
     config.initial_cluster = founders;
     let id = crate::node::founding_cluster_id(config);
     if id != record.cluster_id {
@@ -284,6 +289,7 @@ async fn ask(config: &NodeConfig, via: &str) -> anyhow::Result<JoinedRecord> {
                     initial_shards: reply.initial_shards,
                     split_points: reply.split_points,
                     home_regions: reply.home_regions,
+                    replica_constraints: reply.replica_constraints,
                     max_offset_ms: reply.max_offset_ms,
                     cluster_id: reply.cluster_id,
                     joined_via: via.to_string(),
@@ -382,12 +388,21 @@ mod tests {
             initial_shards: 8,
             split_points: vec![],
             home_regions: vec![],
+            replica_constraints: vec![":-zone=b".into()],
             max_offset_ms: 500,
             cluster_id: "mer-0".into(),
             joined_via: "127.0.0.1:7001".into(),
         };
         write_record(&path, &record).unwrap();
-        assert_eq!(read_record(&path).unwrap(), Some(record));
+        assert_eq!(read_record(&path).unwrap(), Some(record.clone()));
+        // A record written before replica constraints existed reads as having none.
+        let mut older: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+        older.as_object_mut().unwrap().remove("replica_constraints");
+        std::fs::write(&path, serde_json::to_vec(&older).unwrap()).unwrap();
+        let read = read_record(&path).unwrap().unwrap();
+        assert!(read.replica_constraints.is_empty());
+        assert_eq!(read.cluster_id, record.cluster_id);
         std::fs::write(&path, b"{").unwrap();
         assert!(read_record(&path)
             .unwrap_err()

@@ -3,7 +3,9 @@
 //! # Layout
 //! - [`config`]: TOML + flags, validated with errors naming the field.
 //! - [`shard_map`]: the founding shard map and region/zone-aware replica placement;
-//!   [`shard_map_store`]: the map as one versioned record in the metadata shard.
+//!   [`shard_map_store`]: the map as one versioned record in the metadata shard; a shard's
+//!   placement: [`home`] (home region), [`survival`] (who votes), [`constraints`] (which
+//!   members may hold replicas).
 //! - [`node`]: startup (storage, Raft groups, bootstrap, registration) and shutdown;
 //!   [`join`]: a node joining a running cluster (`--join`).
 //! - [`kv`]: the public `Kv` service (its write path in `kv_propose`, read barrier and guarded
@@ -28,6 +30,7 @@
 pub mod admission;
 pub mod cluster;
 pub mod config;
+pub mod constraints;
 mod election_bias;
 pub mod error;
 pub mod gc;

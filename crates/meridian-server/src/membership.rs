@@ -60,8 +60,15 @@
 //!   replica added by a move is always empty until its leader feeds it.
 //! - A shard keeps at least one voter: removing the last one is refused.
 //!
+//! # Placement checks
+//! An add goes only to a member the shard's replica constraints allow
+//! (`constraints::refuse_target`), and a remove never leaves a shard with zone survival fewer
+//! than `ZONE_VOTERS` replicas in its home region. Both answer INVALID_ARGUMENT naming the
+//! fix.
+//!
 //! # Not done yet
-//! - No placement check: a move may put two replicas in one region, or leave a region none.
+//! - Region survival is not checked: a move may put two replicas in one region, or leave a
+//!   region none (a decommission in a region with one node has no other choice).
 //! - `decommission` (moving every replica off a node) is a client-side plan of one add and
 //!   one remove per shard (`meridian-client`'s `decommission`); no server-side job tracks it.
 
@@ -125,6 +132,13 @@ pub async fn add_replica(node: &Node, shard: ShardId, target: NodeId) -> Result<
                 "node {target} was forgotten (meridian cluster forget); it cannot take replicas"
             )));
         }
+        // So are constraints a placement stored meanwhile (a replica already listed was
+        // checked when it was added).
+        if let Some(desc) = map.get(shard).filter(|d| !d.replicas.contains(&target)) {
+            if let Some(why) = crate::constraints::refuse_target(desc, &member) {
+                return Err(ServerError::InvalidArgument(why));
+            }
+        }
         Ok(map.with_replica_added(shard, target))
     })
     .await?;
@@ -172,6 +186,13 @@ pub async fn remove_replica(node: &Node, shard: ShardId, target: NodeId) -> Resu
             "node {target} is shard {shard}'s last voter; add another replica first"
         )));
     }
+    if let Some(why) = node
+        .map()
+        .get(shard)
+        .and_then(|d| zone_survival_refusal(d, target, |id| node.member(id).map(|m| m.region)))
+    {
+        return Err(ServerError::InvalidArgument(why));
+    }
     if voters.contains(&target) || learners.contains(&target) {
         tracing::info!(%shard, target, "removing a replica from the group");
         let change = if voters.contains(&target) {
@@ -187,6 +208,35 @@ pub async fn remove_replica(node: &Node, shard: ShardId, target: NodeId) -> Resu
     }
     change_map(node, |map| Ok(map.with_replica_removed(shard, target))).await?;
     Ok(outcome(node, &replica))
+}
+
+/// Why removing `target`'s replica of `desc` would break its zone survival goal (fewer than
+/// `ZONE_VOTERS` replicas left in its home region); `None` if it would not. `region_of`
+/// gives a node's region.
+fn zone_survival_refusal(
+    desc: &crate::shard_map::ShardDescriptor,
+    target: NodeId,
+    region_of: impl Fn(NodeId) -> Option<String>,
+) -> Option<String> {
+    use crate::survival::{Survival, ZONE_VOTERS};
+    let home = desc
+        .home
+        .as_deref()
+        .filter(|_| desc.survival == Survival::Zone)?;
+    let at_home = |id: &NodeId| region_of(*id).as_deref() == Some(home);
+    if !desc.replicas.contains(&target) || !at_home(&target) {
+        return None;
+    }
+    let left = desc.replicas.iter().filter(|id| at_home(id)).count() - 1;
+    (left < ZONE_VOTERS).then(|| {
+        format!(
+            "shard {} has zone survival in {home}, which needs {ZONE_VOTERS} replicas there; \
+             removing node {target}'s would leave {left}: add a replica in {home} first \
+             (meridian cluster add-replica {} NODE), or change the goal (meridian cluster \
+             placement {} --home {home} --survive region)",
+            desc.id.0, desc.id.0, desc.id.0
+        )
+    })
 }
 
 /// Holds `shard` for one membership change on this node, or UNAVAILABLE (retryable) while
@@ -486,5 +536,47 @@ pub fn read_cached(engine: &dyn Engine) -> std::result::Result<Option<ShardMap>,
         Ok(None) => Ok(None),
         Ok(Some(raw)) => shard_map_store::decode(&raw).map(Some),
         Err(e) => Err(format!("reading the cached shard map: {e}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::survival::Survival;
+
+    #[test]
+    fn a_removal_never_leaves_zone_survival_fewer_than_three_home_replicas() {
+        let region_of = |id: NodeId| Some(if id <= 4 { "us-east" } else { "eu-west" }.to_string());
+        let mut map = ShardMap::founding(&[], 0, &[], 1);
+        let desc = &mut map.data[0];
+        desc.replicas = vec![1, 2, 3, 5];
+        desc.home = Some("us-east".into());
+        assert_eq!(
+            zone_survival_refusal(desc, 1, region_of),
+            None,
+            "region survival"
+        );
+        desc.survival = Survival::Zone;
+        let e = zone_survival_refusal(desc, 1, region_of).unwrap();
+        assert!(
+            e.contains("would leave 2") && e.contains("add-replica 1 NODE"),
+            "{e}"
+        );
+        assert_eq!(
+            zone_survival_refusal(desc, 5, region_of),
+            None,
+            "a learner elsewhere"
+        );
+        assert_eq!(
+            zone_survival_refusal(desc, 9, region_of),
+            None,
+            "not a replica"
+        );
+        desc.replicas.push(4);
+        assert_eq!(
+            zone_survival_refusal(desc, 1, region_of),
+            None,
+            "four at home"
+        );
     }
 }

@@ -124,6 +124,11 @@ pub fn founding_map(config: &NodeConfig) -> ShardMap {
         &splits,
         config.cluster.initial_shards,
     )
+    .with_constraints(
+        &config.replica_constraints,
+        &config.initial_cluster,
+        config.cluster.replication_factor as usize,
+    )
     .with_homes(&config.home_regions, &config.initial_cluster)
 }
 

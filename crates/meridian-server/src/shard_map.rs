@@ -36,6 +36,9 @@ pub struct ShardDescriptor {
     /// (every replica votes) or, with a home, a zone's (only the home region's replicas
     /// vote; the others are learners).
     pub survival: crate::survival::Survival,
+    /// Which nodes may hold the shard's replicas (`constraints`; empty: any). Data shards
+    /// only.
+    pub constraints: meridian_types::Constraints,
     /// The range generation: bumped whenever the shard's range changes (a split or a merge;
     /// none exists yet, so every founding shard has generation 1). Clients send the
     /// generation they routed by, and a node whose map disagrees answers `WRONG_SHARD`.
@@ -156,6 +159,7 @@ impl ShardMap {
             replicas: place(&sorted, rf, ShardId::META, &mut load),
             home: None,
             survival: Default::default(),
+            constraints: Default::default(),
             generation: 1,
         };
         let mut data = Vec::new();
@@ -174,6 +178,7 @@ impl ShardMap {
                 replicas: place(&sorted, rf, id, &mut load),
                 home: None,
                 survival: Default::default(),
+                constraints: Default::default(),
                 generation: 1,
             });
         }
@@ -184,6 +189,54 @@ impl ShardMap {
             joined: Vec::new(),
             forgotten: Vec::new(),
         }
+    }
+
+    /// Gives each data shard the replica constraints its start key has under `rules` (see
+    /// `constraints`), and places again, among the members they allow only (as [`place`]
+    /// does), the replicas of a shard some of whose replicas they exclude. `parse_rules`
+    /// checked that enough members are allowed.
+    pub fn with_constraints(
+        mut self,
+        rules: &[crate::constraints::ConstraintRule],
+        members: &[Member],
+        rf: usize,
+    ) -> ShardMap {
+        if rules.is_empty() {
+            return self;
+        }
+        let mut sorted: Vec<Member> = members.to_vec();
+        sorted.sort_by_key(|m| m.node_id);
+        let mut load: BTreeMap<NodeId, usize> = BTreeMap::new();
+        for shard in std::iter::once(&self.meta).chain(&self.data) {
+            for r in &shard.replicas {
+                *load.entry(*r).or_default() += 1;
+            }
+        }
+        for shard in &mut self.data {
+            let Some(rule) = crate::constraints::rule_of(rules, &shard.start) else {
+                continue;
+            };
+            shard.constraints = rule.constraints.clone();
+            let allowed: Vec<Member> = sorted
+                .iter()
+                .filter(|m| crate::constraints::admits(&rule.constraints, m))
+                .cloned()
+                .collect();
+            let obeys = shard
+                .replicas
+                .iter()
+                .all(|id| allowed.iter().any(|m| m.node_id == *id));
+            if obeys {
+                continue;
+            }
+            for r in &shard.replicas {
+                if let Some(n) = load.get_mut(r) {
+                    *n -= 1;
+                }
+            }
+            shard.replicas = place(&allowed, rf, shard.id, &mut load);
+        }
+        self
     }
 
     /// Gives each data shard the home region and survival goal its start key has under
@@ -210,6 +263,7 @@ impl ShardMap {
             shard.home = Some(home.to_string());
             shard.survival = rule.survival;
             if rule.survival == crate::survival::Survival::Zone {
+                let constraints = shard.constraints.clone();
                 loop {
                     let held: Vec<&Member> = shard.replicas.iter().filter_map(&member).collect();
                     let at_home = held.iter().filter(|m| m.region == home).count();
@@ -220,6 +274,7 @@ impl ShardMap {
                     let Some(next) = members
                         .iter()
                         .filter(|m| m.region == home && !shard.replicas.contains(&m.node_id))
+                        .filter(|m| crate::constraints::admits(&constraints, m))
                         .min_by_key(|m| {
                             (
                                 held.iter().any(|h| h.region == home && h.zone == m.zone),
@@ -228,7 +283,9 @@ impl ShardMap {
                             )
                         })
                     else {
-                        break; // too few members there: `parse_home_regions` refuses that
+                        // Too few (allowed) members there: `parse_home_regions` and
+                        // `constraints::check_homes` refuse that.
+                        break;
                     };
                     *load.entry(next.node_id).or_default() += 1;
                     shard.replicas.push(next.node_id);
@@ -577,6 +634,58 @@ mod tests {
         // The exact placement (zones lacking first, then load, then id).
         let placed: Vec<Vec<NodeId>> = homed.data.iter().map(|s| s.replicas.clone()).collect();
         assert_eq!(placed, EXPECTED_ZONE_PLACEMENT.map(<[NodeId]>::to_vec));
+    }
+
+    #[test]
+    fn founding_replicas_obey_the_constraints_of_their_rule() {
+        let members = vec![
+            member(1, "us-east", "a"),
+            member(2, "eu-west", "a"),
+            member(3, "ap-south", "a"),
+            member(4, "us-east", "b"),
+            member(5, "eu-west", "b"),
+        ];
+        let plain = ShardMap::founding(&members, 3, &[], 8);
+        let rules = crate::constraints::parse_rules(
+            &[
+                "user5:-region=ap-south".to_string(),
+                "user7:-zone=b".to_string(),
+            ],
+            &members,
+            3,
+        )
+        .unwrap();
+        let constrained = plain.clone().with_constraints(&rules, &members, 3);
+        assert_eq!(
+            constrained.meta, plain.meta,
+            "the metadata shard has no constraints"
+        );
+        for (before, after) in plain.data.iter().zip(&constrained.data) {
+            let rule = crate::constraints::rule_of(&rules, &before.start);
+            let want = rule.map(|r| r.constraints.clone()).unwrap_or_default();
+            assert_eq!(after.constraints, want, "{after:?}");
+            assert_eq!(after.replicas.len(), 3, "{after:?}");
+            for id in &after.replicas {
+                let m = members.iter().find(|m| m.node_id == *id).unwrap();
+                assert!(crate::constraints::admits(&want, m), "{after:?}");
+            }
+            if rule.is_none() {
+                assert_eq!(after.replicas, before.replicas, "no rule, no change");
+            }
+        }
+        let placed = |text: &str| -> Vec<Vec<NodeId>> {
+            constrained
+                .data
+                .iter()
+                .filter(|d| d.constraints.to_string() == text)
+                .map(|d| d.replicas.clone())
+                .collect()
+        };
+        // From user7 on only zone a's three nodes are allowed; before it, not ap-south.
+        let zone_a = placed("-zone=b");
+        assert!(!zone_a.is_empty() && zone_a.iter().all(|r| r.iter().all(|id| *id <= 3)));
+        let not_ap = placed("-region=ap-south");
+        assert!(!not_ap.is_empty() && not_ap.iter().all(|r| !r.contains(&3)));
     }
 
     #[test]

@@ -28,7 +28,8 @@
 //! - **Members that joined** (`ShardMap::joined`) are stored after the shards; a map without
 //!   any is stored exactly as before joins existed, so clusters founded earlier keep their
 //!   record's bytes (a compare-and-swap compares bytes). Forgotten members, then the shards
-//!   with zone survival (`survival`), follow in longer forms the same way: each only when
+//!   with zone survival (`survival`), then the shards with replica constraints
+//!   (`meridian_types::constraints`), follow in longer forms the same way: each only when
 //!   there is one.
 //!
 //! # Invariants
@@ -120,6 +121,20 @@ struct StoredMapWithSurvival {
     zone_survival: Vec<u64>,
 }
 
+/// The record of a map where some shard has replica constraints
+/// (`ShardDescriptor::constraints`): [`StoredMapWithSurvival`]'s fields, then those shards'
+/// ids with their constraints' canonical text. Used only when there is one, for the same
+/// reason.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+struct StoredMapWithConstraints {
+    version: u64,
+    shards: Vec<StoredShard>,
+    joined: Vec<StoredMember>,
+    forgotten: Vec<NodeId>,
+    zone_survival: Vec<u64>,
+    constraints: Vec<(u64, String)>,
+}
+
 fn stored_shard(d: &ShardDescriptor) -> StoredShard {
     StoredShard {
         id: d.id.0,
@@ -139,6 +154,7 @@ fn descriptor(s: StoredShard) -> ShardDescriptor {
         replicas: s.replicas,
         home: s.home,
         survival: Default::default(),
+        constraints: Default::default(),
         generation: s.generation,
     }
 }
@@ -162,7 +178,21 @@ pub fn encode(map: &ShardMap) -> Result<Bytes, String> {
         .filter(|d| d.survival == Survival::Zone)
         .map(|d| d.id.0)
         .collect();
-    let raw = if !zone_survival.is_empty() {
+    let constraints: Vec<(u64, String)> = map
+        .all()
+        .filter(|d| !d.constraints.is_empty())
+        .map(|d| (d.id.0, d.constraints.to_string()))
+        .collect();
+    let raw = if !constraints.is_empty() {
+        codec::encode(&StoredMapWithConstraints {
+            version: map.version,
+            shards,
+            joined: joined(),
+            forgotten: map.forgotten.clone(),
+            zone_survival,
+            constraints,
+        })
+    } else if !zone_survival.is_empty() {
         codec::encode(&StoredMapWithSurvival {
             version: map.version,
             shards,
@@ -202,31 +232,43 @@ pub fn encode(map: &ShardMap) -> Result<Bytes, String> {
 
 /// Decodes a stored record.
 pub fn decode(raw: &[u8]) -> Result<ShardMap, String> {
-    // Exact decoding tells the four apart: each form has bytes after the shorter ones', and
+    // Exact decoding tells the five apart: each form has bytes after the shorter ones', and
     // ends before the longer ones' next list.
-    let stored: StoredMapWithSurvival = if let Ok(m) = codec::decode::<StoredMap>(raw) {
-        StoredMapWithSurvival {
+    let stored: StoredMapWithConstraints = if let Ok(m) = codec::decode::<StoredMap>(raw) {
+        StoredMapWithConstraints {
             version: m.version,
             shards: m.shards,
             joined: Vec::new(),
             forgotten: Vec::new(),
             zone_survival: Vec::new(),
+            constraints: Vec::new(),
         }
     } else if let Ok(m) = codec::decode::<StoredMapWithMembers>(raw) {
-        StoredMapWithSurvival {
+        StoredMapWithConstraints {
             version: m.version,
             shards: m.shards,
             joined: m.joined,
             forgotten: Vec::new(),
             zone_survival: Vec::new(),
+            constraints: Vec::new(),
         }
     } else if let Ok(m) = codec::decode::<StoredMapWithForgotten>(raw) {
-        StoredMapWithSurvival {
+        StoredMapWithConstraints {
             version: m.version,
             shards: m.shards,
             joined: m.joined,
             forgotten: m.forgotten,
             zone_survival: Vec::new(),
+            constraints: Vec::new(),
+        }
+    } else if let Ok(m) = codec::decode::<StoredMapWithSurvival>(raw) {
+        StoredMapWithConstraints {
+            version: m.version,
+            shards: m.shards,
+            joined: m.joined,
+            forgotten: m.forgotten,
+            zone_survival: m.zone_survival,
+            constraints: Vec::new(),
         }
     } else {
         codec::decode(raw).map_err(|e| format!("the stored shard map does not decode: {e}"))?
@@ -246,9 +288,18 @@ pub fn decode(raw: &[u8]) -> Result<ShardMap, String> {
         });
     }
     let zone = stored.zone_survival;
+    let mut constrained = std::collections::BTreeMap::new();
+    for (id, text) in stored.constraints {
+        let parsed = meridian_types::Constraints::parse(&text)
+            .map_err(|e| format!("the stored shard map's shard {id} constraints: {e}"))?;
+        constrained.insert(id, parsed);
+    }
     let mut shards = stored.shards.into_iter().map(descriptor).map(|mut d| {
         if zone.contains(&d.id.0) {
             d.survival = Survival::Zone;
+        }
+        if let Some(c) = constrained.remove(&d.id.0) {
+            d.constraints = c;
         }
         d
     });
@@ -462,6 +513,34 @@ mod tests {
             encode(&founding).unwrap(),
             before,
             "no zone survival: bytes as before"
+        );
+    }
+
+    #[test]
+    fn constraints_round_trip_and_leave_a_map_without_them_as_it_was() {
+        let founding = ShardMap::founding(&members(), 3, &[], 4);
+        let mut zoned = founding.clone();
+        zoned.data[1].home = Some("eu-west".into());
+        zoned.data[1].survival = Survival::Zone;
+        let zoned_bytes = encode(&zoned).unwrap();
+        for plain in [founding.clone(), zoned.clone()] {
+            let mut constrained = plain.clone();
+            constrained.data[2].constraints =
+                meridian_types::Constraints::parse("-region=ap-south,-zone=c").unwrap();
+            constrained.version += 1;
+            let back = decode(&encode(&constrained).unwrap()).unwrap();
+            assert_eq!(back, constrained);
+            assert!(back.data[1].constraints.is_empty());
+            assert_eq!(back.data[1].survival, plain.data[1].survival);
+            assert_eq!(
+                back.data[2].constraints.to_string(),
+                "-region=ap-south,-zone=c"
+            );
+        }
+        assert_eq!(
+            encode(&zoned).unwrap(),
+            zoned_bytes,
+            "no constraints: bytes as before"
         );
     }
 

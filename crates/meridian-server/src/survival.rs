@@ -325,6 +325,7 @@ mod tests {
             replicas: replicas.to_vec(),
             home: home.map(str::to_string),
             survival,
+            constraints: Default::default(),
             generation: 1,
         }
     }
