@@ -15,9 +15,15 @@
 //! 4. then the node with the fewest replicas (counting the moves planned so far),
 //! 5. then the lowest node id (a stable choice).
 //!
-//! A breaking replica no live allowed member can take fails the plan before anything moves.
-//! Running the command again after an interruption re-plans from what is there: a target
-//! already added counts as a staying replica, and its breaking replica is planned again.
+//! Under zone survival a replica in the home region is replaced only by one in the home
+//! region ([`home_bound`]): one elsewhere would be a learner, and the server refuses a
+//! removal that leaves fewer than three home replicas, so the move would stop half way.
+//!
+//! A breaking replica no live allowed member can take fails the plan before anything moves
+//! (the constraints, stored first, stay). A run interrupted between an add and its remove
+//! leaves the shard one replica more: running the command again plans the breaking replica
+//! again, to another node (the added one counts as a staying replica), so remove the extra
+//! one by hand (`meridian cluster remove-replica`) rather than running it again.
 //!
 //! The same rule keeps every other planner inside the constraints: zone survival's additions
 //! (`survival_plan`) and a decommission's targets (`decommission`) skip members the shard's
@@ -48,6 +54,14 @@ pub fn shard_constraints(info: &ShardInfo) -> Result<Constraints> {
 /// Whether `node` may hold a replica under `constraints`.
 pub fn allows(constraints: &Constraints, node: &NodeInfo) -> bool {
     constraints.allows(&node.region, &node.zone)
+}
+
+/// The region a replacement for `from`'s replica of `info` must be in, if any: the home
+/// region, when the shard has zone survival and `from` is there (see the module docs).
+pub fn home_bound<'a>(info: &'a ShardInfo, from: Option<&NodeInfo>) -> Option<&'a str> {
+    let home = info.home_region.as_str();
+    (info.survival == "zone" && !home.is_empty() && from.is_some_and(|n| n.region == home))
+        .then_some(home)
 }
 
 /// The moves that make `shard`'s replicas obey `constraints` (see the module docs); empty if
@@ -86,11 +100,13 @@ pub fn constraint_moves(
     let mut moves = Vec::with_capacity(breaking.len());
     for from in breaking {
         let from_region = node(from).map(|n| n.region.clone()).unwrap_or_default();
+        let bound = home_bound(info, node(from));
         let kept: Vec<&NodeInfo> = staying.iter().filter_map(|id| node(*id)).collect();
         let to = status
             .nodes
             .iter()
             .filter(|n| n.live && allows(constraints, n))
+            .filter(|n| bound.is_none_or(|home| n.region == home))
             .filter(|n| !info.replicas.contains(&n.node_id) && !staying.contains(&n.node_id))
             .min_by_key(|n| {
                 (
@@ -104,9 +120,12 @@ pub fn constraint_moves(
             })
             .ok_or_else(|| Error::InvalidArgument {
                 message: format!(
-                    "no live member that constraints {constraints} allow can take node {from}'s \
-                     replica of shard {shard} (replicas {:?}): start one, or loosen the \
-                     constraints",
+                    "no live member that constraints {constraints} allow{} can take node \
+                     {from}'s replica of shard {shard} (replicas {:?}): start one, or loosen \
+                     the constraints",
+                    bound.map_or(String::new(), |home| format!(
+                        " in {home} (zone survival keeps three replicas there)"
+                    )),
                     info.replicas
                 ),
             })?
@@ -177,6 +196,29 @@ mod tests {
             [ConstraintMove { from: 3, to: 5 }],
             "a new region beats a used one"
         );
+    }
+
+    #[test]
+    fn under_zone_survival_a_home_replica_is_replaced_at_home_only() {
+        let mut s = status(&NODES, &[(1, &[1, 4, 7, 2])]);
+        s.shards[0].home_region = "us-east".into();
+        s.shards[0].survival = "zone".into();
+        // Node 1 (zone a) breaks -zone=a; us-east has no other free node: eu-west's 5 would
+        // be a learner and leave two home replicas, so the plan fails instead.
+        let e = constraint_moves(&s, 1, &c("-zone=a"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("allow in us-east (zone survival"), "{e}");
+        // Under -zone=b, home node 4 is bound to us-east as well, where no node is free;
+        // under region survival it may leave.
+        s.shards[0].replicas = vec![1, 4, 7, 5];
+        let moves = constraint_moves(&s, 1, &c("-zone=b"))
+            .unwrap_err()
+            .to_string();
+        assert!(moves.contains("node 4's"), "{moves}");
+        s.shards[0].survival = "region".into();
+        let moves = constraint_moves(&s, 1, &c("-zone=b")).unwrap();
+        assert_eq!(moves[0].from, 4);
     }
 
     #[test]

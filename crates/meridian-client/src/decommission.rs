@@ -5,7 +5,8 @@
 //! leaving one, so a shard never has fewer replicas than before (one more, briefly). The plan
 //! is made from one status of the cluster ([`plan`], a pure function): for each shard the
 //! leaving node holds, the target is a live node without a replica of it that the shard's
-//! replica constraints allow (`constraint_plan`), preferring
+//! replica constraints allow (`constraint_plan`) and, under zone survival, in the home
+//! region if the leaving node is there (`constraint_plan::home_bound`), preferring
 //!
 //! 1. the leaving node's region (the shard keeps its spread over regions),
 //! 2. then a region none of the shard's other replicas is in,
@@ -13,10 +14,12 @@
 //! 4. then the lowest node id (a stable choice).
 //!
 //! At the end the cluster's status must list no replica on the node, else the call fails
-//! (something added one meanwhile) and can be run again. A shard no node can take (every other node has a replica of it already) fails the plan
-//! before anything moves. Running the command again after an interruption re-plans from what
-//! is left; a half-done move (added, not yet removed) finishes, because its `remove` is
-//! planned again and an `add` on a node that already votes is skipped.
+//! (something added one meanwhile) and can be run again. A shard no node can take (every
+//! other node has a replica of it already) fails the plan before anything moves. Running the
+//! command again after an interruption re-plans from what is left. A move interrupted
+//! between its add and its remove is planned again to another node (the added replica counts
+//! as one of the shard's), so the shard ends with one replica more than before: remove it by
+//! hand (`meridian cluster remove-replica`) if it is not wanted.
 
 use crate::admin::ReplicaChange;
 use crate::client::Client;
@@ -61,6 +64,8 @@ pub fn plan(status: &StatusResponse, node: u64) -> Result<Vec<Move>> {
     let mut moves = Vec::new();
     for shard in status.shards.iter().filter(|s| s.replicas.contains(&node)) {
         let constraints = crate::constraint_plan::shard_constraints(shard)?;
+        let leaving = status.nodes.iter().find(|n| n.node_id == node);
+        let bound = crate::constraint_plan::home_bound(shard, leaving);
         let others: Vec<&str> = shard
             .replicas
             .iter()
@@ -72,6 +77,7 @@ pub fn plan(status: &StatusResponse, node: u64) -> Result<Vec<Move>> {
             .iter()
             .filter(|n| n.node_id != node && n.live && !shard.replicas.contains(&n.node_id))
             .filter(|n| crate::constraint_plan::allows(&constraints, n))
+            .filter(|n| bound.is_none_or(|home| n.region == home))
             .min_by_key(|n| {
                 let region_rank = if n.region == leaving_region {
                     0
@@ -85,9 +91,13 @@ pub fn plan(status: &StatusResponse, node: u64) -> Result<Vec<Move>> {
             .map(|n| n.node_id)
             .ok_or_else(|| Error::InvalidArgument {
                 message: format!(
-                    "no live node can take node {node}'s replica of shard {} (replicas {:?}, \
+                    "no live node{} can take node {node}'s replica of shard {} (replicas {:?}, \
                      constraints {constraints}): add a node first",
-                    shard.shard_id, shard.replicas
+                    bound.map_or(String::new(), |home| format!(
+                        " in {home} (zone survival keeps three replicas there)"
+                    )),
+                    shard.shard_id,
+                    shard.replicas
                 ),
             })?;
         *load.entry(to).or_default() += 1;
@@ -113,7 +123,7 @@ impl Client {
         for step in moves {
             match self.add_replica(step.shard, step.to).await {
                 Ok(_) => {}
-                // Added by an earlier, interrupted run: only the removal is left.
+                // A voter already (added meanwhile): only the removal is left.
                 Err(Error::InvalidArgument { message }) if message.contains("voter of shard") => {}
                 Err(e) => return Err(e),
             }
@@ -255,5 +265,18 @@ mod tests {
         s.shards[0].constraints = "-region=a,-region=d".into();
         let e = plan(&s, 1).unwrap_err().to_string();
         assert!(e.contains("constraints -region=a,-region=d"), "{e}");
+        // Zone survival in region a: node 1's replica stays in a, or the plan fails.
+        s.shards[0].constraints = String::new();
+        s.shards[0].home_region = "a".into();
+        s.shards[0].survival = "zone".into();
+        assert_eq!(plan(&s, 1).unwrap()[0].to, 4);
+        s.shards[0].replicas = vec![1, 4, 2];
+        let e = plan(&s, 1).unwrap_err().to_string();
+        assert!(e.contains("no live node in a (zone survival"), "{e}");
+        assert_eq!(
+            plan(&s, 2).unwrap()[0].to,
+            3,
+            "a learner elsewhere is not bound"
+        );
     }
 }

@@ -255,8 +255,10 @@ impl Client {
     /// Sets `shard`'s home region, survival goal and replica constraints like
     /// [`Client::set_placement`], but moves replicas to match, calling `moved` after each
     /// addition or removal:
-    /// 1. new `constraints` are stored first (with the new home), then each replica that
-    ///    breaks the shard's constraints is replaced (`constraint_plan`: add, then remove);
+    /// 1. new `constraints` are stored first (with the new home, unless the shard has or gets
+    ///    zone survival: its home changes in step 2; and with region survival if asked), then
+    ///    each replica that breaks them is replaced (`constraint_plan`: add, then remove). A
+    ///    failed plan leaves the constraints stored and nothing moved;
     /// 2. zone survival's missing home replicas are added, then the goal stored;
     /// 3. after an explicit region survival, the replicas it no longer needs are removed (see
     ///    the module docs).
@@ -269,14 +271,28 @@ impl Client {
         mut moved: impl FnMut(Move, u64, &ReplicaChange),
     ) -> Result<Placed> {
         if let Some(constraints) = constraints {
-            self.set_placement(shard, home_region, None, Some(constraints))
+            // Only the constraints change here, and a move to region survival (always
+            // possible). A zone-survival shard keeps its home until step 2 has given the new
+            // one its replicas, as without constraints.
+            let status = self.status().await?;
+            let info = shard_info(&status, shard)?;
+            let stays_zone = match survival {
+                Some(goal) => goal == Survival::Zone,
+                None => info.survival == Survival::Zone.as_str(),
+            };
+            let first_home = match stays_zone {
+                true => Some(info.home_region.as_str()).filter(|h| !h.is_empty()),
+                false => home_region,
+            };
+            let first_goal = survival.filter(|goal| *goal == Survival::Region);
+            self.set_placement(shard, first_home, first_goal, Some(constraints))
                 .await?;
             let status = self.status().await?;
             let moves = crate::constraint_plan::constraint_moves(&status, shard, constraints)?;
             for step in moves {
                 match self.add_replica(shard, step.to).await {
                     Ok(change) => moved(Move::Obeying { instead: step.from }, step.to, &change),
-                    // Added by an earlier, interrupted run: only the removal is left.
+                    // A voter already (added meanwhile): only the removal is left.
                     Err(Error::InvalidArgument { message })
                         if message.contains("voter of shard") => {}
                     Err(e) => return Err(e),
@@ -286,7 +302,16 @@ impl Client {
             }
         }
         if let (Some(Survival::Zone), Some(home)) = (survival, home_region) {
-            let status = self.status().await?;
+            let mut status = self.status().await?;
+            if let Some(constraints) = constraints {
+                // The ones just stored, whatever the answering node has adopted yet.
+                if let Some(info) = status.shards.iter_mut().find(|s| s.shard_id == shard) {
+                    info.constraints = match constraints.is_empty() {
+                        true => String::new(),
+                        false => constraints.to_string(),
+                    };
+                }
+            }
             for node in zone_additions(&status, shard, home)? {
                 let change = self.add_replica(shard, node).await?;
                 moved(Move::Added, node, &change);

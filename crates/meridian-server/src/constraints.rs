@@ -145,9 +145,11 @@ pub fn refuse_target(desc: &ShardDescriptor, member: &Member) -> Option<String> 
     })
 }
 
-/// Checks a placement about to be stored for shard `desc`: `constraints` name known regions
-/// and zones of `members`, allow at least as many of them as the shard has replicas, and
-/// allow its `home` (three members there under zone survival).
+/// Checks a placement about to be stored for shard `desc`: its `constraints` allow its
+/// `home` (three members there under zone survival) and, when they are new (not the shard's
+/// stored ones), name known regions and zones of `members` and allow at least as many of
+/// them as the shard has replicas. (Stored constraints are not judged again: a home change
+/// must not fail because a member was forgotten since.)
 pub fn check_placement(
     desc: &ShardDescriptor,
     constraints: &Constraints,
@@ -158,8 +160,10 @@ pub fn check_placement(
     if constraints.is_empty() {
         return Ok(());
     }
-    check_members(constraints, members, desc.replicas.len())
-        .map_err(|e| format!("shard {}: {e}", desc.id.0))?;
+    if constraints != &desc.constraints {
+        check_members(constraints, members, desc.replicas.len())
+            .map_err(|e| format!("shard {}: {e}", desc.id.0))?;
+    }
     match home {
         Some(home) => home_allowed(constraints, home, survival, members)
             .map_err(|e| format!("shard {} has home {home}: {e}", desc.id.0)),
@@ -346,6 +350,29 @@ mod tests {
         let e =
             check_placement(desc, &c("-zone=b"), Some("us-east"), Survival::Zone, &m).unwrap_err();
         assert!(e.contains("zone survival needs 3"), "{e}");
+        // Stored constraints are judged against the home only: node 3 forgotten since.
+        let mut stored = desc.clone();
+        stored.constraints = c("+region=ap-south");
+        let without_3: Vec<Member> = m.iter().filter(|x| x.node_id != 3).cloned().collect();
+        let same = c("+region=ap-south");
+        let e = check_placement(
+            &stored,
+            &same,
+            Some("us-east"),
+            Survival::Region,
+            &without_3,
+        )
+        .unwrap_err();
+        assert!(
+            e.contains("allow 0 member(s) in the home region us-east"),
+            "{e}"
+        );
+        assert!(check_placement(&stored, &same, None, Survival::Region, &without_3).is_ok());
+        let e = check_placement(desc, &same, None, Survival::Region, &without_3).unwrap_err();
+        assert!(
+            e.contains("no member has"),
+            "new constraints are judged: {e}"
+        );
     }
 
     #[test]

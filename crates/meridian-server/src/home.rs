@@ -235,10 +235,20 @@ pub fn with_placement(
     Ok(Some(next))
 }
 
-/// Logs a warning for each shard whose home in `current` (a stored map, changed at run time)
-/// differs from the one this node's `home_regions` give (`founding`): the stored one applies.
+/// Logs a warning for each shard whose home (or replica constraints) in `current` (a stored
+/// map, changed at run time) differs from the one this node's `home_regions`
+/// (`replica_constraints`) give (`founding`): the stored one applies.
 pub fn warn_overridden_homes(founding: &ShardMap, current: &ShardMap) {
     for (ours, stored) in founding.data.iter().zip(&current.data) {
+        if ours.id == stored.id && ours.constraints != stored.constraints {
+            tracing::warn!(
+                shard = ours.id.0,
+                stored = %stored.constraints,
+                configured = %ours.constraints,
+                "the shard map's replica constraints (set by meridian cluster placement) differ \
+                 from this node's replica_constraints; the shard map's apply"
+            );
+        }
         if ours.id == stored.id && (&ours.home, ours.survival) != (&stored.home, stored.survival) {
             tracing::warn!(
                 shard = ours.id.0,
@@ -263,7 +273,6 @@ pub async fn set_placement(
     survival: Option<Survival>,
     constraints: Option<Constraints>,
 ) -> crate::error::Result<u64> {
-    let members = node.members_now();
     let version = crate::membership::change_map(node, |map| {
         with_placement(
             map,
@@ -271,7 +280,7 @@ pub async fn set_placement(
             region.as_deref(),
             survival,
             constraints.as_ref(),
-            &members,
+            &node.members_now(),
         )
         .map_err(ServerError::InvalidArgument)
     })

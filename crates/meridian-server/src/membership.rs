@@ -132,9 +132,9 @@ pub async fn add_replica(node: &Node, shard: ShardId, target: NodeId) -> Result<
                 "node {target} was forgotten (meridian cluster forget); it cannot take replicas"
             )));
         }
-        // So are constraints a placement stored meanwhile (a replica already listed was
-        // checked when it was added).
-        if let Some(desc) = map.get(shard).filter(|d| !d.replicas.contains(&target)) {
+        // So are constraints a placement stored meanwhile. A replica already listed (an add
+        // asked again) is checked too: constraints stored after it was listed may exclude it.
+        if let Some(desc) = map.get(shard) {
             if let Some(why) = crate::constraints::refuse_target(desc, &member) {
                 return Err(ServerError::InvalidArgument(why));
             }

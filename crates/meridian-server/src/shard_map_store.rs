@@ -522,7 +522,15 @@ mod tests {
         let mut zoned = founding.clone();
         zoned.data[1].home = Some("eu-west".into());
         zoned.data[1].survival = Survival::Zone;
-        let zoned_bytes = encode(&zoned).unwrap();
+        // The bytes of the form before constraints existed.
+        let zoned_bytes = codec::encode(&StoredMapWithSurvival {
+            version: zoned.version,
+            shards: zoned.all().map(stored_shard).collect(),
+            joined: Vec::new(),
+            forgotten: Vec::new(),
+            zone_survival: vec![zoned.data[1].id.0],
+        })
+        .unwrap();
         for plain in [founding.clone(), zoned.clone()] {
             let mut constrained = plain.clone();
             constrained.data[2].constraints =
