@@ -32,7 +32,7 @@
 use crate::error::{Error, Result};
 use meridian_proto::kv::{NodeInfo, ShardInfo, StatusResponse};
 use meridian_types::Constraints;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 
 /// One planned move: the replica on `from` goes to `to`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -91,12 +91,7 @@ pub fn constraint_moves(
         .copied()
         .filter(|id| !breaking.contains(id))
         .collect();
-    let mut load: BTreeMap<u64, usize> = BTreeMap::new();
-    for s in &status.shards {
-        for r in &s.replicas {
-            *load.entry(*r).or_default() += 1;
-        }
-    }
+    let mut load = crate::survival_plan::replicas_per_node(status);
     let mut moves = Vec::with_capacity(breaking.len());
     for from in breaking {
         let from_region = node(from).map(|n| n.region.clone()).unwrap_or_default();

@@ -230,8 +230,8 @@ fn shard_info(status: &StatusResponse, shard: u64) -> Result<&ShardInfo> {
         })
 }
 
-/// How many replicas each node holds.
-fn replicas_per_node(status: &StatusResponse) -> BTreeMap<u64, usize> {
+/// How many replicas (of every shard) each node holds, as `status` lists them.
+pub(crate) fn replicas_per_node(status: &StatusResponse) -> BTreeMap<u64, usize> {
     let mut load: BTreeMap<u64, usize> = BTreeMap::new();
     for s in &status.shards {
         for r in &s.replicas {

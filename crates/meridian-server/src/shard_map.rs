@@ -191,6 +191,17 @@ impl ShardMap {
         }
     }
 
+    /// How many replicas (of every shard, the metadata one included) each node holds.
+    fn replicas_per_node(&self) -> BTreeMap<NodeId, usize> {
+        let mut load: BTreeMap<NodeId, usize> = BTreeMap::new();
+        for shard in self.all() {
+            for r in &shard.replicas {
+                *load.entry(*r).or_default() += 1;
+            }
+        }
+        load
+    }
+
     /// Gives each data shard the replica constraints its start key has under `rules` (see
     /// `constraints`), and places again, among the members they allow only (as [`place`]
     /// does), the replicas of a shard some of whose replicas they exclude. `parse_rules`
@@ -206,12 +217,7 @@ impl ShardMap {
         }
         let mut sorted: Vec<Member> = members.to_vec();
         sorted.sort_by_key(|m| m.node_id);
-        let mut load: BTreeMap<NodeId, usize> = BTreeMap::new();
-        for shard in std::iter::once(&self.meta).chain(&self.data) {
-            for r in &shard.replicas {
-                *load.entry(*r).or_default() += 1;
-            }
-        }
+        let mut load = self.replicas_per_node();
         for shard in &mut self.data {
             let Some(rule) = crate::constraints::rule_of(rules, &shard.start) else {
                 continue;
@@ -249,12 +255,7 @@ impl ShardMap {
     pub fn with_homes(mut self, rules: &[crate::home::HomeRule], members: &[Member]) -> ShardMap {
         let member = |id: &NodeId| members.iter().find(|m| m.node_id == *id);
         let region_of = |id: &NodeId| member(id).map(|m| m.region.as_str());
-        let mut load: BTreeMap<NodeId, usize> = BTreeMap::new();
-        for shard in std::iter::once(&self.meta).chain(&self.data) {
-            for r in &shard.replicas {
-                *load.entry(*r).or_default() += 1;
-            }
-        }
+        let mut load = self.replicas_per_node();
         for shard in &mut self.data {
             let Some(rule) = crate::home::rule_of(rules, &shard.start) else {
                 continue;
