@@ -230,6 +230,30 @@ fn shard_info(status: &StatusResponse, shard: u64) -> Result<&ShardInfo> {
         })
 }
 
+/// The home and goal [`Client::place`] stores new constraints with, before any replica moves,
+/// for a shard now as `info` says, asked to get `home` and `survival`: only the constraints
+/// change, plus a move to region survival (always possible). A shard that has or gets zone
+/// survival keeps its current home, which changes once the new one has its three replicas
+/// (as without constraints); any other shard takes the new home at once.
+pub fn constraints_first<'a>(
+    info: &'a ShardInfo,
+    home: Option<&'a str>,
+    survival: Option<Survival>,
+) -> (Option<&'a str>, Option<Survival>) {
+    let zone = match survival {
+        Some(goal) => goal == Survival::Zone,
+        None => info.survival == Survival::Zone.as_str(),
+    };
+    let first_home = match zone {
+        true => Some(info.home_region.as_str()).filter(|h| !h.is_empty()),
+        false => home,
+    };
+    (
+        first_home,
+        survival.filter(|goal| *goal == Survival::Region),
+    )
+}
+
 /// How many replicas (of every shard) each node holds, as `status` lists them.
 pub(crate) fn replicas_per_node(status: &StatusResponse) -> BTreeMap<u64, usize> {
     let mut load: BTreeMap<u64, usize> = BTreeMap::new();
@@ -271,20 +295,9 @@ impl Client {
         mut moved: impl FnMut(Move, u64, &ReplicaChange),
     ) -> Result<Placed> {
         if let Some(constraints) = constraints {
-            // Only the constraints change here, and a move to region survival (always
-            // possible). A zone-survival shard keeps its home until step 2 has given the new
-            // one its replicas, as without constraints.
             let status = self.status().await?;
-            let info = shard_info(&status, shard)?;
-            let stays_zone = match survival {
-                Some(goal) => goal == Survival::Zone,
-                None => info.survival == Survival::Zone.as_str(),
-            };
-            let first_home = match stays_zone {
-                true => Some(info.home_region.as_str()).filter(|h| !h.is_empty()),
-                false => home_region,
-            };
-            let first_goal = survival.filter(|goal| *goal == Survival::Region);
+            let (first_home, first_goal) =
+                constraints_first(shard_info(&status, shard)?, home_region, survival);
             self.set_placement(shard, first_home, first_goal, Some(constraints))
                 .await?;
             let status = self.status().await?;
@@ -445,6 +458,47 @@ mod tests {
         assert!(
             e.contains("that its constraints (-zone=b,-zone=c) allow"),
             "{e}"
+        );
+    }
+
+    #[test]
+    fn new_constraints_are_stored_with_a_home_and_goal_the_shard_can_have_now() {
+        let mut info = ShardInfo {
+            shard_id: 1,
+            home_region: "us-east".into(),
+            survival: "zone".into(),
+            ..Default::default()
+        };
+        let (region, zone) = (Some(Survival::Region), Some(Survival::Zone));
+        // Zone survival, kept or asked: the current home until the new one has replicas.
+        assert_eq!(
+            constraints_first(&info, Some("eu-west"), None),
+            (Some("us-east"), None)
+        );
+        assert_eq!(
+            constraints_first(&info, Some("eu-west"), zone),
+            (Some("us-east"), None)
+        );
+        // Leaving it: the new home (or none) with region survival, in one store.
+        assert_eq!(
+            constraints_first(&info, Some("eu-west"), region),
+            (Some("eu-west"), region)
+        );
+        assert_eq!(constraints_first(&info, None, region), (None, region));
+        // Region survival now: the new home at once, and zone survival only later.
+        info.survival = "region".into();
+        assert_eq!(
+            constraints_first(&info, Some("eu-west"), None),
+            (Some("eu-west"), None)
+        );
+        assert_eq!(
+            constraints_first(&info, Some("eu-west"), zone),
+            (Some("us-east"), None)
+        );
+        info.home_region = String::new();
+        assert_eq!(
+            constraints_first(&info, Some("eu-west"), zone),
+            (None, None)
         );
     }
 
