@@ -71,13 +71,7 @@ pub fn constraint_moves(
     shard: u64,
     constraints: &Constraints,
 ) -> Result<Vec<ConstraintMove>> {
-    let info = status
-        .shards
-        .iter()
-        .find(|s| s.shard_id == shard)
-        .ok_or_else(|| Error::InvalidArgument {
-            message: format!("there is no shard {shard}"),
-        })?;
+    let info = crate::survival_plan::shard_info(status, shard)?;
     let node = |id: u64| status.nodes.iter().find(|n| n.node_id == id);
     let breaking: Vec<u64> = info
         .replicas
@@ -94,7 +88,7 @@ pub fn constraint_moves(
     let mut load = crate::survival_plan::replicas_per_node(status);
     let mut moves = Vec::with_capacity(breaking.len());
     for from in breaking {
-        let from_region = node(from).map(|n| n.region.clone()).unwrap_or_default();
+        let from_region = node(from).map_or("", |n| n.region.as_str());
         let bound = home_bound(info, node(from));
         let kept: Vec<&NodeInfo> = staying.iter().filter_map(|id| node(*id)).collect();
         let to = status

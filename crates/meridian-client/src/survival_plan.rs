@@ -220,7 +220,8 @@ pub fn region_removals(status: &StatusResponse, shard: u64) -> Result<RegionPlan
     Ok(RegionPlan::Remove(removed))
 }
 
-fn shard_info(status: &StatusResponse, shard: u64) -> Result<&ShardInfo> {
+/// The shard `shard` as `status` lists it, or INVALID_ARGUMENT naming it.
+pub(crate) fn shard_info(status: &StatusResponse, shard: u64) -> Result<&ShardInfo> {
     status
         .shards
         .iter()
@@ -319,10 +320,7 @@ impl Client {
             if let Some(constraints) = constraints {
                 // The ones just stored, whatever the answering node has adopted yet.
                 if let Some(info) = status.shards.iter_mut().find(|s| s.shard_id == shard) {
-                    info.constraints = match constraints.is_empty() {
-                        true => String::new(),
-                        false => constraints.to_string(),
-                    };
+                    info.constraints = constraints.status_text();
                 }
             }
             for node in zone_additions(&status, shard, home)? {

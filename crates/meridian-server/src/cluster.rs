@@ -49,10 +49,7 @@ impl Cluster for ClusterService {
                 replicas: desc.replicas.clone(),
                 home_region: desc.home.clone().unwrap_or_default(),
                 survival: desc.survival.as_str().to_string(),
-                constraints: match desc.constraints.is_empty() {
-                    true => String::new(),
-                    false => desc.constraints.to_string(),
-                },
+                constraints: desc.constraints.status_text(),
                 generation: desc.generation,
                 ..Default::default()
             };

@@ -174,6 +174,14 @@ impl Constraints {
         self.0.is_empty()
     }
 
+    /// The text a status reports (`ShardInfo.constraints`): the canonical one, empty for none.
+    pub fn status_text(&self) -> String {
+        match self.is_empty() {
+            true => String::new(),
+            false => self.to_string(),
+        }
+    }
+
     pub fn entries(&self) -> &[Constraint] {
         &self.0
     }
