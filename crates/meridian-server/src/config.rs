@@ -27,7 +27,7 @@
 //! closed_ts_interval_ms = 200   # how often leaders publish closed timestamps of idle shards
 //!
 //! [raft]
-//! heartbeat_interval_ms = 150
+//! heartbeat_interval_ms = 400  # also each heartbeat's timeout: keep it above every replica RTT
 //! election_timeout_min_ms = 1500
 //! election_timeout_max_ms = 3000
 //! rpc_timeout_ms = 2000
@@ -169,10 +169,15 @@ pub struct RaftSection {
 
 impl Default for RaftSection {
     fn default() -> Self {
-        // WAN-sized defaults: heartbeats well under the election timeout, which is ≥ 5-10× a
-        // cross-region RTT of ~150 ms. Loopback clusters may lower them.
+        // WAN-sized defaults. openraft waits for each heartbeat's answer for one heartbeat
+        // interval, and a leader whose heartbeats time out cannot renew its lease or confirm
+        // leadership: with 150 ms, a shard left with replicas 200 ms apart (us-east and
+        // ap-south after an eu-west node died) refused every write. So the interval must exceed
+        // the longest round trip between a shard's replicas, with room for a busy node: 400 ms
+        // covers RTTs up to ~300 ms. Heartbeats stay at most a third of the election timeout
+        // (≥ 5× such an RTT). Loopback clusters may lower them.
         RaftSection {
-            heartbeat_interval_ms: 150,
+            heartbeat_interval_ms: 400,
             election_timeout_min_ms: 1_500,
             election_timeout_max_ms: 3_000,
             rpc_timeout_ms: 2_000,
@@ -275,7 +280,8 @@ pub struct StartArgs {
     /// How often idle shards' closed timestamps are published, in milliseconds.
     #[arg(long)]
     pub closed_ts_interval_ms: Option<u64>,
-    /// Raft heartbeat interval in milliseconds.
+    /// Raft heartbeat interval in milliseconds; also how long a leader waits for each
+    /// heartbeat's answer, so it must exceed the longest round trip between replicas.
     #[arg(long)]
     pub heartbeat_interval_ms: Option<u64>,
     /// Minimum Raft election timeout in milliseconds. The maximum becomes twice this unless
