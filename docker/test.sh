@@ -1,36 +1,50 @@
 #!/usr/bin/env bash
-# End-to-end check of the container cluster (docker/compose.yaml), as CI runs it:
+# End-to-end check of the container cluster (docker/compose.yaml: 9 nodes, 3 per region), as
+# CI runs it:
 #
 #   1. build meridian:local (docker/build-images.sh; the host's `meridian` binary is the CLI)
 #   2. write the wan topology for the test's subnet and check that the nodes' --peer-dial flags
 #      in compose.yaml are exactly the dial map `meridian-wan --print-dial-map` plans from it
 #   3. `docker-compose -p meridian-ci up -d`, wait until the wan answers on its control port,
-#      all three nodes are healthy and every shard has a leader
+#      all nine nodes are healthy and every shard has a leader; print each container's CPU and
+#      memory (`docker stats`)
 #   4. write 100 keys spread over every shard and read them back; no write may commit faster
-#      than the smallest quorum round trip through the wan (80 ms): the WAN is in the path
+#      than the smallest quorum round trip its shard's replicas allow through the wan (80 ms:
+#      one replica per region): the WAN is in the path
 #   5. as a client in us-east (through the wan's client links): rewrite and read one key per
 #      shard, each no faster than its emulated floor (client→leader RTT, + the leader's
 #      quorum RTT for a put)
-#   6. `docker kill` (SIGKILL) the node that leads the most shards; write 50 more keys, which
-#      the remaining two nodes (a quorum) must accept, and read them back
+#   6. `docker kill` (SIGKILL) the eu-west node that leads the most shards (its shards keep
+#      a quorum only across us-east and ap-south, 200 ms apart); write 50 more keys, which
+#      the others must accept, and read them back
 #   7. `docker start` it; wait until it is healthy, answers status, and the shard leaders
 #      report it fully replicated (lag 0 on every shard); read the new keys with it as the
-#      only seed, and check a full scan returns exactly the 150 keys
-#   8. read the wan's `status`: every peer link must have forwarded bytes
-#   9. `docker-compose down -v` — always, from an EXIT trap, also after a failure (which first
+#      only seed
+#   8. zone survival: `meridian cluster placement 1 --home us-east --survive zone`; wait until
+#      shard 1's voters are all in us-east (the others learners); then, as a client in us-east,
+#      write its key 10 times: the fastest must beat the smallest cross-region round trip
+#      (80 ms), or the commit still crosses a region
+#   9. a region failure: `docker kill` all three ap-south nodes; write 30 keys (every shard
+#      keeps a quorum in us-east and eu-west) and read them back; `docker start` them, wait
+#      until they have caught up and every shard is led from its home region again
+#  10. scan the whole keyspace through ap-south-1: exactly the 180 keys and values
+#  11. read the wan's `status`: every peer link, and the client links the us-east client
+#      used, must have forwarded bytes
+#  12. `docker-compose down -v` — always, from an EXIT trap, also after a failure (which first
 #      prints the containers' state, health-check output and logs)
 #
 # Exits 0 without running anything, saying SKIP, only when no Docker engine is reachable.
 #
 # Usage: docker/test.sh [--no-cargo]   (--no-cargo: use the already built release binary)
 # Environment (defaults chosen not to collide with the other tests' loopback ports
-# 21000-23999, nor with a demo cluster from compose.yaml's defaults on 7001-7003/10.77.0.0/24):
+# 21000-23999, nor with a demo cluster from compose.yaml's defaults on 7001-7009/10.77.0.0/24):
 #   MERIDIAN_CI_PROJECT        compose project name (meridian-ci)
-#   MERIDIAN_CI_PORT_BASE      published client ports are BASE+1..BASE+3, the wan's control
-#                              port BASE+299 and its us-east client links BASE+301..303 (27000)
+#   MERIDIAN_CI_PORT_BASE      node N's published client port is BASE+N, the wan's control
+#                              port BASE+299 and its us-east client links BASE+301..309 (27000)
 #   MERIDIAN_CI_SUBNET_PREFIX  the nodes' /24 (10.77.201)
-#   MERIDIAN_CI_KILL           service to kill (default: the node leading the most shards)
-#   MERIDIAN_CI_WAIT_S         bound of every wait for health/leaders/catch-up (120)
+#   MERIDIAN_CI_KILL           service to kill in step 6 (default: the eu-west node leading
+#                              the most shards)
+#   MERIDIAN_CI_WAIT_S         bound of every wait for health/leaders/catch-up (180)
 set -euo pipefail
 
 DOCKER_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -62,16 +76,10 @@ done
 
 PROJECT="${MERIDIAN_CI_PROJECT:-meridian-ci}"
 PORT_BASE="${MERIDIAN_CI_PORT_BASE:-27000}"
-WAIT_S="${MERIDIAN_CI_WAIT_S:-120}"
+WAIT_S="${MERIDIAN_CI_WAIT_S:-180}"
 export MERIDIAN_IMAGE="${MERIDIAN_IMAGE:-meridian:local}"
 export MERIDIAN_SUBNET_PREFIX="${MERIDIAN_CI_SUBNET_PREFIX:-10.77.201}"
-export MERIDIAN_PORT_US_EAST=$((PORT_BASE + 1))
-export MERIDIAN_PORT_EU_WEST=$((PORT_BASE + 2))
-export MERIDIAN_PORT_AP_SOUTH=$((PORT_BASE + 3))
 export MERIDIAN_PORT_WAN_CONTROL=$((PORT_BASE + 299))
-export MERIDIAN_PORT_WAN_US_EAST_TO_1=$((PORT_BASE + 301))
-export MERIDIAN_PORT_WAN_US_EAST_TO_2=$((PORT_BASE + 302))
-export MERIDIAN_PORT_WAN_US_EAST_TO_3=$((PORT_BASE + 303))
 MERIDIAN="$CARGO_TARGET_DIR/release/meridian"
 MERIDIAN_WAN="$CARGO_TARGET_DIR/release/meridian-wan"
 # docker/wan.toml names the default subnet's addresses literally; the test's copy, with its own
@@ -80,32 +88,58 @@ MERIDIAN_WAN="$CARGO_TARGET_DIR/release/meridian-wan"
 WORK_DIR=""
 KEYS_BEFORE_KILL=100
 KEYS_DURING_OUTAGE=50
+KEYS_DURING_REGION_OUTAGE=30
+# Step 8's writes to the zone-survival shard (the same key each time).
+ZONE_WRITES=10
+# The shard step 8 gives zone survival, its home (compose.yaml's --home-regions homes shards
+# 1-3 in us-east) and the region step 9 loses.
+ZONE_SHARD=1
+ZONE_HOME=us-east
+LOST_REGION=ap-south
 # Every CLI call's own budget, retries included: long enough to ride out an election
 # (election timeouts are 1.5-3 s) plus the client's backoff.
 CLI_TIMEOUT_MS=20000
 
-# Node id -> service, published port, and address on the compose network (compose.yaml).
-SERVICES=(us-east-1 eu-west-1 ap-south-1)
-declare -A NODE_OF=([us-east-1]=1 [eu-west-1]=2 [ap-south-1]=3)
-declare -A SERVICE_OF=([1]=us-east-1 [2]=eu-west-1 [3]=ap-south-1)
-declare -A PORT_OF=([us-east-1]=$MERIDIAN_PORT_US_EAST [eu-west-1]=$MERIDIAN_PORT_EU_WEST
-                    [ap-south-1]=$MERIDIAN_PORT_AP_SOUTH)
-declare -A ADDR_OF=([us-east-1]="$MERIDIAN_SUBNET_PREFIX.11:7001"
-                    [eu-west-1]="$MERIDIAN_SUBNET_PREFIX.21:7001"
-                    [ap-south-1]="$MERIDIAN_SUBNET_PREFIX.31:7001")
+# Node id -> service, region, published port and address on the compose network
+# (compose.yaml): node ids go round the regions, so node N is in REGIONS[(N-1) % 3], zone
+# a/b/c for the 1st/2nd/3rd node of its region, at <prefix>.<region 1-3><1-3>.
+REGIONS=(us-east eu-west ap-south)
+NODE_IDS=(1 2 3 4 5 6 7 8 9)
+SERVICES=()
+declare -A NODE_OF=() SERVICE_OF=() PORT_OF=() ADDR_OF=() REGION_OF=()
+for id in "${NODE_IDS[@]}"; do
+  region_index=$(((id - 1) % 3))
+  nth=$(((id - 1) / 3 + 1))
+  service="${REGIONS[$region_index]}-$nth"
+  SERVICES+=("$service")
+  NODE_OF[$service]=$id
+  SERVICE_OF[$id]=$service
+  REGION_OF[$id]=${REGIONS[$region_index]}
+  PORT_OF[$service]=$((PORT_BASE + id))
+  ADDR_OF[$service]="$MERIDIAN_SUBNET_PREFIX.$((region_index + 1))$nth:7001"
+  export "MERIDIAN_PORT_$id=$((PORT_BASE + id))"
+  export "MERIDIAN_PORT_WAN_US_EAST_TO_$id=$((PORT_BASE + 300 + id))"
+done
 # The wan container (no health check: there is no probe in the image; see wait_wan).
 WAN_SERVICE=wan
 # A client in us-east reaches node N through the wan's published link client-us-east-to-N:
 # seeds and leader addresses are the nodes' advertised client addresses, mapped by --dial.
 US_EAST_ENDPOINTS="${ADDR_OF[us-east-1]}"
-US_EAST_DIAL="${ADDR_OF[us-east-1]}=127.0.0.1:$MERIDIAN_PORT_WAN_US_EAST_TO_1"
-US_EAST_DIAL+=",${ADDR_OF[eu-west-1]}=127.0.0.1:$MERIDIAN_PORT_WAN_US_EAST_TO_2"
-US_EAST_DIAL+=",${ADDR_OF[ap-south-1]}=127.0.0.1:$MERIDIAN_PORT_WAN_US_EAST_TO_3"
+US_EAST_DIAL=""
+for id in "${NODE_IDS[@]}"; do
+  US_EAST_DIAL+="${US_EAST_DIAL:+,}${ADDR_OF[${SERVICE_OF[$id]}]}=127.0.0.1:$((PORT_BASE + 300 + id))"
+done
 if [[ -n "${MERIDIAN_CI_KILL:-}" && -z "${NODE_OF[$MERIDIAN_CI_KILL]:-}" ]]; then
   echo "error: MERIDIAN_CI_KILL=$MERIDIAN_CI_KILL is not one of: ${SERVICES[*]}" >&2
   exit 2
 fi
-ALL_ENDPOINTS="127.0.0.1:$MERIDIAN_PORT_US_EAST,127.0.0.1:$MERIDIAN_PORT_EU_WEST,127.0.0.1:$MERIDIAN_PORT_AP_SOUTH"
+# endpoints_of SERVICE...: their published client ports, comma-separated.
+endpoints_of() {
+  local service list=()
+  for service in "$@"; do list+=("127.0.0.1:${PORT_OF[$service]}"); done
+  (IFS=,; echo "${list[*]}")
+}
+ALL_ENDPOINTS="$(endpoints_of "${SERVICES[@]}")"
 
 if command -v docker-compose >/dev/null 2>&1; then
   COMPOSE=(docker-compose)
@@ -357,8 +391,9 @@ status_verdict() {
 }
 
 # shard_leaders: reads `meridian cluster status` output on stdin and prints one line per data
-# shard, "SHARD_ID LEADER LOW HIGH" (LOW "-inf", HIGH "+inf" at the ends; keys unquoted), from
-# the RANGE column (`["user202792", "user305584")`). The metadata shard is left out.
+# shard, "SHARD_ID LEADER REPLICAS LOW HIGH" (REPLICAS comma-separated node ids; LOW "-inf",
+# HIGH "+inf" at the ends; keys unquoted), from the RANGE column
+# (`["user202792", "user305584")`). The metadata shard is left out.
 shard_leaders() {
   awk '
     function cells(line, out) {
@@ -372,10 +407,11 @@ shard_leaders() {
         if (header[i] == "ID") id_col = i
         if (header[i] == "LEADER") leader_col = i
         if (header[i] == "RANGE") range_col = i
+        if (header[i] == "REPLICAS") replicas_col = i
       }
       next
     }
-    in_shards && NF > 0 && leader_col && range_col {
+    in_shards && NF > 0 && leader_col && range_col && replicas_col {
       cells($0, row)
       range = row[range_col]
       if (range !~ /^\[.*\)$/) next
@@ -383,7 +419,32 @@ shard_leaders() {
       split(range, bounds, ", ")
       gsub(/"/, "", bounds[1])
       gsub(/"/, "", bounds[2])
-      print row[id_col], row[leader_col], bounds[1], bounds[2]
+      print row[id_col], row[leader_col], row[replicas_col], bounds[1], bounds[2]
+    }
+  '
+}
+
+# shard_cell SHARD COLUMN: reads `meridian cluster status` output on stdin and prints that
+# shard's cell in the SHARDS table's column COLUMN (its header text, e.g. HOME or MOVES).
+shard_cell() {
+  awk -v want_shard="$1" -v want_col="$2" '
+    function cells(line, out) {
+      sub(/^ +/, "", line)
+      return split(line, out, /  +/)
+    }
+    /^SHARDS/ { in_shards = 1; next }
+    in_shards && NF == 0 { in_shards = 0; next }
+    in_shards && $1 == "ID" {
+      n = cells($0, header)
+      for (i = 1; i <= n; i++) {
+        if (header[i] == "ID") id_col = i
+        if (header[i] == want_col) col = i
+      }
+      next
+    }
+    in_shards && id_col && col {
+      cells($0, row)
+      if (row[id_col] == want_shard) print row[col]
     }
   '
 }
@@ -415,12 +476,13 @@ wait_cluster() {
 
 now_ms() { local us="${EPOCHREALTIME/[.,]/}"; echo $((us / 1000)); }
 
-# put_keys ENDPOINTS FIRST COUNT: writes keys FIRST..FIRST+COUNT-1; prints progress, the
-# fastest, median and slowest write (one CLI process each, so that includes connecting and any
-# retries) and fails if any write committed faster than MIN_COMMIT_MS: a commit needs a
-# follower in another region, so no write can beat the smallest quorum round trip of the wan.
+# put_keys ENDPOINTS FIRST COUNT FLOOR_MS: writes keys FIRST..FIRST+COUNT-1; prints progress,
+# the fastest, median and slowest write (one CLI process each, so that includes connecting and
+# any retries) and fails if any write committed faster than FLOOR_MS (0: no floor): while
+# every shard has one replica per region a commit needs a follower in another region, so no
+# write can beat the smallest quorum round trip of the wan.
 put_keys() {
-  local endpoints="$1" first="$2" count="$3" i key out status started took slowest=0 slowest_key=""
+  local endpoints="$1" first="$2" count="$3" floor="$4" i key out status started took slowest=0 slowest_key=""
   local fastest=999999 fastest_key="" took_all=()
   for ((i = first; i < first + count; i++)); do
     key="$(key_for "$i")"
@@ -447,8 +509,8 @@ put_keys() {
   local median
   median="$(printf '%s\n' "${took_all[@]}" | sort -n | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }')"
   log "  writes: fastest $fastest ms ($fastest_key), median $median ms, slowest $slowest ms ($slowest_key)"
-  ((fastest >= MIN_COMMIT_MS)) \
-    || fail "put $fastest_key committed in $fastest ms, faster than the smallest quorum round trip through the wan ($MIN_COMMIT_MS ms): the WAN is not in the write path"
+  ((fastest >= floor)) \
+    || fail "put $fastest_key committed in $fastest ms, faster than the smallest quorum round trip through the wan ($floor ms): the WAN is not in the write path"
 }
 
 # get_keys ENDPOINTS FIRST COUNT: reads keys FIRST..FIRST+COUNT-1 and checks every value.
@@ -514,23 +576,40 @@ while read -r name bytes one_way accepted failures; do
   ONE_WAY_MS[$name]="$one_way"
 done < <(wan_links)
 rtt_of() { awk -v ms="${ONE_WAY_MS[$1]:-}" 'BEGIN { if (ms == "") exit 1; printf "%d", 2 * ms }'; }
-# quorum_rtt LEADER_ID: round trip from the leader to its nearest follower. A leader commits
-# once that follower acknowledges; the reply comes back over the same link.
+# quorum_rtt LEADER REPLICAS: the round trip after which LEADER can first hold a quorum of
+# REPLICAS (comma-separated node ids, all voting): with n replicas it needs floor(n/2)
+# followers' acknowledgements, so the floor(n/2)-th smallest round trip from it to the others.
 quorum_rtt() {
-  local leader="$1" peer best=""
-  for peer in 1 2 3; do
+  local leader="$1" peer rtts=()
+  for peer in ${2//,/ }; do
     [[ "$peer" == "$leader" ]] && continue
-    local rtt
-    rtt="$(rtt_of "peer-$leader-to-$peer")" || fail "the wan has no link peer-$leader-to-$peer"
-    if [[ -z "$best" ]] || ((rtt < best)); then best=$rtt; fi
+    rtts+=("$(rtt_of "peer-$leader-to-$peer")") || fail "the wan has no link peer-$leader-to-$peer"
   done
+  local n=$((${#rtts[@]} + 1))
+  ((n > 1)) || { echo 0; return; }
+  printf '%s\n' "${rtts[@]}" | sort -n | sed -n "$((n / 2))p"
+}
+# commit_floor STATUS: the smallest quorum round trip of any data shard in that `cluster
+# status` output, whichever of its replicas leads: no write can commit faster.
+commit_floor() {
+  local shard leader replicas low high candidate best=""
+  while read -r shard leader replicas low high; do
+    for candidate in ${replicas//,/ }; do
+      local rtt
+      rtt="$(quorum_rtt "$candidate" "$replicas")"
+      if [[ -z "$best" ]] || ((rtt < best)); then best=$rtt; fi
+    done
+  done < <(shard_leaders <<<"$1")
+  [[ -n "$best" ]] || fail "no data shard in cluster status (parsing?)"
   echo "$best"
 }
-MIN_COMMIT_MS="$(for id in 1 2 3; do quorum_rtt "$id"; done | sort -n | head -n1)"
-log "  smallest quorum round trip through the wan: $MIN_COMMIT_MS ms (no write may commit faster)"
-((MIN_COMMIT_MS > 0)) || fail "the wan's peer links add no delay; this test expects the real matrix"
+# The smallest round trip between two regions: a write to a zone-survival shard must beat it.
+MIN_CROSS_REGION_RTT="$(for a in "${NODE_IDS[@]}"; do for b in "${NODE_IDS[@]}"; do
+  if [[ "${REGION_OF[$a]}" != "${REGION_OF[$b]}" ]]; then echo "$(rtt_of "peer-$a-to-$b")"; fi
+done; done | sort -n | head -n1)"
+((MIN_CROSS_REGION_RTT > 0)) || fail "the wan's cross-region links add no delay; this test expects the real matrix"
 wait_healthy "${SERVICES[@]}"
-phase_done "up -d until wan up, 3 nodes healthy"
+phase_done "up -d until wan up, ${#SERVICES[@]} nodes healthy"
 
 # The CLI talks to shard leaders at the client addresses they registered (the bridge IPs),
 # not through the published ports; say so clearly if the host cannot reach them.
@@ -542,10 +621,18 @@ done
 log "waiting for every shard to elect a leader"
 wait_cluster "$ALL_ENDPOINTS"
 phase_done "every shard has a leader"
+MIN_COMMIT_MS="$(commit_floor "$LAST_STATUS")"
+log "  smallest quorum round trip of any shard through the wan: $MIN_COMMIT_MS ms (no write may commit faster)"
+((MIN_COMMIT_MS > 0)) || fail "a shard can commit without crossing the wan (is every shard spread over the regions?)"
+
+# What nine idle nodes and the wan cost on this machine.
+log "containers (docker stats, one sample):"
+docker stats --no-stream --format '{{.Name}}  cpu {{.CPUPerc}}  mem {{.MemUsage}}' \
+  $("${COMPOSE[@]}" ps -q) 2>&1 | indent
 
 # ---- 4. 100 keys -------------------------------------------------------------------------------
-log "writing $KEYS_BEFORE_KILL keys through $ALL_ENDPOINTS"
-put_keys "$ALL_ENDPOINTS" 0 "$KEYS_BEFORE_KILL"
+log "writing $KEYS_BEFORE_KILL keys through the published ports of all ${#SERVICES[@]} nodes"
+put_keys "$ALL_ENDPOINTS" 0 "$KEYS_BEFORE_KILL" "$MIN_COMMIT_MS"
 phase_done "write $KEYS_BEFORE_KILL keys (one CLI process each)"
 log "reading them back"
 get_keys "$ALL_ENDPOINTS" 0 "$KEYS_BEFORE_KILL"
@@ -561,23 +648,28 @@ log "as a client in us-east (--dial ${US_EAST_DIAL}): one key per shard"
 printf -v line '  %-5s %-6s %-22s %8s %9s %8s %9s' SHARD LEADER KEY "PUT ms" "floor" "GET ms" "floor"
 log "$line"
 checked=0
-# "SHARD LEADER INDEX": the first of the keys 0..KEYS_BEFORE_KILL-1 inside each shard's range
-# (byte-wise comparison, as the shard boundaries are).
+# Client links the us-east client used (the seed's and every leader's): step 11 checks them.
+declare -A CLIENT_LINKS_USED=([client-us-east-to-${NODE_OF[us-east-1]}]=1)
+# "SHARD LEADER REPLICAS INDEX": the first of the keys 0..KEYS_BEFORE_KILL-1 inside each
+# shard's range (byte-wise comparison, as the shard boundaries are).
 picks="$(LC_ALL=C awk '
-  NR == FNR { n++; id[n] = $1; leader[n] = $2; low[n] = $3; high[n] = $4; next }
+  NR == FNR { n++; id[n] = $1; leader[n] = $2; replicas[n] = $3; low[n] = $4; high[n] = $5; next }
   {
     for (j = 1; j <= n; j++)
       if (!(j in chosen) && (low[j] == "-inf" || $2 >= low[j]) && (high[j] == "+inf" || $2 < high[j]))
         chosen[j] = $1
   }
-  END { for (j = 1; j <= n; j++) if (j in chosen) print id[j], leader[j], chosen[j] }
+  END { for (j = 1; j <= n; j++) if (j in chosen) print id[j], leader[j], replicas[j], chosen[j] }
 ' <(shard_leaders <<<"$LAST_STATUS") \
   <(for ((i = 0; i < KEYS_BEFORE_KILL; i++)); do printf '%d %s\n' "$i" "$(key_for "$i")"; done))"
-while read -r shard leader index; do
+ZONE_KEY_INDEX=""
+while read -r shard leader replicas index; do
   [[ "$leader" =~ ^[0-9]+$ ]] || fail "shard $shard has no leader"
+  [[ "$shard" == "$ZONE_SHARD" ]] && ZONE_KEY_INDEX=$index
   key="$(key_for "$index")"
   client_rtt="$(rtt_of "client-us-east-to-$leader")" || fail "the wan has no link client-us-east-to-$leader"
-  put_floor=$((client_rtt + $(quorum_rtt "$leader")))
+  CLIENT_LINKS_USED[client-us-east-to-$leader]=1
+  put_floor=$((client_rtt + $(quorum_rtt "$leader" "$replicas")))
   get_floor=$client_rtt
   started="$(now_ms)"
   out="$(cli_us_east kv put --timeout-ms "$CLI_TIMEOUT_MS" "$key" "$(value_for "$index")" 2>&1 </dev/null)" \
@@ -594,25 +686,36 @@ while read -r shard leader index; do
   checked=$((checked + 1))
 done <<<"$picks"
 ((checked > 0)) || fail "no data shard holds any of the $KEYS_BEFORE_KILL keys (status parsing?)"
+[[ -n "$ZONE_KEY_INDEX" ]] || fail "none of the $KEYS_BEFORE_KILL keys is in shard $ZONE_SHARD"
 log "  $checked shards: every put and get through the wan at or above its floor"
 phase_done "us-east client through the wan ($checked shards)"
 
-# ---- 6. kill a node, write with the other two --------------------------------------------------
+# ---- 6. kill a node, write with the others -----------------------------------------------------
 victim="${MERIDIAN_CI_KILL:-}"
 if [[ -z "$victim" ]]; then
-  # The node leading the most shards, so the writes below need new leaders to be elected.
-  leader_id="$(shard_rows <<<"$LAST_STATUS" | awk '
+  # The eu-west node leading the most shards (the lowest id on a tie), so the writes below
+  # need new leaders to be elected, and every shard it holds is left with one replica in
+  # us-east and one in ap-south, the farthest pair (200 ms): a leader there must still
+  # renew its lease and commit (with heartbeats that time out before an answer can come
+  # back, it refused every write; see raft.heartbeat_interval_ms).
+  leader_id="$(shard_rows <<<"$LAST_STATUS" | awk -v ids="${NODE_IDS[*]}" -v regions="$(for id in "${NODE_IDS[@]}"; do printf '%s ' "${REGION_OF[$id]}"; done)" '
+    BEGIN { n = split(ids, id_list, " "); split(regions, region_list, " ") }
     $1 != "answered" && $2 != "none" { led[$2]++ }
-    END { for (id in led) if (led[id] > best) { best = led[id]; top = id }; print top }
+    END {
+      best = -1
+      for (i = 1; i <= n; i++)
+        if (region_list[i] == "eu-west" && led[id_list[i]] + 0 > best) { best = led[id_list[i]] + 0; top = id_list[i] }
+      print top
+    }
   ')"
   victim="${SERVICE_OF[$leader_id]:-eu-west-1}"
 fi
 victim_id="$(container_of "$victim")"
 survivors=()
 for service in "${SERVICES[@]}"; do
-  [[ "$service" == "$victim" ]] || survivors+=("127.0.0.1:${PORT_OF[$service]}")
+  [[ "$service" == "$victim" ]] || survivors+=("$service")
 done
-SURVIVOR_ENDPOINTS="$(IFS=,; echo "${survivors[*]}")"
+SURVIVOR_ENDPOINTS="$(endpoints_of "${survivors[@]}")"
 log "cluster status before the kill:"
 indent <<<"$LAST_STATUS"
 log "docker kill $victim (node ${NODE_OF[$victim]}; SIGKILL, no graceful shutdown)"
@@ -622,20 +725,19 @@ state="$(container_state "$victim")"
 [[ "$state" == exited/* ]] || fail "$victim should stay down after docker kill, but is $state"
 phase_done "kill $victim"
 
-log "writing $KEYS_DURING_OUTAGE more keys with $victim down (the other two nodes are a quorum)"
+log "writing $KEYS_DURING_OUTAGE more keys with $victim down (every shard keeps two of its three replicas)"
 log "  (the first write to each shard $victim led waits for a new leader: election timeout 1.5-3 s)"
-put_keys "$ALL_ENDPOINTS" "$KEYS_BEFORE_KILL" "$KEYS_DURING_OUTAGE"
+put_keys "$ALL_ENDPOINTS" "$KEYS_BEFORE_KILL" "$KEYS_DURING_OUTAGE" "$MIN_COMMIT_MS"
 phase_done "write $KEYS_DURING_OUTAGE keys with 1 node down"
 get_keys "$SURVIVOR_ENDPOINTS" "$KEYS_BEFORE_KILL" "$KEYS_DURING_OUTAGE"
 # A peer being down must not make the others unhealthy: their check is about themselves.
-for service in "${SERVICES[@]}"; do
-  [[ "$service" == "$victim" ]] && continue
+for service in "${survivors[@]}"; do
   state="$(container_state "$service")"
   streak="$(docker inspect -f '{{.State.Health.FailingStreak}}' "$(container_of "$service")")"
   [[ "$state" == running/healthy && "$streak" == 0 ]] \
     || fail "$service is $state with $streak failed health checks in a row while $victim is down"
 done
-log "  the other two nodes stayed healthy (their latest health checks passed)"
+log "  the other ${#survivors[@]} nodes stayed healthy (their latest health checks passed)"
 phase_done "read them back from the survivors"
 
 # ---- 7. restart it, wait until it has caught up ------------------------------------------------
@@ -652,19 +754,137 @@ indent <<<"$LAST_STATUS"
 VICTIM_ENDPOINT="127.0.0.1:${PORT_OF[$victim]}"
 log "reading the keys written during the outage with $victim ($VICTIM_ENDPOINT) as the only seed"
 get_keys "$VICTIM_ENDPOINT" "$KEYS_BEFORE_KILL" "$KEYS_DURING_OUTAGE"
-total=$((KEYS_BEFORE_KILL + KEYS_DURING_OUTAGE))
-log "scanning the whole keyspace through $VICTIM_ENDPOINT: expecting exactly the $total keys"
+phase_done "reads through the restarted node"
+
+# ---- 8. zone survival: shard 1's votes move into us-east ---------------------------------------
+log "meridian cluster placement $ZONE_SHARD --home $ZONE_HOME --survive zone"
+out="$(cli "$ALL_ENDPOINTS" cluster placement "$ZONE_SHARD" --home "$ZONE_HOME" --survive zone \
+  --timeout-ms 180000 2>&1)" || fail "placement failed: $out"
+indent <<<"$out"
+# Settled when every replica outside us-east is a learner and nothing else is moving: the
+# MOVES cell lists exactly those ("2 learner, 3 learner"), with three replicas in us-east.
+deadline=$((SECONDS + WAIT_S))
+previous=""
+while true; do
+  status_out="$(cli "$ALL_ENDPOINTS" cluster status --timeout-ms 5000 2>&1)" || status_out=""
+  replicas="$(shard_leaders <<<"$status_out" | awk -v s="$ZONE_SHARD" '$1 == s { print $3 }')"
+  moves="$(shard_cell "$ZONE_SHARD" MOVES <<<"$status_out")"
+  home="$(shard_cell "$ZONE_SHARD" HOME <<<"$status_out")"
+  want="" at_home=0
+  # (MOVES lists nodes in id order.)
+  for node in $(tr ',' '\n' <<<"$replicas" | sort -n); do
+    if [[ "${REGION_OF[$node]}" == "$ZONE_HOME" ]]; then
+      at_home=$((at_home + 1))
+    else
+      want+="${want:+, }$node learner"
+    fi
+  done
+  seen="replicas [$replicas], home $home, moves $moves"
+  [[ "$seen" != "$previous" ]] && log "  shard $ZONE_SHARD: $seen"
+  previous=$seen
+  if [[ "$home" == "$ZONE_HOME (zone)" && -n "$want" && "$moves" == "$want" ]] && ((at_home == 3)); then
+    break
+  fi
+  ((SECONDS < deadline)) || fail "shard $ZONE_SHARD did not settle to three voters in $ZONE_HOME within ${WAIT_S} s: $seen"
+  sleep 1
+done
+LAST_STATUS="$status_out"
+phase_done "zone survival for shard $ZONE_SHARD settled"
+
+zone_key="$(key_for "$ZONE_KEY_INDEX")"
+zone_leader="$(shard_leaders <<<"$LAST_STATUS" | awk -v s="$ZONE_SHARD" '$1 == s { print $2 }')"
+[[ "${REGION_OF[$zone_leader]:-}" == "$ZONE_HOME" ]] \
+  || fail "shard $ZONE_SHARD is led by node $zone_leader, not from $ZONE_HOME"
+CLIENT_LINKS_USED[client-us-east-to-$zone_leader]=1
+log "as a client in us-east: $ZONE_WRITES writes of $zone_key (shard $ZONE_SHARD, leader node $zone_leader)"
+took_all=()
+for ((n = 0; n < ZONE_WRITES; n++)); do
+  started="$(now_ms)"
+  out="$(cli_us_east kv put --timeout-ms "$CLI_TIMEOUT_MS" "$zone_key" "$(value_for "$ZONE_KEY_INDEX")" 2>&1 </dev/null)" \
+    || fail "put $zone_key through the wan failed: $out"
+  took_all+=("$(($(now_ms) - started))")
+done
+sorted="$(printf '%s\n' "${took_all[@]}" | sort -n)"
+fastest="$(head -n1 <<<"$sorted")"
+median="$(awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }' <<<"$sorted")"
+log "  writes: fastest $fastest ms, median $median ms, slowest $(tail -n1 <<<"$sorted") ms (the smallest cross-region round trip is $MIN_CROSS_REGION_RTT ms)"
+((fastest < MIN_CROSS_REGION_RTT)) \
+  || fail "no write to the zone-survival shard beat the smallest cross-region round trip ($MIN_CROSS_REGION_RTT ms): its commits still cross a region"
+got="$(cli_us_east kv get --timeout-ms "$CLI_TIMEOUT_MS" "$zone_key" 2>&1 </dev/null)" || fail "get $zone_key failed: $got"
+[[ "$got" == "$(value_for "$ZONE_KEY_INDEX")" ]] || fail "get $zone_key returned \"$got\""
+phase_done "$ZONE_WRITES writes to the zone-survival shard"
+
+# ---- 9. lose a whole region --------------------------------------------------------------------
+lost=()
+kept=()
+for service in "${SERVICES[@]}"; do
+  if [[ "${REGION_OF[${NODE_OF[$service]}]}" == "$LOST_REGION" ]]; then lost+=("$service"); else kept+=("$service"); fi
+done
+KEPT_ENDPOINTS="$(endpoints_of "${kept[@]}")"
+log "docker kill ${lost[*]} (all of $LOST_REGION; SIGKILL)"
+lost_ids=()
+for service in "${lost[@]}"; do lost_ids+=("$(container_of "$service")"); done
+docker kill "${lost_ids[@]}" >/dev/null
+sleep 1
+for service in "${lost[@]}"; do
+  state="$(container_state "$service")"
+  [[ "$state" == exited/* ]] || fail "$service should stay down after docker kill, but is $state"
+done
+phase_done "kill $LOST_REGION (${#lost[@]} nodes)"
+first=$((KEYS_BEFORE_KILL + KEYS_DURING_OUTAGE))
+log "writing $KEYS_DURING_REGION_OUTAGE keys with $LOST_REGION down (no floor: shard $ZONE_SHARD commits inside $ZONE_HOME)"
+put_keys "$KEPT_ENDPOINTS" "$first" "$KEYS_DURING_REGION_OUTAGE" 0
+get_keys "$KEPT_ENDPOINTS" "$first" "$KEYS_DURING_REGION_OUTAGE"
+phase_done "write+read $KEYS_DURING_REGION_OUTAGE keys without $LOST_REGION"
+
+log "docker start ${lost[*]}"
+docker start "${lost_ids[@]}" >/dev/null
+wait_healthy "${lost[@]}"
+for service in "${lost[@]}"; do
+  log "waiting until the leaders report node ${NODE_OF[$service]} ($service) fully replicated"
+  wait_cluster "$ALL_ENDPOINTS" "${NODE_OF[$service]}"
+done
+phase_done "restart $LOST_REGION until caught up"
+# Leaders follow their home regions (--home-regions): after the region is back, every shard
+# homed there is led from there again (the placement loop's leader transfers).
+log "waiting until every shard with a home region is led from it"
+deadline=$((SECONDS + WAIT_S))
+previous=""
+while true; do
+  status_out="$(cli "$ALL_ENDPOINTS" cluster status --timeout-ms 5000 2>&1)" || status_out=""
+  away=""
+  while read -r shard leader replicas low high; do
+    home="$(shard_cell "$shard" HOME <<<"$status_out")"
+    home="${home% (zone)}"
+    [[ "$home" == "-" || -z "$home" ]] && continue
+    [[ "${REGION_OF[$leader]:-none}" == "$home" ]] || away+="${away:+, }shard $shard led by $leader (home $home)"
+  done < <(shard_leaders <<<"$status_out")
+  [[ -n "$status_out" && -z "$away" ]] && break
+  [[ "$away" != "$previous" ]] && log "  not yet: ${away:-no status}"
+  previous=$away
+  ((SECONDS < deadline)) || fail "leaders did not return home within ${WAIT_S} s: $away"
+  sleep 1
+done
+LAST_STATUS="$status_out"
+log "cluster status after $LOST_REGION's return:"
+indent <<<"$LAST_STATUS"
+phase_done "every leader back in its home region"
+
+# ---- 10. the whole keyspace through a restarted node -------------------------------------------
+LOST_ENDPOINT="127.0.0.1:${PORT_OF[${lost[0]}]}"
+total=$((KEYS_BEFORE_KILL + KEYS_DURING_OUTAGE + KEYS_DURING_REGION_OUTAGE))
+log "scanning the whole keyspace through ${lost[0]} ($LOST_ENDPOINT): expecting exactly the $total keys"
 expected="$(for ((i = 0; i < total; i++)); do printf '%s\t%s\n' "$(key_for "$i")" "$(value_for "$i")"; done | LC_ALL=C sort)"
-scanned="$(cli "$VICTIM_ENDPOINT" kv scan --timeout-ms "$CLI_TIMEOUT_MS" --limit 10000 2>/dev/null | LC_ALL=C sort)" \
-  || fail "scan through $VICTIM_ENDPOINT failed"
+scanned="$(cli "$LOST_ENDPOINT" kv scan --timeout-ms "$CLI_TIMEOUT_MS" --limit 10000 2>/dev/null | LC_ALL=C sort)" \
+  || fail "scan through $LOST_ENDPOINT failed"
 if [[ "$scanned" != "$expected" ]]; then
   diff <(printf '%s\n' "$expected") <(printf '%s\n' "$scanned") | head -n 20 >&2 || true
   fail "the scan does not match the $total keys written (diff above: < expected, > scanned)"
 fi
 log "  scan returned exactly the $total keys with their values"
-phase_done "reads and scan through the restarted node"
+phase_done "scan through a restarted $LOST_REGION node"
 
-# ---- 8. the wan carried the peer traffic -------------------------------------------------------
+# ---- 11. the wan carried the peer traffic ------------------------------------------------------
 log "the wan's links (control \`status\`):"
 links="$(wan_links)" || fail "the wan's control port did not answer status"
 printf -v line '  %-22s %8s %10s %9s %9s' LINK "ONE-WAY" "BYTES" ACCEPTED "CONN-FAIL"
@@ -673,10 +893,10 @@ idle=()
 while read -r name bytes one_way accepted failures; do
   printf -v line '  %-22s %5s ms %10s %9s %9s' "$name" "$one_way" "$bytes" "$accepted" "$failures"
   log "$line"
-  if [[ "$name" == peer-* || "$name" == client-* ]] && ! ((${bytes:-0} > 0)); then
+  if [[ "$name" == peer-* || -n "${CLIENT_LINKS_USED[$name]:-}" ]] && ! ((${bytes:-0} > 0)); then
     idle+=("$name")
   fi
 done <<<"$links"
 ((${#idle[@]} == 0)) || fail "no bytes crossed these wan links: ${idle[*]} (are the nodes dialling their peers through the wan?)"
-log "  every peer and client link forwarded bytes"
+log "  every peer link and the ${#CLIENT_LINKS_USED[@]} client links the us-east client used forwarded bytes"
 phase_done "wan status: bytes on every link"
