@@ -52,6 +52,33 @@ pub const REGIONS: [&str; 3] = ["us-east", "eu-west", "ap-south"];
 pub fn default_region(node_id: u64) -> &'static str {
     REGIONS[(node_id.max(1) as usize - 1) % REGIONS.len()]
 }
+/// Every shard's leader as the nodes' status answers name it: `shard -> (leader, term)`.
+///
+/// Counted only when the leader is `running` and registered with a client address in the
+/// answer naming it (clients cannot route to it otherwise). Answers may disagree while a
+/// leadership changes hands (a node that has not heard of the new term still names the old
+/// leader): the highest term wins.
+fn merged_leaders(views: &[StatusResponse], running: &[u64]) -> BTreeMap<u64, (u64, u64)> {
+    let mut leaders: BTreeMap<u64, (u64, u64)> = BTreeMap::new();
+    for status in views {
+        let registered = |id: &u64| {
+            status
+                .nodes
+                .iter()
+                .any(|n| n.node_id == *id && !n.client_addr.is_empty())
+        };
+        for s in &status.shards {
+            if running.contains(&s.leader_id) && registered(&s.leader_id) {
+                let entry = leaders.entry(s.shard_id).or_insert((s.leader_id, s.term));
+                if s.term > entry.1 {
+                    *entry = (s.leader_id, s.term);
+                }
+            }
+        }
+    }
+    leaders
+}
+
 /// Raft timings that suit loopback (the server's defaults are WAN-sized).
 pub const LOOPBACK_RAFT_ARGS: [&str; 4] = [
     "--heartbeat-interval-ms",
@@ -556,7 +583,8 @@ impl LocalCluster {
         // Each node reports leaders only for the shards it hosts (with more nodes than the
         // replication factor, no node may host them all): a shard counts as led if any node
         // names a running, registered leader for it, and the returned status (the node that
-        // answered with the most shards) takes those leaders.
+        // answered with the most shards) takes those leaders where they are newer than its own
+        // (a higher term) or its own is not running.
         let mut views: Vec<StatusResponse> = Vec::new();
         for node_id in &running {
             let Ok(address) = self.client_addr(*node_id) else {
@@ -566,26 +594,11 @@ impl LocalCluster {
                 views.push(status);
             }
         }
-        let mut leaders: BTreeMap<u64, (u64, u64)> = BTreeMap::new();
-        for status in &views {
-            // Every running node must also be registered with its client address, or clients
-            // cannot route to the shards it leads.
-            let registered = |id: &u64| {
-                status
-                    .nodes
-                    .iter()
-                    .any(|n| n.node_id == *id && !n.client_addr.is_empty())
-            };
-            for s in &status.shards {
-                if running.contains(&s.leader_id) && registered(&s.leader_id) {
-                    leaders.entry(s.shard_id).or_insert((s.leader_id, s.term));
-                }
-            }
-        }
+        let leaders = merged_leaders(&views, &running);
         let mut best = views.into_iter().max_by_key(|s| s.shards.len())?;
         for s in &mut best.shards {
             if let Some((leader, term)) = leaders.get(&s.shard_id) {
-                if !running.contains(&s.leader_id) {
+                if !running.contains(&s.leader_id) || *term > s.term {
                     (s.leader_id, s.term) = (*leader, *term);
                 }
             }
@@ -682,6 +695,44 @@ impl Drop for LocalCluster {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use meridian_client::proto::{NodeInfo, ShardInfo};
+
+    fn view(leaders: &[(u64, u64, u64)]) -> StatusResponse {
+        StatusResponse {
+            nodes: (1..=3)
+                .map(|node_id| NodeInfo {
+                    node_id,
+                    client_addr: format!("127.0.0.1:{}", 7000 + node_id),
+                    ..Default::default()
+                })
+                .collect(),
+            shards: leaders
+                .iter()
+                .map(|&(shard_id, leader_id, term)| ShardInfo {
+                    shard_id,
+                    leader_id,
+                    term,
+                    ..Default::default()
+                })
+                .collect(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn merged_leaders_take_the_highest_term() {
+        // Node A still names node 1 (term 3) for shard 5; node B has seen node 2 win term 4.
+        let stale = view(&[(5, 1, 3), (6, 3, 2)]);
+        let fresh = view(&[(5, 2, 4)]);
+        for views in [vec![stale.clone(), fresh.clone()], vec![fresh, stale]] {
+            let merged = merged_leaders(&views, &[1, 2, 3]);
+            assert_eq!(merged.get(&5), Some(&(2, 4)), "{merged:?}");
+            assert_eq!(merged.get(&6), Some(&(3, 2)), "{merged:?}");
+        }
+        // A leader that is not running does not count, whatever its term.
+        let merged = merged_leaders(&[view(&[(5, 1, 3)]), view(&[(5, 2, 4)])], &[1, 3]);
+        assert_eq!(merged.get(&5), Some(&(1, 3)));
+    }
     use std::os::unix::fs::PermissionsExt;
 
     /// Node layout: ports, labels, data dirs and the shared initial_cluster.
