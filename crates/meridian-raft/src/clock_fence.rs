@@ -39,7 +39,7 @@
 //! so a slow or congested link can delay a fence, never cause one. A measurement older than
 //! [`MAX_MEASUREMENT_AGE`] does not count (that peer is treated as in step). One failed check
 //! does nothing: it takes [`CHECKS_TO_FENCE`] in a row, [`CHECK_INTERVAL`] apart, and pings run
-//! every heartbeat interval (150 ms by default), so the checks read different samples. So a
+//! every heartbeat interval (400 ms by default), so the checks read different samples. So a
 //! node fences about 3 s after it can first measure its peers (on loopback, a node started
 //! 450 ms ahead exited 3.1 s after it was spawned: `tests/clock_offset.rs` in meridian-cli).
 //!

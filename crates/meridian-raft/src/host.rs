@@ -80,6 +80,8 @@ pub struct MultiRaft {
     pub client_addr: std::sync::OnceLock<String>,
     /// The shard map version this node pings with, and who hears of peers behind it.
     pub map_gossip: crate::map_gossip::MapGossip,
+    /// Warns when a peer's round trip leaves heartbeats no time to be answered.
+    pub rtt_watch: crate::rtt_watch::RttWatch,
 }
 
 /// Peers with a message of one kind in flight: at most one each, so a slow peer costs one
@@ -135,7 +137,6 @@ impl MultiRaft {
             ),
             engine,
             clock,
-            raft_config,
             data_dir,
             shards: RwLock::new(BTreeMap::new()),
             transport_stats: TransportStats::default(),
@@ -145,6 +146,8 @@ impl MultiRaft {
             forgotten: RwLock::new(Arc::new(Vec::new())),
             client_addr: std::sync::OnceLock::new(),
             map_gossip: Default::default(),
+            rtt_watch: crate::rtt_watch::RttWatch::new(raft_config.heartbeat_interval),
+            raft_config,
         }))
     }
 

@@ -18,6 +18,7 @@
 //! - [`host`]: the per-node shard table and the transport service routing by shard id.
 //! - [`quiesce`]: idle shards stop ticking; node-level pings notice a dead leader instead.
 //! - [`clock_fence`]: the pings' clock offsets; a node out of step with a majority stops.
+//! - [`rtt_watch`]: the pings' round trips; a warning when heartbeats cannot be answered in time.
 //!
 //! # Invariants
 //! - An entry is acknowledged to openraft as flushed only after an fsync that followed it.
@@ -52,6 +53,7 @@ pub mod network;
 pub mod quiesce;
 pub mod resolutions;
 mod retire;
+pub mod rtt_watch;
 pub mod span_check;
 pub mod state_machine;
 pub mod transport_stats;

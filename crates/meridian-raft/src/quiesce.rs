@@ -26,7 +26,8 @@
 //!        per node pair, not per shard); a parked follower whose leader's node has not been
 //!        heard from for `election_timeout_max` wakes with its lease long expired and elects.
 //!        A node whose ping a peer refuses as from a forgotten member (`meridian cluster
-//!        forget`) stops itself (`host::exit_forgotten`, exit status 79).
+//!        forget`) stops itself (`host::exit_forgotten`, exit status 79). Each answer's round
+//!        trip goes to `rtt_watch` (a warning when heartbeats cannot be answered in time).
 //! ```
 //!
 //! # Safety
@@ -326,16 +327,18 @@ impl MultiRaft {
         });
     }
 
-    fn ping_peers(&self, in_flight: &Arc<InFlight>) {
+    fn ping_peers(self: &Arc<Self>, in_flight: &Arc<InFlight>) {
         let map_version = self.map_gossip.version();
         for (peer, addr) in self.peers() {
             if !in_flight.start(peer) {
                 continue;
             }
-            let (pool, flags, me) = (self.pool.clone(), in_flight.clone(), self.node_id);
+            let (host, flags, me) = (self.clone(), in_flight.clone(), self.node_id);
             tokio::spawn(async move {
+                let pool = &host.pool;
                 match pool.ping(&addr, map_version).await {
                     Ok((offset, client_addr)) => {
+                        host.rtt_watch.note(peer, &offset);
                         pool.note_ping(peer, offset);
                         pool.note_client_addr(peer, client_addr);
                     }

@@ -722,4 +722,24 @@ mod tests {
         assert_eq!(config.enable_leader_restore, Some(false));
         assert_eq!(config.broadcast_submitted_on_append, Some(true));
     }
+
+    /// The default timings pass openraft's own checks (a node with them starts), and the
+    /// heartbeat interval, which openraft also uses as each heartbeat's timeout, leaves room
+    /// for the default WAN matrix's longest round trip (us-east to ap-south, 200 ms): at 150 ms
+    /// a leader with its only live follower that far away refused every write.
+    #[test]
+    fn default_timings_validate_and_outlast_the_longest_default_round_trip() {
+        let args = crate::config::test_args();
+        let config = raft_config(&NodeConfig::load(&args).unwrap());
+        let config = config.validate().expect("openraft accepts the defaults");
+        assert!(
+            config.heartbeat_interval > 200,
+            "heartbeat_interval {} ms",
+            config.heartbeat_interval
+        );
+        assert_eq!(
+            meridian_raft::rtt_watch::heartbeat_rtt_warning(3, 200, config.heartbeat_interval),
+            None
+        );
+    }
 }
