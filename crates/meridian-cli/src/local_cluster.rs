@@ -54,29 +54,34 @@ pub fn default_region(node_id: u64) -> &'static str {
 }
 /// Every shard's leader as the nodes' status answers name it: `shard -> (leader, term)`.
 ///
-/// Counted only when the leader is `running` and registered with a client address in the
-/// answer naming it (clients cannot route to it otherwise). Answers may disagree while a
-/// leadership changes hands (a node that has not heard of the new term still names the old
-/// leader): the highest term wins.
+/// Answers may disagree while a leadership changes hands (a node that has not heard of the
+/// new term still names the old leader): the highest term wins. The shard counts as led only
+/// when that newest leader is `running` and registered with a client address in the answer
+/// naming it (clients cannot route to it otherwise): an older answer naming a running node
+/// does not stand in for a newer leader that has died.
 fn merged_leaders(views: &[StatusResponse], running: &[u64]) -> BTreeMap<u64, (u64, u64)> {
-    let mut leaders: BTreeMap<u64, (u64, u64)> = BTreeMap::new();
+    // shard -> (term, leader, registered)
+    let mut newest: BTreeMap<u64, (u64, u64, bool)> = BTreeMap::new();
     for status in views {
-        let registered = |id: &u64| {
+        let registered = |id: u64| {
             status
                 .nodes
                 .iter()
-                .any(|n| n.node_id == *id && !n.client_addr.is_empty())
+                .any(|n| n.node_id == id && !n.client_addr.is_empty())
         };
-        for s in &status.shards {
-            if running.contains(&s.leader_id) && registered(&s.leader_id) {
-                let entry = leaders.entry(s.shard_id).or_insert((s.leader_id, s.term));
-                if s.term > entry.1 {
-                    *entry = (s.leader_id, s.term);
-                }
+        for s in status.shards.iter().filter(|s| s.leader_id != 0) {
+            let seen = (s.term, s.leader_id, registered(s.leader_id));
+            let entry = newest.entry(s.shard_id).or_insert(seen);
+            if s.term > entry.0 {
+                *entry = seen;
             }
         }
     }
-    leaders
+    newest
+        .into_iter()
+        .filter(|(_, (_, leader, registered))| *registered && running.contains(leader))
+        .map(|(shard, (term, leader, _))| (shard, (leader, term)))
+        .collect()
 }
 
 /// Raft timings that suit loopback (the server's defaults are WAN-sized).
@@ -729,9 +734,12 @@ mod tests {
             assert_eq!(merged.get(&5), Some(&(2, 4)), "{merged:?}");
             assert_eq!(merged.get(&6), Some(&(3, 2)), "{merged:?}");
         }
-        // A leader that is not running does not count, whatever its term.
+        // The newest leader is not running: the shard has no leader, though an older answer
+        // names a running node.
         let merged = merged_leaders(&[view(&[(5, 1, 3)]), view(&[(5, 2, 4)])], &[1, 3]);
-        assert_eq!(merged.get(&5), Some(&(1, 3)));
+        assert_eq!(merged.get(&5), None, "{merged:?}");
+        // No answer names a leader (0): nothing.
+        assert!(merged_leaders(&[view(&[(7, 0, 5)])], &[1, 2, 3]).is_empty());
     }
     use std::os::unix::fs::PermissionsExt;
 
