@@ -135,12 +135,19 @@ control() {
 }
 
 # 2. Three nodes, one per region, each reaching its peers through its own links. Raft timings
-#    are the server's WAN-sized defaults.
+#    are the server's WAN-sized defaults up to the scale where the longest round trip (200 ms
+#    x SCALE) nears the heartbeat interval, which openraft also uses as each heartbeat's
+#    timeout; from there, heartbeats of 1.5x that round trip and elections 3x to 6x them.
+read -r HEARTBEAT_MS ELECTION_MIN_MS < <(awk -v f="$SCALE" 'BEGIN {
+  hb = int(1.5 * 200 * f + 0.999); if (hb < 400) hb = 400
+  em = 3 * hb; if (em < 1500) em = 1500
+  print hb, em }')
 IC="1=127.0.0.1:$((BASE + 101))@us-east/a,2=127.0.0.1:$((BASE + 102))@eu-west/a,3=127.0.0.1:$((BASE + 103))@ap-south/a"
 for i in 1 2 3; do
   "$BIN/meridian" start --node-id "$i" --region "${REGIONS[i-1]}" --zone a \
     --client-addr "127.0.0.1:$((BASE + i))" --peer-addr "127.0.0.1:$((BASE + 100 + i))" \
     --data-dir "$DIR/node$i" --initial-cluster "$IC" --initial-shards "$SHARDS" \
+    --heartbeat-interval-ms "$HEARTBEAT_MS" --election-timeout-min-ms "$ELECTION_MIN_MS" \
     --peer-dial "${PEER_DIAL[$i]}" ${HOME_RULES:+--home-regions "$HOME_RULES"} >"$DIR/node$i.log" 2>&1 &
   PIDS+=($!)
   echo "  node $i (${REGIONS[i-1]}) pid $! dials peers via ${PEER_DIAL[$i]}" >&2

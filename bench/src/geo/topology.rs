@@ -90,7 +90,21 @@ pub struct GeoCluster {
 
 /// The node config file: split points giving each region two shards, and their home regions
 /// with survival goal `survive` (`region` or `zone`).
-fn config_file(survive: &str) -> String {
+/// Raft timings for the matrix at `scale`: `(heartbeat, election minimum, election maximum)`
+/// in milliseconds. openraft waits for each heartbeat's answer one heartbeat interval, so the
+/// interval stays 1.5× above the longest round trip (the server's defaults, 400 / 1,500 /
+/// 3,000, while they do), and elections 3× to 6× the interval.
+pub fn raft_timings(scale: f64) -> (u64, u64, u64) {
+    let longest = RTT_MS
+        .iter()
+        .map(|(_, _, rtt)| rtt * scale)
+        .fold(0.0, f64::max);
+    let heartbeat = ((1.5 * longest).ceil() as u64).max(400);
+    let election_min = (3 * heartbeat).max(1_500);
+    (heartbeat, election_min, 2 * election_min)
+}
+
+fn config_file(survive: &str, scale: f64) -> String {
     let mut splits = Vec::new();
     let mut homes = Vec::new();
     let mut by_key: Vec<&str> = REGIONS.to_vec();
@@ -109,8 +123,11 @@ fn config_file(survive: &str) -> String {
         let goal = if survive == "zone" { ":zone" } else { "" };
         homes.push(format!("\"{start}={region}{goal}\""));
     }
+    let (heartbeat, election_min, election_max) = raft_timings(scale);
     format!(
-        "[cluster]\nsplit_points = [{}]\nhome_regions = [{}]\n",
+        "[cluster]\nsplit_points = [{}]\nhome_regions = [{}]\n\n[raft]\n\
+         heartbeat_interval_ms = {heartbeat}\nelection_timeout_min_ms = {election_min}\n\
+         election_timeout_max_ms = {election_max}\n",
         splits.join(", "),
         homes.join(", ")
     )
@@ -153,7 +170,7 @@ impl GeoCluster {
         std::fs::create_dir_all(data_dir)
             .with_context(|| format!("creating {}", data_dir.display()))?;
         let config_path = data_dir.join("geo.toml");
-        std::fs::write(&config_path, config_file(&args.survive))
+        std::fs::write(&config_path, config_file(&args.survive, args.scale))
             .with_context(|| format!("writing {}", config_path.display()))?;
         let mut config = LocalClusterConfig::new(binary, usize::from(nodes), base_port, data_dir);
         for id in 1..=u64::from(nodes) {
@@ -375,12 +392,14 @@ mod tests {
 
     #[test]
     fn each_region_gets_two_shards_homed_there() {
-        let text = config_file("region");
+        let text = config_file("region", 1.0);
         assert_eq!(
             text,
             "[cluster]\nsplit_points = [\"ap-south/b\", \"eu-west/\", \"eu-west/b\", \
              \"us-east/\", \"us-east/b\"]\nhome_regions = [\"=ap-south\", \
-             \"eu-west/=eu-west\", \"us-east/=us-east\"]\n"
+             \"eu-west/=eu-west\", \"us-east/=us-east\"]\n\n[raft]\n\
+             heartbeat_interval_ms = 400\nelection_timeout_min_ms = 1500\n\
+             election_timeout_max_ms = 3000\n"
         );
         // Every region's keys fall in its two shards: a… below its b split, b… above it.
         for region in REGIONS {
@@ -390,8 +409,21 @@ mod tests {
     }
 
     #[test]
+    fn raft_timings_grow_with_the_scaled_round_trips() {
+        // Scale 1: the server's defaults (the longest round trip, 200 ms, is below 400 / 1.5).
+        assert_eq!(raft_timings(1.0), (400, 1_500, 3_000));
+        assert_eq!(raft_timings(0.5), (400, 1_500, 3_000));
+        // Scale 5: 1,000 ms round trips need 1,500 ms heartbeats and elections 3× that.
+        assert_eq!(raft_timings(5.0), (1_500, 4_500, 9_000));
+        for scale in [1.0, 2.0, 3.5, 10.0] {
+            let (heartbeat, min, max) = raft_timings(scale);
+            assert!(heartbeat as f64 >= 1.5 * 200.0 * scale && 3 * heartbeat <= min && min < max);
+        }
+    }
+
+    #[test]
     fn zone_survival_marks_every_home_rule() {
-        let text = config_file("zone");
+        let text = config_file("zone", 1.0);
         assert!(
             text.contains(
                 "home_regions = [\"=ap-south:zone\", \"eu-west/=eu-west:zone\", \
