@@ -22,21 +22,27 @@ use crate::network::RateLimitedLog;
 use crate::types::NodeId;
 use std::time::Duration;
 
+/// Whether heartbeats to a peer `rtt_ms` away are at risk of timing out under a heartbeat
+/// interval of `heartbeat_interval_ms`: the round trip is 80% of the interval or more.
+fn at_risk(rtt_ms: u64, heartbeat_interval_ms: u64) -> bool {
+    rtt_ms.saturating_mul(5) >= heartbeat_interval_ms.saturating_mul(4)
+}
+
 /// The warning for a peer `rtt_ms` away under a heartbeat interval of `heartbeat_interval_ms`,
-/// if heartbeats to it are at risk of timing out (the round trip is 80% of the interval or
-/// more).
+/// if heartbeats to it are at risk of timing out (see [`at_risk`]).
 pub fn heartbeat_rtt_warning(
     peer: NodeId,
     rtt_ms: u64,
     heartbeat_interval_ms: u64,
 ) -> Option<String> {
-    (rtt_ms.saturating_mul(5) >= heartbeat_interval_ms.saturating_mul(4)).then(|| {
+    at_risk(rtt_ms, heartbeat_interval_ms).then(|| {
         format!(
             "the round trip to node {peer} took {rtt_ms} ms, at least 80% of \
              raft.heartbeat_interval_ms ({heartbeat_interval_ms} ms), which is also how long a \
-             leader waits for a heartbeat's answer: heartbeats to node {peer} time out, and a \
-             shard whose quorum needs it cannot renew its leader's lease and refuses writes; \
-             raise raft.heartbeat_interval_ms above the longest round trip between replicas"
+             leader waits for a heartbeat's answer: heartbeats to node {peer} time out (or \
+             nearly do, with no room for a busy node), and a shard whose quorum needs it cannot \
+             renew its leader's lease and refuses writes; raise raft.heartbeat_interval_ms \
+             above the longest round trip between replicas"
         )
     })
 }
@@ -58,8 +64,9 @@ impl RttWatch {
     /// A ping to `peer` came back with `offset`, whose uncertainty is half its round trip.
     pub fn note(&self, peer: NodeId, offset: &ClockOffset) {
         let rtt_ms = offset.uncertainty_ms.saturating_mul(2);
-        if let Some(warning) = heartbeat_rtt_warning(peer, rtt_ms, self.heartbeat_interval_ms) {
-            if self.log.should_log() {
+        // Judged on every ping; the text is made only for the warning the limit lets through.
+        if at_risk(rtt_ms, self.heartbeat_interval_ms) && self.log.should_log() {
+            if let Some(warning) = heartbeat_rtt_warning(peer, rtt_ms, self.heartbeat_interval_ms) {
                 tracing::warn!(peer, rtt_ms, "{warning}");
             }
         }
