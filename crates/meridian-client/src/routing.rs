@@ -5,6 +5,7 @@
 //!                                                          │
 //!                        leader known and not suspect ─────┴──► that node
 //!                        otherwise ──────────────────────────► a non-suspect replica,
+//!                                                               live ones first,
 //!                                                               rotating per attempt
 //! ```
 //!
@@ -298,13 +299,17 @@ impl RoutingState {
             }
         }
         // Leader unknown or suspect: rotate over reachable replicas; any of them redirects us.
+        // Replicas the map reports live come first (a dead node's address may black-hole the
+        // connect until its timeout); the others stay in the rotation, as liveness is only the
+        // answering node's view.
+        let live = |id: &u64| self.map.nodes.get(id).is_some_and(|n| n.live);
         let healthy: Vec<u64> = shard
             .replicas
             .iter()
             .copied()
             .filter(|id| !self.is_suspect(*id, now) && address_of(*id).is_some())
             .collect();
-        let candidates: Vec<u64> = if healthy.is_empty() {
+        let mut candidates: Vec<u64> = if healthy.is_empty() {
             shard
                 .replicas
                 .iter()
@@ -317,6 +322,7 @@ impl RoutingState {
         if candidates.is_empty() {
             return None;
         }
+        candidates.sort_by_key(|id| !live(id));
         make(candidates[attempt as usize % candidates.len()])
     }
 
@@ -526,6 +532,24 @@ mod tests {
             1
         );
         assert!(state.target(99, 0, now).is_none());
+    }
+
+    /// Without a known leader, replicas the map reports live are tried before those it does not
+    /// (a killed node's address may black-hole connects until the connect timeout), but the
+    /// rotation still reaches them: the answering node's view of liveness may be wrong.
+    #[test]
+    fn leaderless_rotation_tries_live_replicas_first() {
+        let now = Instant::now();
+        let mut state = RoutingState::default();
+        let mut map = three_shards();
+        map.nodes.get_mut(&1).unwrap().live = false;
+        state.install(map);
+        let rotated: Vec<u64> = (0..3)
+            .map(|a| state.target(2, a, now).unwrap().node_id)
+            .collect();
+        assert_eq!(rotated, vec![2, 3, 1]);
+        // A known leader is still asked even if the answering node has not heard from it.
+        assert_eq!(state.target(1, 0, now).unwrap().node_id, 1);
     }
 
     /// NOT_LEADER hints update the leader unless they name the answering or a suspect node.
