@@ -9,6 +9,7 @@ use common::*;
 use meridian_cli::demo::keys_across_shards;
 use meridian_client::fetch_status;
 use meridian_client::proto::StatusResponse;
+use meridian_client::Timestamp;
 use nix::sys::signal::Signal;
 use std::time::{Duration, Instant};
 
@@ -18,6 +19,8 @@ const STATUS_TIMEOUT: Duration = Duration::from_secs(2);
 const QUIESCE_TIMEOUT: Duration = Duration::from_secs(60);
 /// Bound on every shard having a live leader again after its leader's node died.
 const FAILOVER_TIMEOUT: Duration = Duration::from_secs(60);
+/// The cluster's `max_offset_ms` (the default).
+const MAX_OFFSET_MS: u64 = 500;
 
 #[test]
 fn idle_shards_quiesce_and_elect_when_their_leader_dies() {
@@ -83,10 +86,30 @@ async fn scenario() {
     let map = client.shard_map();
     let keys = keys_across_shards(&map, SHARDS as usize);
     let key = keys[0].clone();
-    client
+    let before = fetch_status(&cluster.endpoints()[0], STATUS_TIMEOUT)
+        .await
+        .expect("status before the first write")
+        .hlc_now;
+    let written = client
         .put(key.clone(), Bytes::from_static(b"v1"))
         .await
         .expect("write to a quiesced shard");
+    // The shard's leader was elected long ago (every replica has quiesced since), so its
+    // term's `max_offset` wait is over: the first write of the term is issued at once. (It
+    // used to start that wait at the term's first issue, so this write waited the whole
+    // 500 ms and its version lay at least that far past the clock reading taken before it.)
+    let issued_after_ms = written
+        .physical_ms()
+        .saturating_sub(Timestamp(before).physical_ms());
+    eprintln!(
+        "the first write of its leader's term was issued {issued_after_ms} ms after a clock \
+         reading taken before it"
+    );
+    assert!(
+        issued_after_ms < MAX_OFFSET_MS,
+        "the first write after quiescence waited out the term's max_offset ({issued_after_ms} ms \
+         after the reading before it); the wait should have begun at the election"
+    );
     let shard = client.route(&key).expect("routable").shard_id;
     let awake_after_write = statuses(&cluster, &nodes)
         .await

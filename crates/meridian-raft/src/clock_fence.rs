@@ -3,15 +3,16 @@
 //!
 //! # Why
 //! Everything time-based in Meridian assumes that no two nodes' clocks differ by more than
-//! `max_offset`: a new leader's first writes wait that long (`issued`), snapshot reads use it as
-//! their uncertainty, the GC threshold keeps a margin of it, the causality-token wait is bounded
-//! by it. HLC admission (a peer message more than `max_offset` ahead is refused) only keeps a
-//! node's clock from being dragged forward; it does nothing about a node that is slow, nor one
-//! 490 ms ahead with `max_offset` 500 ms, whose messages are still admitted while it drifts. Past
-//! the bound those waits are too short and reads can go stale without any error. So, as
-//! CockroachDB's `RemoteClockMonitor` does, a node that finds its clock far from a majority of
-//! the others concludes the fault is its own and stops, at 80% of `max_offset`, before the bound
-//! is broken (the other 20% is margin for drift between measurements).
+//! `max_offset`: a new leader issues no write timestamp until that long after its election
+//! (`issued`), snapshot reads use it as their uncertainty, the GC threshold keeps a margin of it,
+//! the causality-token wait is bounded by it. HLC admission (a peer message more than `max_offset`
+//! ahead is refused) only keeps a node's clock from being dragged forward; it does nothing about a
+//! node that is slow, nor one 490 ms ahead with `max_offset` 500 ms, whose messages are still
+//! admitted while it drifts. Past the bound those waits are too short and reads can go stale
+//! without any error. So, as CockroachDB's `RemoteClockMonitor` does, a node that finds its clock
+//! far from a majority of the others concludes the fault is its own and stops, at 80% of
+//! `max_offset`, before the bound is broken (the other 20% is margin for drift between
+//! measurements).
 //!
 //! ```text
 //!  every heartbeat interval (quiesce.rs): ping each peer; the reply carries its physical clock

@@ -232,13 +232,20 @@ impl MultiRaft {
         )
         .await
         .map_err(|e| format!("starting raft for shard {shard}: {e}"))?;
-        spawn_role_log(shard, &raft);
+        let issued: Arc<crate::issued::Issued> = Arc::default();
+        spawn_role_watch(
+            shard,
+            &raft,
+            self.node_id,
+            self.clock.clone(),
+            issued.clone(),
+        );
         let replica = Arc::new(ShardReplica {
             shard,
             raft,
             sm,
             quiet: crate::quiesce::Quiet::new(self.node_id),
-            issued: Arc::default(),
+            issued,
             closer: Default::default(),
         });
         self.shards
@@ -287,12 +294,20 @@ impl MultiRaft {
     }
 }
 
-/// Logs every change of a replica's Raft role (term, vote, state, leader) at INFO, with its
-/// log position: leader changes are rare, and they are what a post-mortem of a lost or stale
-/// write needs first (which node led which term, with what log). Watches openraft's server
-/// metrics, which change only on vote, state, leader or membership changes — never per entry
-/// or per heartbeat — so an idle or busy shard costs nothing here.
-fn spawn_role_log(shard: ShardId, raft: &Raft) {
+/// Watches a replica's Raft role (term, vote, state, leader). Each change is logged at INFO,
+/// with its log position: leader changes are rare, and they are what a post-mortem of a lost
+/// or stale write needs first (which node led which term, with what log). When this node is
+/// seen to lead a new term, that term's `max_offset` wait begins (`Issued::begin_term`), so
+/// the term's first write does not pay it when the shard was elected long before. Watches
+/// openraft's server metrics, which change only on vote, state, leader or membership changes
+/// — never per entry or per heartbeat — so an idle or busy shard costs nothing here.
+fn spawn_role_watch(
+    shard: ShardId,
+    raft: &Raft,
+    me: NodeId,
+    clock: Arc<Clock>,
+    issued: Arc<crate::issued::Issued>,
+) {
     let mut server = raft.server_metrics();
     let all = raft.metrics();
     tokio::spawn(async move {
@@ -302,6 +317,9 @@ fn spawn_role_log(shard: ShardId, raft: &Raft) {
                 let m = server.borrow_watched();
                 (m.vote, m.state, m.current_leader)
             };
+            if state == openraft::ServerState::Leader && leader == Some(me) {
+                issued.begin_term(&clock, openraft::vote::RaftLeaderId::term(vote.leader_id()));
+            }
             let key = (vote, state, leader);
             if last.as_ref() != Some(&key) {
                 let (last_log, committed, applied) = {

@@ -15,16 +15,21 @@
 //!    `settle` checks the clock under, and `settle` first makes sure the clock is past `T`, so
 //!    every later timestamp is above `T` (the HLC never repeats or goes back).
 //! 3. **Proposals of a later leader**, whose clock may be behind `T`: a leader issues nothing
-//!    in a new term until its physical clock has passed `max_offset` beyond where it was at
-//!    its first issue in that term, and issues plain HLC
-//!    readings after that. A snapshot read is served only under a valid leader lease (the
-//!    `Kv` service checks), so it happened before the next leader was elected; and `T` was
-//!    below the old leader's HLC then (`settle` checks), which never exceeds the fastest
-//!    node's physical clock, which is at most `max_offset` ahead of the next leader's. So the
-//!    next leader's first timestamp is above `T`. The cost: a new leader's first writes wait
-//!    up to `max_offset`. (Issuing `now + max_offset` at once instead would put versions ahead
-//!    of every clock, and their merge into the HLC would push the leader's clock toward the
-//!    point where its followers reject it.)
+//!    in a new term until its physical clock has passed `max_offset` beyond where it was when
+//!    it began the term, and issues plain HLC readings after that. It begins the term when its
+//!    role watcher (`host`) first sees it lead the term ([`Issued::begin_term`]), or at the
+//!    term's first issue if that comes first; either moment is after the election. A snapshot
+//!    read is served only under a valid leader lease (the `Kv` service checks), so it
+//!    happened before the next leader was elected; and `T` was below the old leader's HLC then
+//!    (`settle` checks), which never exceeds the fastest node's physical clock, which is at
+//!    most `max_offset` ahead of the next leader's (at that moment, and so at any later one).
+//!    So the next leader's first timestamp is above `T`. The cost: writes in the first
+//!    `max_offset` after an election wait for it to end; a shard first written later pays
+//!    nothing. (Until 2026-12-04 the wait began at the term's first issue, so the first write
+//!    after every election paid the whole `max_offset`, 500 ms by default, however long ago
+//!    the election was. Issuing `now + max_offset` at once instead would put versions ahead of
+//!    every clock, and their merge into the HLC would push the leader's clock toward the point
+//!    where its followers reject it.)
 //!
 //!    The caller issues only while its metrics say it leads `term`, so the first issue of a
 //!    term comes after that term's election (a candidate of the term must not issue: it could
@@ -66,7 +71,8 @@
 //!   or failed as a whole): the `Kv` service runs the proposal in a task that owns the
 //!   [`IssueGuard`], so a caller that gives up does not untrack a live proposal.
 //! - Issued timestamps are HLC readings (strictly increasing); none is issued in a term before
-//!   the physical clock passed that term's start mark.
+//!   the physical clock passed that term's start mark, which is set once per term, never
+//!   before this node leads the term, and never for a term older than one already begun.
 //!
 //! [`Command::Fenced`]: crate::types::Command::Fenced
 
@@ -197,6 +203,28 @@ impl Issued {
             .await
     }
 
+    /// Starts `term`'s wait when this node is seen to lead it (its metrics say so), rather than
+    /// at the term's first issue: the mark only has to come after the election (see the module
+    /// docs), so a shard first written long after it was elected issues at once. Ignores a term
+    /// older than the one already begun (a late role watcher must not restart a newer term's
+    /// wait).
+    pub fn begin_term(&self, clock: &Clock, term: u64) {
+        self.begin_term_at(
+            term,
+            clock.physical_now().physical_ms(),
+            clock.max_offset().as_millis() as u64,
+        );
+    }
+
+    fn begin_term_at(&self, term: u64, physical_ms: u64, max_offset_ms: u64) {
+        let mut state = self.lock();
+        if term > state.term {
+            state.term = term;
+            // +1: `physical_ms` is truncated to whole milliseconds.
+            state.not_before_ms = physical_ms + max_offset_ms + 1;
+        }
+    }
+
     /// [`Issued::issue`] for a proposal of `kind`.
     pub async fn issue_for(
         self: &Arc<Self>,
@@ -209,6 +237,7 @@ impl Issued {
                 let mut state = self.lock();
                 let physical_ms = clock.physical_now().physical_ms();
                 if term != state.term {
+                    // Not begun (no role watcher saw it yet, or a stale term): begin it now.
                     state.term = term;
                     // +1: `physical_ms` is truncated to whole milliseconds.
                     state.not_before_ms = physical_ms + clock.max_offset().as_millis() as u64 + 1;
@@ -333,6 +362,32 @@ mod tests {
         let d = issued.issue(&clock, 2).await;
         assert!(Timestamp(d.ts).physical_ms() >= Timestamp(c.ts).physical_ms() + 500);
         assert_eq!(issued.oldest(), Some(a.ts));
+    }
+
+    /// A term begun when the node was elected waits `max_offset` from then, not from its first
+    /// issue: a shard first written long after its election issues at once (before, the first
+    /// write after every election paid the whole `max_offset`).
+    #[tokio::test]
+    async fn a_term_begun_at_election_waits_from_then() {
+        let (clock, issued) = (clock(), Arc::new(Issued::default()));
+        let now = clock.physical_now().physical_ms();
+        // Elected a second ago.
+        issued.begin_term_at(3, now - 1_000, 500);
+        let a = issued.issue(&clock, 3).await;
+        assert!(
+            Timestamp(a.ts).physical_ms() < now + 500,
+            "issued {} ms after the call; the term's wait was over",
+            Timestamp(a.ts).physical_ms() - now
+        );
+        // Elected just now: the wait still holds (the safety argument).
+        issued.begin_term(&clock, 4);
+        let b = issued.issue(&clock, 4).await;
+        assert!(Timestamp(b.ts).physical_ms() > now + 500);
+        // A stale role watcher naming an older term changes nothing: term 4 keeps its mark, and
+        // term 3 is not begun again.
+        issued.begin_term_at(3, now + 10_000, 500);
+        let c = issued.issue(&clock, 4).await;
+        assert!(Timestamp(c.ts).physical_ms() < now + 10_000);
     }
 
     #[tokio::test]

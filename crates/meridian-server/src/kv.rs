@@ -5,10 +5,10 @@
 //! the shard's Raft with a timestamp issued by the shard's tracker (`meridian_raft::issued`:
 //! this node's HLC, fenced to the leader's term) and the request's `WriteId` (see
 //! `kv_propose`); the reply carries the commit timestamp the state machine applied (for a
-//! retry of an applied write, the first application's). A leader's first writes of a term wait
-//! up to `max_offset` for their timestamp. A node that is not the leader answers `NOT_LEADER`
-//! with a hint; a key outside every local shard answers `WRONG_SHARD`. Both mean "not
-//! proposed".
+//! retry of an applied write, the first application's). Writes in the first `max_offset` after
+//! a leader's election wait for it to end for their timestamp. A node that is not the leader
+//! answers `NOT_LEADER` with a hint; a key outside every local shard answers `WRONG_SHARD`.
+//! Both mean "not proposed".
 //!
 //! Once a proposal may have reached the log, a failure is `AMBIGUOUS`, never `NOT_LEADER`:
 //! openraft's `LogEntryDiscarded` (the entry was dropped on a leader change, but may commit

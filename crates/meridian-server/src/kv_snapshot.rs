@@ -22,8 +22,7 @@
 //!    `read_ts`.
 //! 4. The lease must still be held (else one more ReadIndex round): no other leader was
 //!    elected before step 3 finished, and the next one issues above `read_ts` (it issues
-//!    nothing until `max_offset` after its first write of the term, see
-//!    `meridian_raft::issued`).
+//!    nothing until `max_offset` after it began the term, see `meridian_raft::issued`).
 //!
 //! # Uncertainty
 //! `read_ts` came from one node's clock; a write acknowledged before the transaction began
@@ -74,7 +73,8 @@
 //!
 //! # Not done yet
 //! - Snapshot scans go forward only (`reverse` with a snapshot is `INVALID_ARGUMENT`).
-//! - A leader's first writes of a term wait up to `max_offset` (see `meridian_raft::issued`).
+//! - Writes in the first `max_offset` of a leader's term wait for it to end (see
+//!   `meridian_raft::issued`).
 
 use crate::error::{invalid, Result, ServerError};
 use crate::kv::{get_response, KvService};
