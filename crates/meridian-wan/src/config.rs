@@ -3,7 +3,8 @@
 //! ```toml
 //! listen_host = "127.0.0.1"      # where the proxy listens (default 127.0.0.1)
 //! peer_base_port = 24000         # node i → node j links, one port per ordered pair
-//! client_base_port = 24100       # optional: client links, one port per (region, node)
+//! client_base_port = 24100       # optional: client links, one port per (region, node), in
+//!                                # the listed regions' order, then node id
 //! client_regions = ["us-east"]   # regions clients sit in (needs client_base_port)
 //! jitter_ms = 0                  # added uniformly in [0, jitter_ms] to every link
 //!

@@ -12,8 +12,9 @@
 //! one-way delay (the matrix is symmetric). Node `i`'s dial map says which address to dial for
 //! each peer `j`. Client links do the same for a client in region `R` reaching node `j`.
 //!
-//! Ports are assigned in a stable order (sorted node ids, then sorted peers), so a launcher that
-//! runs the planner twice with the same input gets the same addresses.
+//! Ports are assigned in a stable order (peer links: sorted node ids, then sorted peers; client
+//! links: the client regions as listed, then sorted node ids), so a launcher that runs the
+//! planner twice with the same input gets the same addresses.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::{IpAddr, SocketAddr};
@@ -167,7 +168,9 @@ pub fn plan_peer_links(
     Ok(plan)
 }
 
-/// Plans one link per (client region, node), listening on `listen_ip` from `base_port` upwards.
+/// Plans one link per (client region, node), listening on `listen_ip` from `base_port` upwards:
+/// the regions in the order listed, each one's nodes by id (so a region added at the end of the
+/// list leaves every existing link's port as it was).
 pub fn plan_client_links(
     matrix: &LatencyMatrix,
     client_regions: &[String],
@@ -182,7 +185,7 @@ pub fn plan_client_links(
     }
     let mut ports = PortAllocator::new(base_port);
     let mut plan = ClientPlan::default();
-    for region in regions {
+    for region in client_regions {
         let dial_map = plan.dial_maps.entry(region.clone()).or_default();
         for to in &nodes {
             let listen = SocketAddr::new(listen_ip, ports.next_port()?);
@@ -340,13 +343,31 @@ mod tests {
         );
     }
 
-    /// Client links: one per (region, node), delay of (client region, node region).
+    /// Client links: one per (region, node), delay of (client region, node region), ports in
+    /// the order the regions are listed (then node id), so adding a region at the end of the
+    /// list keeps every existing link's port.
     #[test]
     fn client_plan_covers_every_region_and_node() {
         let matrix = LatencyMatrix::default();
         let regions = vec!["us-east".to_string(), "ap-south".to_string()];
         let plan = plan_client_links(&matrix, &regions, &three_nodes(), LOOPBACK, 24500).unwrap();
         assert_eq!(plan.links.len(), 6);
+        let ports: Vec<(&str, u16)> = plan
+            .links
+            .iter()
+            .map(|l| (l.name.as_str(), l.listen.port()))
+            .collect();
+        assert_eq!(
+            ports,
+            [
+                ("client-us-east-to-1", 24500),
+                ("client-us-east-to-2", 24501),
+                ("client-us-east-to-3", 24502),
+                ("client-ap-south-to-1", 24503),
+                ("client-ap-south-to-2", 24504),
+                ("client-ap-south-to-3", 24505),
+            ]
+        );
         let us_to_node_1 = plan.dial_maps["us-east"][&1];
         let link = plan
             .links
