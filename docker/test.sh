@@ -11,9 +11,9 @@
 #   4. write 100 keys spread over every shard and read them back; no write may commit faster
 #      than the smallest quorum round trip its shard's replicas allow through the wan (80 ms:
 #      one replica per region): the WAN is in the path
-#   5. as a client in us-east (through the wan's client links): rewrite and read one key per
-#      shard, each no faster than its emulated floor (client→leader RTT, + the leader's
-#      quorum RTT for a put)
+#   5. as a client in each region in turn (through the wan's client links for that region):
+#      rewrite and read one key per shard, each no faster than its emulated floor
+#      (client→leader RTT, + the leader's quorum RTT for a put); a table per region
 #   6. `docker kill` (SIGKILL) the eu-west node that leads the most shards (its shards keep
 #      a quorum only across us-east and ap-south, 200 ms apart); write 50 more keys, which
 #      the others must accept, and read them back
@@ -28,8 +28,8 @@
 #      keeps a quorum in us-east and eu-west) and read them back; `docker start` them, wait
 #      until they have caught up and every shard is led from its home region again
 #  10. scan the whole keyspace through ap-south-1: exactly the 180 keys and values
-#  11. read the wan's `status`: every peer link, and the client links the us-east client
-#      used, must have forwarded bytes
+#  11. read the wan's `status`: every peer link, and the client links the clients used, must
+#      have forwarded bytes
 #  12. `docker-compose down -v` — always, from an EXIT trap, also after a failure (which first
 #      prints the containers' state, health-check output and logs)
 #
@@ -40,7 +40,8 @@
 # 21000-23999, nor with a demo cluster from compose.yaml's defaults on 7001-7009/10.77.0.0/24):
 #   MERIDIAN_CI_PROJECT        compose project name (meridian-ci)
 #   MERIDIAN_CI_PORT_BASE      node N's published client port is BASE+N, the wan's control
-#                              port BASE+299 and its us-east client links BASE+301..309 (27000)
+#                              port BASE+299 and its client links BASE+301..327: us-east,
+#                              eu-west, ap-south, nine each (27000)
 #   MERIDIAN_CI_SUBNET_PREFIX  the nodes' /24 (10.77.201)
 #   MERIDIAN_CI_KILL           service to kill in step 6 (default: the eu-west node leading
 #                              the most shards)
@@ -122,16 +123,27 @@ for id in "${NODE_IDS[@]}"; do
   PORT_OF[$service]=$((PORT_BASE + id))
   ADDR_OF[$service]="$MERIDIAN_SUBNET_PREFIX.$((region_index + 1))$nth:7001"
   export "MERIDIAN_PORT_$id=$((PORT_BASE + id))"
-  export "MERIDIAN_PORT_WAN_US_EAST_TO_$id=$((PORT_BASE + 300 + id))"
+done
+# Client links, as docker/wan.toml plans them: nine per region, in REGIONS order.
+declare -A WAN_PORT=()
+for region_index in "${!REGIONS[@]}"; do
+  region="${REGIONS[$region_index]}"
+  for id in "${NODE_IDS[@]}"; do
+    WAN_PORT[$region,$id]=$((PORT_BASE + 300 + 9 * region_index + id))
+    upper="${region^^}"
+    export "MERIDIAN_PORT_WAN_${upper//-/_}_TO_$id=${WAN_PORT[$region,$id]}"
+  done
 done
 # The wan container (no health check: there is no probe in the image; see wait_wan).
 WAN_SERVICE=wan
-# A client in us-east reaches node N through the wan's published link client-us-east-to-N:
-# seeds and leader addresses are the nodes' advertised client addresses, mapped by --dial.
-US_EAST_ENDPOINTS="${ADDR_OF[us-east-1]}"
-US_EAST_DIAL=""
-for id in "${NODE_IDS[@]}"; do
-  US_EAST_DIAL+="${US_EAST_DIAL:+,}${ADDR_OF[${SERVICE_OF[$id]}]}=127.0.0.1:$((PORT_BASE + 300 + id))"
+# A client in region R reaches node N through the wan's published link client-R-to-N: its seed
+# is R's first node, and seeds and leader addresses are the nodes' advertised client addresses,
+# mapped by --dial.
+declare -A DIAL_IN=()
+for region in "${REGIONS[@]}"; do
+  for id in "${NODE_IDS[@]}"; do
+    DIAL_IN[$region]+="${DIAL_IN[$region]:+,}${ADDR_OF[${SERVICE_OF[$id]}]}=127.0.0.1:${WAN_PORT[$region,$id]}"
+  done
 done
 if [[ -n "${MERIDIAN_CI_KILL:-}" && -z "${NODE_OF[$MERIDIAN_CI_KILL]:-}" ]]; then
   echo "error: MERIDIAN_CI_KILL=$MERIDIAN_CI_KILL is not one of: ${SERVICES[*]}" >&2
@@ -240,11 +252,13 @@ cli() {
   env -u MERIDIAN_DIAL MERIDIAN_ENDPOINTS="$endpoints" "$MERIDIAN" "$@"
 }
 
-# cli_us_east ARGS...: the host's CLI as a client in us-east: every node is dialled through
-# the wan's client-us-east-to-N link (1, 40 and 100 ms each way to the nodes of us-east
-# (1, 4, 7), eu-west (2, 5, 8) and ap-south (3, 6, 9)).
-cli_us_east() {
-  MERIDIAN_ENDPOINTS="$US_EAST_ENDPOINTS" MERIDIAN_DIAL="$US_EAST_DIAL" "$MERIDIAN" "$@"
+# cli_in REGION ARGS...: the host's CLI as a client in REGION: every node is dialled through
+# the wan's client-REGION-to-N link (1 ms each way to the nodes of its own region, 40, 65 or
+# 100 ms to the others: us-east is nodes 1, 4, 7, eu-west 2, 5, 8, ap-south 3, 6, 9).
+cli_in() {
+  local region="$1"
+  shift
+  MERIDIAN_ENDPOINTS="${ADDR_OF[$region-1]}" MERIDIAN_DIAL="${DIAL_IN[$region]}" "$MERIDIAN" "$@"
 }
 
 # wan_control COMMAND: one command on the wan's control port; prints the answer line.
@@ -649,19 +663,13 @@ log "reading them back"
 get_keys "$ALL_ENDPOINTS" 0 "$KEYS_BEFORE_KILL"
 phase_done "read $KEYS_BEFORE_KILL keys (one CLI process each)"
 
-# ---- 5. a client in us-east, through the wan ----------------------------------------------------
+# ---- 5. a client in each region, through the wan ------------------------------------------------
 # One key per data shard (the first of the 100 in its range): rewrite it with the same value
-# (the scan below still expects exactly the values written) and read it, dialling every node
-# through the wan's client-us-east-to-N links. Floors: a get pays the client→leader round
-# trip; a put pays that plus the leader's quorum round trip.
+# (the scan below still expects exactly the values written) and read it, as a client in each
+# region in turn, dialling every node through the wan's client-REGION-to-N links. Floors: a get
+# pays the client→leader round trip; a put pays that plus the leader's quorum round trip.
 # (wait_cluster: every shard has a leader; it leaves the status in LAST_STATUS.)
 wait_cluster "$ALL_ENDPOINTS"
-log "as a client in us-east (--dial ${US_EAST_DIAL}): one key per shard"
-printf -v line '  %-5s %-6s %-22s %8s %9s %8s %9s' SHARD LEADER KEY "PUT ms" "floor" "GET ms" "floor"
-log "$line"
-checked=0
-# Client links the us-east client used (the seed's and every leader's): step 11 checks them.
-declare -A CLIENT_LINKS_USED=([client-us-east-to-${NODE_OF[us-east-1]}]=1)
 # "SHARD LEADER REPLICAS INDEX": the first of the keys 0..KEYS_BEFORE_KILL-1 inside each
 # shard's range (byte-wise comparison, as the shard boundaries are).
 picks="$(LC_ALL=C awk '
@@ -676,40 +684,53 @@ picks="$(LC_ALL=C awk '
   <(for ((i = 0; i < KEYS_BEFORE_KILL; i++)); do printf '%d %s\n' "$i" "$(key_for "$i")"; done))"
 ZONE_KEY_INDEX=""
 while read -r shard leader replicas index; do
-  [[ "$leader" =~ ^[0-9]+$ ]] || fail "shard $shard has no leader"
-  [[ "$shard" == "$ZONE_SHARD" ]] && ZONE_KEY_INDEX=$index
-  key="$(key_for "$index")"
-  client_rtt="$(rtt_of "client-us-east-to-$leader")" || fail "the wan has no link client-us-east-to-$leader"
-  CLIENT_LINKS_USED[client-us-east-to-$leader]=1
-  quorum="$(quorum_rtt "$leader" "$replicas")"
-  put_floor=$((client_rtt + quorum))
-  get_floor=$client_rtt
-  started="$(now_ms)"
-  out="$(cli_us_east kv put --timeout-ms "$CLI_TIMEOUT_MS" "$key" "$(value_for "$index")" 2>&1 </dev/null)" \
-    || fail "put $key through the wan failed: $out"
-  put_ms=$(($(now_ms) - started))
-  started="$(now_ms)"
-  got="$(cli_us_east kv get --timeout-ms "$CLI_TIMEOUT_MS" "$key" 2>&1 </dev/null)" || fail "get $key through the wan failed: $got"
-  get_ms=$(($(now_ms) - started))
-  [[ "$got" == "$(value_for "$index")" ]] || fail "get $key through the wan returned \"$got\""
-  printf -v line '  %-5s %-6s %-22s %8d %9s %8d %9s' "$shard" "$leader" "$key" "$put_ms" ">= $put_floor" "$get_ms" ">= $get_floor"
-  log "$line"
-  # The floors hold for the leader the status named; if another led meanwhile (an election,
-  # or the leader-follow loop), they say nothing, so the shard is not judged.
-  status_now="$(cli "$ALL_ENDPOINTS" cluster status --timeout-ms 5000 2>&1)" || status_now=""
-  now_leader="$(shard_leaders <<<"$status_now" | awk -v s="$shard" '$1 == s { print $2 }')"
-  if [[ "$now_leader" != "$leader" ]]; then
-    log "  shard $shard: node ${now_leader:-none} leads now, not $leader: its floors are not checked"
-    continue
-  fi
-  ((put_ms >= put_floor)) || fail "put $key (shard $shard, leader $leader) took $put_ms ms, below its floor of $put_floor ms through the wan"
-  ((get_ms >= get_floor)) || fail "get $key (shard $shard, leader $leader) took $get_ms ms, below its floor of $get_floor ms through the wan"
-  checked=$((checked + 1))
+  if [[ "$shard" == "$ZONE_SHARD" ]]; then ZONE_KEY_INDEX=$index; fi
 done <<<"$picks"
-((checked > 0)) || fail "no data shard holds any of the $KEYS_BEFORE_KILL keys (status parsing?)"
 [[ -n "$ZONE_KEY_INDEX" ]] || fail "none of the $KEYS_BEFORE_KILL keys is in shard $ZONE_SHARD"
-log "  $checked shards: every put and get through the wan at or above its floor"
-phase_done "us-east client through the wan ($checked shards)"
+# Client links the clients used (each seed's and every leader's): step 11 checks them.
+declare -A CLIENT_LINKS_USED=()
+for client_region in "${REGIONS[@]}"; do
+  log "as a client in $client_region (--dial ${DIAL_IN[$client_region]}): one key per shard"
+  CLIENT_LINKS_USED[client-$client_region-to-${NODE_OF[$client_region-1]}]=1
+  printf -v line '  %-5s %-16s %-22s %8s %9s %8s %9s' SHARD LEADER KEY "PUT ms" "floor" "GET ms" "floor"
+  log "$line"
+  checked=0
+  while read -r shard leader replicas index; do
+    [[ "$leader" =~ ^[0-9]+$ ]] || fail "shard $shard has no leader"
+    key="$(key_for "$index")"
+    link="client-$client_region-to-$leader"
+    client_rtt="$(rtt_of "$link")" || fail "the wan has no link $link"
+    CLIENT_LINKS_USED[$link]=1
+    quorum="$(quorum_rtt "$leader" "$replicas")"
+    put_floor=$((client_rtt + quorum))
+    get_floor=$client_rtt
+    started="$(now_ms)"
+    out="$(cli_in "$client_region" kv put --timeout-ms "$CLI_TIMEOUT_MS" "$key" "$(value_for "$index")" 2>&1 </dev/null)" \
+      || fail "put $key through the wan from $client_region failed: $out"
+    put_ms=$(($(now_ms) - started))
+    started="$(now_ms)"
+    got="$(cli_in "$client_region" kv get --timeout-ms "$CLI_TIMEOUT_MS" "$key" 2>&1 </dev/null)" \
+      || fail "get $key through the wan from $client_region failed: $got"
+    get_ms=$(($(now_ms) - started))
+    [[ "$got" == "$(value_for "$index")" ]] || fail "get $key through the wan from $client_region returned \"$got\""
+    printf -v line '  %-5s %-16s %-22s %8d %9s %8d %9s' "$shard" "$leader ${REGION_OF[$leader]}" "$key" "$put_ms" ">= $put_floor" "$get_ms" ">= $get_floor"
+    log "$line"
+    # The floors hold for the leader the status named; if another led meanwhile (an election,
+    # or the leader-follow loop), they say nothing, so the shard is not judged.
+    status_now="$(cli "$ALL_ENDPOINTS" cluster status --timeout-ms 5000 2>&1)" || status_now=""
+    now_leader="$(shard_leaders <<<"$status_now" | awk -v s="$shard" '$1 == s { print $2 }')"
+    if [[ "$now_leader" != "$leader" ]]; then
+      log "  shard $shard: node ${now_leader:-none} leads now, not $leader: its floors are not checked"
+      continue
+    fi
+    ((put_ms >= put_floor)) || fail "put $key from $client_region (shard $shard, leader $leader) took $put_ms ms, below its floor of $put_floor ms through the wan"
+    ((get_ms >= get_floor)) || fail "get $key from $client_region (shard $shard, leader $leader) took $get_ms ms, below its floor of $get_floor ms through the wan"
+    checked=$((checked + 1))
+  done <<<"$picks"
+  ((checked > 0)) || fail "no data shard holds any of the $KEYS_BEFORE_KILL keys (status parsing?)"
+  log "  $checked shards: every put and get from $client_region at or above its floor"
+done
+phase_done "a client in each region through the wan (${#REGIONS[@]} x $(wc -l <<<"$picks") shards)"
 
 # ---- 6. kill a node, write with the others -----------------------------------------------------
 victim="${MERIDIAN_CI_KILL:-}"
@@ -821,7 +842,7 @@ log "as a client in us-east: $ZONE_WRITES writes of $zone_key (shard $ZONE_SHARD
 took_all=()
 for ((n = 0; n < ZONE_WRITES; n++)); do
   started="$(now_ms)"
-  out="$(cli_us_east kv put --timeout-ms "$CLI_TIMEOUT_MS" "$zone_key" "$(value_for "$ZONE_KEY_INDEX")" 2>&1 </dev/null)" \
+  out="$(cli_in us-east kv put --timeout-ms "$CLI_TIMEOUT_MS" "$zone_key" "$(value_for "$ZONE_KEY_INDEX")" 2>&1 </dev/null)" \
     || fail "put $zone_key through the wan failed: $out"
   took_all+=("$(($(now_ms) - started))")
 done
@@ -831,7 +852,7 @@ median="$(awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }' <<<"$sorted")"
 log "  writes: fastest $fastest ms, median $median ms, slowest $(tail -n1 <<<"$sorted") ms (the smallest cross-region round trip is $MIN_CROSS_REGION_RTT ms)"
 ((fastest < MIN_CROSS_REGION_RTT)) \
   || fail "no write to the zone-survival shard beat the smallest cross-region round trip ($MIN_CROSS_REGION_RTT ms): its commits still cross a region"
-got="$(cli_us_east kv get --timeout-ms "$CLI_TIMEOUT_MS" "$zone_key" 2>&1 </dev/null)" || fail "get $zone_key failed: $got"
+got="$(cli_in us-east kv get --timeout-ms "$CLI_TIMEOUT_MS" "$zone_key" 2>&1 </dev/null)" || fail "get $zone_key failed: $got"
 [[ "$got" == "$(value_for "$ZONE_KEY_INDEX")" ]] || fail "get $zone_key returned \"$got\""
 phase_done "$ZONE_WRITES writes to the zone-survival shard"
 
@@ -923,5 +944,5 @@ while read -r name bytes one_way accepted failures; do
   fi
 done <<<"$links"
 ((${#idle[@]} == 0)) || fail "no bytes crossed these wan links: ${idle[*]} (are the nodes dialling their peers through the wan?)"
-log "  every peer link and the ${#CLIENT_LINKS_USED[@]} client links the us-east client used forwarded bytes"
+log "  every peer link and the ${#CLIENT_LINKS_USED[@]} client links the clients used forwarded bytes"
 phase_done "wan status: bytes on every link"
