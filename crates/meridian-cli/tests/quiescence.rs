@@ -8,7 +8,8 @@ use bytes::Bytes;
 use common::*;
 use meridian_cli::demo::keys_across_shards;
 use meridian_client::fetch_status;
-use meridian_client::proto::StatusResponse;
+use meridian_client::proto::kv_client::KvClient;
+use meridian_client::proto::{PutRequest, StatusResponse};
 use meridian_client::Timestamp;
 use nix::sys::signal::Signal;
 use std::time::{Duration, Instant};
@@ -137,6 +138,42 @@ async fn scenario() {
     );
     let took = wait_all_quiesced(&cluster, &nodes).await;
     eprintln!("shard {shard} quiesced again {took:?} after the read");
+
+    // One Put RPC, no retries, straight to the leader of another quiesced shard: it succeeds.
+    // (A parked leader's quorum lease has lapsed and openraft refuses writes until a quorum
+    // round renews it; the leader used to answer NOT_LEADER with no hint and leave the retry,
+    // and its backoff, to the client.)
+    let other = keys
+        .iter()
+        .find(|k| client.route(k).is_some_and(|r| r.shard_id != shard))
+        .expect("a key of another shard")
+        .clone();
+    let other_shard = client.route(&other).expect("routable").shard_id;
+    let other_leader = statuses(&cluster, &nodes)
+        .await
+        .iter()
+        .flat_map(|s| s.shards.iter())
+        .find(|sh| sh.shard_id == other_shard && sh.leader_id != 0)
+        .map(|sh| sh.leader_id)
+        .expect("the other shard has a leader");
+    let address = cluster.client_addr(other_leader).expect("leader address");
+    let mut kv = KvClient::connect(format!("http://{address}"))
+        .await
+        .expect("connect to the leader");
+    let put_at = Instant::now();
+    kv.put(PutRequest {
+        key: other.clone(),
+        value: Bytes::from_static(b"v2"),
+        ..Default::default()
+    })
+    .await
+    .unwrap_or_else(|e| {
+        panic!("one Put to shard {other_shard}'s parked leader (node {other_leader}) failed: {e}")
+    });
+    eprintln!(
+        "one Put to quiesced shard {other_shard}'s leader took {:?}",
+        put_at.elapsed()
+    );
 
     // 3. SIGKILL the node leading the most (quiesced) shards; with no client traffic, the
     //    survivors must notice through pings and elect leaders for all of them.

@@ -12,6 +12,7 @@ use meridian_raft::issued::{Footprint, IssueKind};
 use meridian_raft::{Command, CommandResult, ShardReplica};
 use meridian_types::{ShardId, Timestamp};
 use openraft::type_config::async_runtime::WatchReceiver;
+use openraft::ReadPolicy;
 
 impl KvService {
     /// Proposes `cmd` and returns its commit timestamp.
@@ -42,11 +43,33 @@ impl KvService {
         use openraft::errors::{ClientWriteError, RaftError};
         // Timestamps are issued only by a node that knows it leads (see `issued`: a candidate
         // must not issue before it was elected).
-        let (term, leader) = {
+        let (mut term, mut leader, several_voters) = {
             let metrics = replica.raft.metrics();
             let metrics = metrics.borrow_watched();
-            (metrics.current_term, metrics.current_leader)
+            let voters = metrics.membership_config.membership().voter_ids().nth(1);
+            (
+                metrics.current_term,
+                metrics.current_leader,
+                voters.is_some(),
+            )
         };
+        if leader == Some(self.node.config.node_id)
+            && several_voters
+            && !self.lease_has_margin(replica)
+        {
+            // openraft refuses a write while the leader's quorum lease has lapsed (a quiesced
+            // shard's parked leader, or one not yet confirmed since its election) until a
+            // quorum round renews it. Renew it here, one round trip, instead of answering
+            // NOT_LEADER with no hint and leaving the retry and its backoff to the client. A
+            // failure says nothing yet: the leadership check below and openraft decide.
+            let _ = replica
+                .raft
+                .ensure_linearizable(ReadPolicy::ReadIndex)
+                .await;
+            let metrics = replica.raft.metrics();
+            let metrics = metrics.borrow_watched();
+            (term, leader) = (metrics.current_term, metrics.current_leader);
+        }
         if leader != Some(self.node.config.node_id) {
             return Err(self.node.not_leader(shard, leader).await);
         }
