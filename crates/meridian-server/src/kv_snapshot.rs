@@ -22,7 +22,11 @@
 //!    `read_ts`.
 //! 4. The lease must still be held (else one more ReadIndex round): no other leader was
 //!    elected before step 3 finished, and the next one issues above `read_ts` (it issues
-//!    nothing until `max_offset` after it began the term, see `meridian_raft::issued`).
+//!    nothing until `max_offset` after it began the term, see `meridian_raft::issued`). Held
+//!    means both: the last quorum acknowledgement is young enough (`lease_has_margin`, with
+//!    its drift margin), and openraft's core grants a lease read now, which it refuses while a
+//!    leader transfer is under way (the target may be elected while the followers' leases
+//!    still run, so the acknowledgement's age alone does not show that no one else leads).
 //!
 //! # Uncertainty
 //! `read_ts` came from one node's clock; a write acknowledged before the transaction began
@@ -86,6 +90,7 @@ use meridian_storage::uncertainty;
 use meridian_types::limits::{MAX_OBSERVED_NODES, SNAPSHOT_SETTLE_TIMEOUT_MS};
 use meridian_types::{ShardId, Timestamp};
 use openraft::type_config::async_runtime::WatchReceiver;
+use openraft::ReadPolicy;
 use std::time::{Duration, Instant};
 
 /// A snapshot read made ready on one shard.
@@ -210,7 +215,13 @@ impl KvService {
                 )))
             }
         }
-        if !self.lease_has_margin(replica) {
+        let lease_held = self.lease_has_margin(replica)
+            && replica
+                .raft
+                .get_read_log_id(ReadPolicy::LeaseRead)
+                .await
+                .is_ok();
+        if !lease_held {
             let read_index = ReadConsistency::LinearizableReadIndex as i32;
             self.linearize(shard, replica, read_index).await?;
         }
