@@ -298,32 +298,30 @@ impl RoutingState {
                 }
             }
         }
-        // Leader unknown or suspect: rotate over reachable replicas; any of them redirects us.
-        // Replicas the map reports live come first (a dead node's address may black-hole the
-        // connect until its timeout); the others stay in the rotation, as liveness is only the
-        // answering node's view.
+        // Leader unknown or suspect: rotate over replicas with an address; any of them
+        // redirects us. Replicas the map reports live come first (a dead node's address may
+        // black-hole the connect until its timeout); the others stay in the rotation, as
+        // liveness is only the answering node's view. From the attempt's place in that order,
+        // the first non-suspect replica is taken (wrapping), so a suspect's turn goes to the
+        // next replica in order rather than shifting everyone else's; if all are suspect, the
+        // one at the attempt's place.
         let live = |id: &u64| self.map.nodes.get(id).is_some_and(|n| n.live);
-        let healthy: Vec<u64> = shard
+        let mut candidates: Vec<u64> = shard
             .replicas
             .iter()
             .copied()
-            .filter(|id| !self.is_suspect(*id, now) && address_of(*id).is_some())
+            .filter(|id| address_of(*id).is_some())
             .collect();
-        let mut candidates: Vec<u64> = if healthy.is_empty() {
-            shard
-                .replicas
-                .iter()
-                .copied()
-                .filter(|id| address_of(*id).is_some())
-                .collect()
-        } else {
-            healthy
-        };
         if candidates.is_empty() {
             return None;
         }
         candidates.sort_by_key(|id| !live(id));
-        make(candidates[attempt as usize % candidates.len()])
+        let start = attempt as usize % candidates.len();
+        let chosen = (0..candidates.len())
+            .map(|step| candidates[(start + step) % candidates.len()])
+            .find(|id| !self.is_suspect(*id, now))
+            .unwrap_or(candidates[start]);
+        make(chosen)
     }
 
     /// Records a `NOT_LEADER` answer from `from_node`. Returns whether the hint is worth an
@@ -548,6 +546,11 @@ mod tests {
             .map(|a| state.target(2, a, now).unwrap().node_id)
             .collect();
         assert_eq!(rotated, vec![2, 3, 1]);
+        // Node 2 (live) times out and is suspect: attempt 1 goes to live node 3, not dead 1.
+        state.note_node_failure(2, now);
+        assert_eq!(state.target(2, 0, now).unwrap().node_id, 3);
+        assert_eq!(state.target(2, 1, now).unwrap().node_id, 3);
+        assert_eq!(state.target(2, 2, now).unwrap().node_id, 1);
         // A known leader is still asked even if the answering node has not heard from it.
         assert_eq!(state.target(1, 0, now).unwrap().node_id, 1);
     }
