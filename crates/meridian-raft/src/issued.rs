@@ -71,8 +71,10 @@
 //!   or failed as a whole): the `Kv` service runs the proposal in a task that owns the
 //!   [`IssueGuard`], so a caller that gives up does not untrack a live proposal.
 //! - Issued timestamps are HLC readings (strictly increasing); none is issued in a term before
-//!   the physical clock passed that term's start mark, which is set once per term, never
-//!   before this node leads the term, and never for a term older than one already begun.
+//!   the physical clock passed that term's start mark. The mark is never set before this node
+//!   leads the term; `begin_term` ignores a term older than the one begun, and an issue whose
+//!   caller names another term than the one begun (stale metrics) sets a new mark, which only
+//!   ever moves the wait later (such an issue is fenced at apply anyway).
 //!
 //! [`Command::Fenced`]: crate::types::Command::Fenced
 
