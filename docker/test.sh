@@ -669,27 +669,34 @@ phase_done "read $KEYS_BEFORE_KILL keys (one CLI process each)"
 # region in turn, dialling every node through the wan's client-REGION-to-N links. Floors: a get
 # pays the client→leader round trip; a put pays that plus the leader's quorum round trip.
 # (wait_cluster: every shard has a leader; it leaves the status in LAST_STATUS.)
-wait_cluster "$ALL_ENDPOINTS"
-# "SHARD LEADER REPLICAS INDEX": the first of the keys 0..KEYS_BEFORE_KILL-1 inside each
-# shard's range (byte-wise comparison, as the shard boundaries are).
-picks="$(LC_ALL=C awk '
-  FILENAME == ARGV[1] { n++; id[n] = $1; leader[n] = $2; replicas[n] = $3; low[n] = $4; high[n] = $5; next }
-  {
-    for (j = 1; j <= n; j++)
-      if (!(j in chosen) && (low[j] == "-inf" || $2 >= low[j]) && (high[j] == "+inf" || $2 < high[j]))
-        chosen[j] = $1
-  }
-  END { for (j = 1; j <= n; j++) if (j in chosen) print id[j], leader[j], replicas[j], chosen[j] }
-' <(shard_leaders <<<"$LAST_STATUS") \
-  <(for ((i = 0; i < KEYS_BEFORE_KILL; i++)); do printf '%d %s\n' "$i" "$(key_for "$i")"; done))"
+# shard_picks: waits until every shard has a leader (wait_cluster, which leaves the status in
+# LAST_STATUS), then sets PICKS to one line "SHARD LEADER REPLICAS INDEX" per data shard: the
+# first of the keys 0..KEYS_BEFORE_KILL-1 inside its range (byte-wise comparison, as the shard
+# boundaries are).
+shard_picks() {
+  wait_cluster "$ALL_ENDPOINTS"
+  PICKS="$(LC_ALL=C awk '
+    FILENAME == ARGV[1] { n++; id[n] = $1; leader[n] = $2; replicas[n] = $3; low[n] = $4; high[n] = $5; next }
+    {
+      for (j = 1; j <= n; j++)
+        if (!(j in chosen) && (low[j] == "-inf" || $2 >= low[j]) && (high[j] == "+inf" || $2 < high[j]))
+          chosen[j] = $1
+    }
+    END { for (j = 1; j <= n; j++) if (j in chosen) print id[j], leader[j], replicas[j], chosen[j] }
+  ' <(shard_leaders <<<"$LAST_STATUS") \
+    <(for ((i = 0; i < KEYS_BEFORE_KILL; i++)); do printf '%d %s\n' "$i" "$(key_for "$i")"; done))"
+}
+shard_picks
 ZONE_KEY_INDEX=""
 while read -r shard leader replicas index; do
   if [[ "$shard" == "$ZONE_SHARD" ]]; then ZONE_KEY_INDEX=$index; fi
-done <<<"$picks"
+done <<<"$PICKS"
 [[ -n "$ZONE_KEY_INDEX" ]] || fail "none of the $KEYS_BEFORE_KILL keys is in shard $ZONE_SHARD"
 # Client links the clients used (each seed's and every leader's): step 11 checks them.
 declare -A CLIENT_LINKS_USED=()
 for client_region in "${REGIONS[@]}"; do
+  # Leaders as of now (one may have moved while the previous region's client ran).
+  shard_picks
   log "as a client in $client_region (--dial ${DIAL_IN[$client_region]}): one key per shard"
   CLIENT_LINKS_USED[client-$client_region-to-${NODE_OF[$client_region-1]}]=1
   printf -v line '  %-5s %-16s %-22s %8s %9s %8s %9s' SHARD LEADER KEY "PUT ms" "floor" "GET ms" "floor"
@@ -700,7 +707,6 @@ for client_region in "${REGIONS[@]}"; do
     key="$(key_for "$index")"
     link="client-$client_region-to-$leader"
     client_rtt="$(rtt_of "$link")" || fail "the wan has no link $link"
-    CLIENT_LINKS_USED[$link]=1
     quorum="$(quorum_rtt "$leader" "$replicas")"
     put_floor=$((client_rtt + quorum))
     get_floor=$client_rtt
@@ -717,20 +723,22 @@ for client_region in "${REGIONS[@]}"; do
     log "$line"
     # The floors hold for the leader the status named; if another led meanwhile (an election,
     # or the leader-follow loop), they say nothing, so the shard is not judged.
-    status_now="$(cli "$ALL_ENDPOINTS" cluster status --timeout-ms 5000 2>&1)" || status_now=""
+    status_now="$(cli "$ALL_ENDPOINTS" cluster status --timeout-ms 5000 2>&1 </dev/null)" || status_now=""
     now_leader="$(shard_leaders <<<"$status_now" | awk -v s="$shard" '$1 == s { print $2 }')"
     if [[ "$now_leader" != "$leader" ]]; then
       log "  shard $shard: node ${now_leader:-none} leads now, not $leader: its floors are not checked"
       continue
     fi
+    # Only now is it sure the client used this link (step 11 checks it carried bytes).
+    CLIENT_LINKS_USED[$link]=1
     ((put_ms >= put_floor)) || fail "put $key from $client_region (shard $shard, leader $leader) took $put_ms ms, below its floor of $put_floor ms through the wan"
     ((get_ms >= get_floor)) || fail "get $key from $client_region (shard $shard, leader $leader) took $get_ms ms, below its floor of $get_floor ms through the wan"
     checked=$((checked + 1))
-  done <<<"$picks"
+  done <<<"$PICKS"
   ((checked > 0)) || fail "no data shard holds any of the $KEYS_BEFORE_KILL keys (status parsing?)"
   log "  $checked shards: every put and get from $client_region at or above its floor"
 done
-phase_done "a client in each region through the wan (${#REGIONS[@]} x $(wc -l <<<"$picks") shards)"
+phase_done "a client in each region through the wan (${#REGIONS[@]} x $(wc -l <<<"$PICKS") shards)"
 
 # ---- 6. kill a node, write with the others -----------------------------------------------------
 victim="${MERIDIAN_CI_KILL:-}"
