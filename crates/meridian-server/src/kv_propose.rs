@@ -12,7 +12,8 @@ use meridian_raft::issued::{Footprint, IssueKind};
 use meridian_raft::{Command, CommandResult, ShardReplica};
 use meridian_types::{ShardId, Timestamp};
 use openraft::type_config::async_runtime::WatchReceiver;
-use openraft::ReadPolicy;
+use openraft::LinearizerOption;
+use std::time::Duration;
 
 impl KvService {
     /// Proposes `cmd` and returns its commit timestamp.
@@ -61,11 +62,14 @@ impl KvService {
             // shard's parked leader, or one not yet confirmed since its election) until a
             // quorum round renews it. Renew it here, one round trip, instead of answering
             // NOT_LEADER with no hint and leaving the retry and its backoff to the client. A
-            // failure says nothing yet: the leadership check below and openraft decide.
-            let _ = replica
-                .raft
-                .ensure_linearizable(ReadPolicy::ReadIndex)
-                .await;
+            // failure says nothing yet: the leadership check below and openraft decide. The
+            // wait is two heartbeat intervals, not openraft's default (the whole lease): every
+            // replica's round trip is below one interval (`rtt_watch` warns otherwise), and a
+            // leader cut off from its quorum should answer NOT_LEADER soon, as it did before.
+            let heartbeat = Duration::from_millis(self.node.config.raft.heartbeat_interval_ms);
+            let renew =
+                LinearizerOption::new(Some(Duration::ZERO), true).with_wait_timeout(heartbeat * 2);
+            let _ = replica.raft.ensure_linearizable(renew).await;
             let metrics = replica.raft.metrics();
             let metrics = metrics.borrow_watched();
             (term, leader) = (metrics.current_term, metrics.current_leader);
