@@ -99,6 +99,16 @@ struct State {
     led_since: (u64, u64),
 }
 
+impl State {
+    /// Begins `term` at physical time `physical_ms`: nothing is issued in it before
+    /// `max_offset_ms` has passed.
+    fn begin(&mut self, term: u64, physical_ms: u64, max_offset_ms: u64) {
+        self.term = term;
+        // +1: `physical_ms` is truncated to whole milliseconds.
+        self.not_before_ms = physical_ms + max_offset_ms + 1;
+    }
+}
+
 /// One shard's issued, unsettled proposal timestamps (see the module docs).
 #[derive(Debug, Default)]
 pub struct Issued {
@@ -221,9 +231,7 @@ impl Issued {
     fn begin_term_at(&self, term: u64, physical_ms: u64, max_offset_ms: u64) {
         let mut state = self.lock();
         if term > state.term {
-            state.term = term;
-            // +1: `physical_ms` is truncated to whole milliseconds.
-            state.not_before_ms = physical_ms + max_offset_ms + 1;
+            state.begin(term, physical_ms, max_offset_ms);
         }
     }
 
@@ -240,9 +248,7 @@ impl Issued {
                 let physical_ms = clock.physical_now().physical_ms();
                 if term != state.term {
                     // Not begun (no role watcher saw it yet, or a stale term): begin it now.
-                    state.term = term;
-                    // +1: `physical_ms` is truncated to whole milliseconds.
-                    state.not_before_ms = physical_ms + clock.max_offset().as_millis() as u64 + 1;
+                    state.begin(term, physical_ms, clock.max_offset().as_millis() as u64);
                 }
                 if physical_ms >= state.not_before_ms {
                     let ts = clock.now().0;

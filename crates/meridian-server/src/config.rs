@@ -167,6 +167,15 @@ pub struct RaftSection {
     pub quiesce: bool,
 }
 
+impl RaftSection {
+    /// How long a caller waits for one quorum round (or every reachable member's answer) before
+    /// it goes on without: two heartbeat intervals, as every replica's round trip is under one
+    /// (`meridian_raft::rtt_watch` warns otherwise).
+    pub fn round_wait(&self) -> std::time::Duration {
+        std::time::Duration::from_millis(self.heartbeat_interval_ms.saturating_mul(2))
+    }
+}
+
 impl Default for RaftSection {
     fn default() -> Self {
         // WAN-sized defaults. openraft waits for each heartbeat's answer for one heartbeat

@@ -12,8 +12,7 @@ use meridian_raft::issued::{Footprint, IssueKind};
 use meridian_raft::{Command, CommandResult, ShardReplica};
 use meridian_types::{ShardId, Timestamp};
 use openraft::type_config::async_runtime::WatchReceiver;
-use openraft::LinearizerOption;
-use std::time::Duration;
+use openraft::{LinearizerOption, ReadPolicy};
 
 impl KvService {
     /// Proposes `cmd` and returns its commit timestamp.
@@ -63,12 +62,10 @@ impl KvService {
             // quorum round renews it. Renew it here, one round trip, instead of answering
             // NOT_LEADER with no hint and leaving the retry and its backoff to the client. A
             // failure says nothing yet: the leadership check below and openraft decide. The
-            // wait is two heartbeat intervals, not openraft's default (the whole lease): every
-            // replica's round trip is below one interval (`rtt_watch` warns otherwise), and a
+            // wait is one round's (`round_wait`), not openraft's default (the whole lease): a
             // leader cut off from its quorum should answer NOT_LEADER soon, as it did before.
-            let heartbeat = Duration::from_millis(self.node.config.raft.heartbeat_interval_ms);
-            let renew =
-                LinearizerOption::new(Some(Duration::ZERO), true).with_wait_timeout(heartbeat * 2);
+            let renew = LinearizerOption::from(ReadPolicy::ReadIndex)
+                .with_wait_timeout(self.node.config.raft.round_wait());
             let _ = replica.raft.ensure_linearizable(renew).await;
             let metrics = replica.raft.metrics();
             let metrics = metrics.borrow_watched();

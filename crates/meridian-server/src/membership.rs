@@ -395,12 +395,12 @@ pub(crate) async fn change_map(
     )))
 }
 
-/// Sends `record` to every other member, at once, and waits for their answers at most two
-/// heartbeat intervals (every reachable member answers well within that: `rtt_watch` warns when
-/// a round trip nears one interval). Sends still running then go on in the background: a member
-/// cut off would otherwise hold the move's reply for a whole RPC timeout, past the client's own,
-/// and the client would retry a move that was done. A member that cannot be reached learns the
-/// map later (the next push, its ping's map gossip, or its next start).
+/// Sends `record` to every other member, at once, and waits for their answers at most one
+/// round's wait (`RaftSection::round_wait`: every reachable member answers well within it).
+/// Sends still running then go on in the background: a member cut off would otherwise hold
+/// the move's reply for a whole RPC timeout, past the client's own, and the client would retry
+/// a move that was done. A member that cannot be reached learns the map later (the next push,
+/// its ping's map gossip, or its next start).
 async fn push(node: &Node, record: &Bytes) {
     let me = node.config.node_id;
     let sends: Vec<_> = node
@@ -410,14 +410,17 @@ async fn push(node: &Node, record: &Bytes) {
         .map(|m| {
             let (pool, record) = (node.host.pool.clone(), record.clone());
             tokio::spawn(async move {
+                let peer = m.node_id;
                 match pool.push_shard_map(&m.peer_addr.to_string(), &record).await {
-                    Ok(version) => tracing::debug!(peer = m.node_id, version, "peer has the shard map"),
-                    Err(e) => tracing::warn!(peer = m.node_id, error = %e, "could not send the new shard map to a peer"),
+                    Ok(version) => tracing::debug!(peer, version, "peer has the shard map"),
+                    Err(e) => {
+                        tracing::warn!(peer, error = %e, "could not send the new shard map to a peer")
+                    }
                 }
             })
         })
         .collect();
-    let bound = Duration::from_millis(node.config.raft.heartbeat_interval_ms.saturating_mul(2));
+    let bound = node.config.raft.round_wait();
     if tokio::time::timeout(bound, futures::future::join_all(sends))
         .await
         .is_err()
