@@ -10,8 +10,10 @@
 //!    replaces node 3's replica (add on an allowed node, then remove) and says so; status
 //!    lists no breaking replica. Constraints naming an unknown region are refused.
 //! 4. Node 2 restarted: it reports both shards' constraints from the map it stored.
-//! 5. `--constraints none` clears them: `add-replica 1 3` then succeeds. Every write the
-//!    writer had acknowledged reads back.
+//! 5. `--constraints none` clears them: `add-replica 1 3` then succeeds.
+//! 6. Shard 1 now has two replicas in one region: removing its lone replica in the other
+//!    (not ap-south) is refused for region survival, naming the two crowded ones; removing
+//!    one of those goes ahead. Every write the writer had acknowledged reads back.
 
 mod common;
 
@@ -221,6 +223,65 @@ async fn scenario() {
     cli(&endpoints, &["cluster", "add-replica", "1", "3"]);
     assert!(shard_at(&cluster, 1, 1).await.replicas.contains(&AP_SOUTH));
     assert_eq!(constraints_cell(&endpoints, 1), "-");
+
+    // 6. Region survival: shard 1 has four replicas, two in one region (us-east or eu-west),
+    //    one in the other, one in ap-south. Removing the lone one would leave two of three in
+    //    the crowded region while removing a crowded one would not: refused, naming those.
+    let replicas = shard_at(&cluster, 1, 1).await.replicas;
+    let region = meridian_cli::local_cluster::default_region;
+    let crowded: Vec<u64> = replicas
+        .iter()
+        .copied()
+        .filter(|id| {
+            replicas
+                .iter()
+                .filter(|o| region(**o) == region(*id))
+                .count()
+                == 2
+        })
+        .collect();
+    let lone = *replicas
+        .iter()
+        .find(|id| **id != AP_SOUTH && !crowded.contains(id))
+        .expect("a lone replica");
+    eprintln!("shard 1: {replicas:?}, crowded {crowded:?}, lone {lone}");
+    assert_eq!(crowded.len(), 2, "{replicas:?}");
+    let said = cli_refused(
+        [
+            "cluster",
+            "remove-replica",
+            "1",
+            &lone.to_string(),
+            "--endpoints",
+            &endpoints.join(","),
+        ]
+        .map(String::from)
+        .to_vec(),
+    )
+    .await;
+    assert!(
+        said.contains(&format!(
+            "would leave {} with 2 of its 3 replicas",
+            region(crowded[0])
+        )) && said.contains(&format!(
+            "Remove node {}'s or node {}'s replica instead",
+            crowded[0], crowded[1]
+        )),
+        "{said}"
+    );
+    cli(
+        &endpoints,
+        &["cluster", "remove-replica", "1", &crowded[0].to_string()],
+    );
+    let give_up = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let left = shard_at(&cluster, 1, 1).await.replicas;
+        if left.len() == 3 {
+            break;
+        }
+        assert!(std::time::Instant::now() < give_up, "{left:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     writer.await.unwrap();

@@ -15,7 +15,7 @@ use std::time::Duration;
 use tonic::{Request, Response, Status};
 
 /// A peer counts as live if it acknowledged replication within this window.
-const LIVENESS_WINDOW: Duration = Duration::from_secs(5);
+pub(crate) const LIVENESS_WINDOW: Duration = Duration::from_secs(5);
 
 pub struct ClusterService {
     node: Arc<Node>,
