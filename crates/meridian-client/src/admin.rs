@@ -3,7 +3,12 @@
 //! Each must reach the shard's leader. They share one loop: find the leader in the cluster's
 //! status (asking the shard's replicas when the answering node hosts none), call it with the rest of the call's deadline, and on a retryable answer (a moved
 //! leader, a target still catching up) ask the status again and retry. Asking again is safe
-//! for all of them: the same request leads to the same end state.
+//! for all of them: the same request leads to the same end state. Only replica moves answer
+//! differently once that end state holds (an add of a node that votes, a remove of one that
+//! holds nothing, are refused as mistakes), so after an attempt that reached a node without
+//! a final answer (a transport error, or a retryable error a leader may give after acting,
+//! such as a lost leadership while the change commits) they are asked again as retries
+//! (`ChangeReplicaRequest.retried`), which the leader answers with the group as it stands.
 
 use crate::client::{cluster_client, request, Client, ATTEMPT_GRACE};
 use crate::error::{Error, Result};
@@ -74,7 +79,7 @@ impl Client {
     /// cluster reports it and retries retryable answers (a moved leader, a target still
     /// catching up or that did not take over in time) within the call's deadline.
     pub async fn transfer_leader(&self, shard: u64, to: u64) -> Result<(u64, u64)> {
-        self.leader_call(shard, |mut cluster, timeout| async move {
+        self.leader_call(shard, |mut cluster, timeout, _| async move {
             let reply = cluster
                 .transfer_leader(request(
                     TransferLeaderRequest {
@@ -108,7 +113,7 @@ impl Client {
     /// messages; its id stays taken. Asked of the metadata shard's leader (any member would
     /// do). Returns the shard map version that records it.
     pub async fn forget_member(&self, node: u64) -> Result<u64> {
-        self.leader_call(0, |mut cluster, timeout| async move {
+        self.leader_call(0, |mut cluster, timeout, _| async move {
             let reply = cluster
                 .forget(request(ForgetRequest { node_id: node }, timeout))
                 .await?;
@@ -138,7 +143,7 @@ impl Client {
         let survival = survival.map(Survival::as_str).unwrap_or_default();
         // The canonical text; `none` clears (the empty text means unchanged).
         let constraints = constraints.map(ToString::to_string).unwrap_or_default();
-        self.leader_call(0, |mut cluster, timeout| {
+        self.leader_call(0, |mut cluster, timeout, _| {
             let home_region = home_region.clone();
             let constraints = constraints.clone();
             async move {
@@ -156,11 +161,12 @@ impl Client {
     }
 
     async fn change_replica(&self, shard: u64, node: u64, add: bool) -> Result<ReplicaChange> {
-        self.leader_call(shard, |mut cluster, timeout| async move {
+        self.leader_call(shard, |mut cluster, timeout, retried| async move {
             let ask = request(
                 ChangeReplicaRequest {
                     shard_id: shard,
                     node_id: node,
+                    retried,
                 },
                 timeout,
             );
@@ -175,15 +181,18 @@ impl Client {
     }
 
     /// Calls `call` on `shard`'s leader (as the cluster's status names it) with the rest of
-    /// the call's deadline, retrying retryable answers with backoff.
+    /// the call's deadline, retrying retryable answers with backoff. `call`'s third argument
+    /// says whether an earlier attempt was sent, so that the request may have been carried
+    /// out already.
     async fn leader_call<T, F, Fut>(&self, shard: u64, call: F) -> Result<T>
     where
-        F: Fn(ClusterClient<Channel>, Duration) -> Fut,
+        F: Fn(ClusterClient<Channel>, Duration, bool) -> Fut,
         Fut: Future<Output = std::result::Result<T, tonic::Status>>,
     {
         let deadline = self.deadline();
         let mut backoff = self.backoff();
         let mut attempts = 0u32;
+        let mut asked_before = false;
         loop {
             attempts += 1;
             let status = self.status().await?;
@@ -223,7 +232,9 @@ impl Client {
                 // The server may wait (a catch-up, an election): give it the call's time.
                 let timeout = deadline.remaining();
                 let cluster = cluster_client(self.channel(&address)?);
-                match tokio::time::timeout(timeout + ATTEMPT_GRACE, call(cluster, timeout)).await {
+                let attempt = call(cluster, timeout, asked_before);
+                asked_before = true;
+                match tokio::time::timeout(timeout + ATTEMPT_GRACE, attempt).await {
                     Ok(Ok(value)) => return Ok(value),
                     Ok(Err(status)) => {
                         let error = Error::from_status(&status, &address);

@@ -394,6 +394,41 @@ async fn replica_moves_ask_the_shards_leader() {
     assert!(fake.served().is_empty());
 }
 
+/// A move whose answer was lost (a transport error after the leader made it) is asked
+/// again as a retry: the leader answers with the group as it stands instead of refusing an
+/// add of a replica that now votes or a remove of one that is gone. A first ask is still
+/// refused, so a mistaken node id is reported.
+#[tokio::test]
+async fn a_move_retried_after_a_lost_answer_reports_success() {
+    let fake = Fake::start(&["h", "p"]).await;
+    let client = fake
+        .client(vec![fake.address(1)], Duration::from_secs(5))
+        .await;
+    fake.served();
+    fake.world.lose_move_reply.store(true, Ordering::SeqCst);
+    let added = client.add_replica(2, 4).await.unwrap();
+    assert!(added.voters.contains(&4), "{added:?}");
+    assert_eq!(fake.served(), vec![(1, "add_replica"), (1, "add_replica")]);
+    fake.world.lose_move_reply.store(true, Ordering::SeqCst);
+    let removed = client.remove_replica(2, 4).await.unwrap();
+    assert!(!removed.voters.contains(&4), "{removed:?}");
+    assert_eq!(
+        fake.served(),
+        vec![(1, "remove_replica"), (1, "remove_replica")]
+    );
+    // Asked once, with no lost answer: still refused.
+    let error = client.remove_replica(2, 4).await.unwrap_err();
+    assert!(
+        matches!(&error, Error::InvalidArgument { message } if message.contains("holds no replica")),
+        "{error}"
+    );
+    let error = client.add_replica(2, 1).await.unwrap_err();
+    assert!(
+        matches!(&error, Error::InvalidArgument { message } if message.contains("already")),
+        "{error}"
+    );
+}
+
 /// A stale read goes to the replica in the client's region, which serves it; when that
 /// replica cannot (NOT_LEADER), the call falls back to the leader. Without a region, or with
 /// a linearizable read, it goes to the leader.

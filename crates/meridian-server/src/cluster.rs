@@ -133,8 +133,13 @@ impl Cluster for ClusterService {
         request: Request<ChangeReplicaRequest>,
     ) -> Result<Response<ChangeReplicaResponse>, Status> {
         let req = request.into_inner();
-        let done =
-            crate::membership::add_replica(&self.node, ShardId(req.shard_id), req.node_id).await?;
+        let done = crate::membership::add_replica(
+            &self.node,
+            ShardId(req.shard_id),
+            req.node_id,
+            req.retried,
+        )
+        .await?;
         Ok(Response::new(change_response(done)))
     }
 
@@ -143,9 +148,13 @@ impl Cluster for ClusterService {
         request: Request<ChangeReplicaRequest>,
     ) -> Result<Response<ChangeReplicaResponse>, Status> {
         let req = request.into_inner();
-        let done =
-            crate::membership::remove_replica(&self.node, ShardId(req.shard_id), req.node_id)
-                .await?;
+        let done = crate::membership::remove_replica(
+            &self.node,
+            ShardId(req.shard_id),
+            req.node_id,
+            req.retried,
+        )
+        .await?;
         Ok(Response::new(change_response(done)))
     }
 

@@ -33,6 +33,12 @@
 //!   group still counts on. Stopped after 1, the node keeps an idle, unused replica until the
 //!   removal is asked again.
 //!
+//! A caller that asked before without a final answer (a transport error, or a retryable one
+//! a leader may give after acting) says so (`retried`): then an add whose target votes
+//! already (in either half of a joint configuration), or a remove whose target holds nothing
+//! (an unknown node id included), answers with the group as it stands; asked for the first
+//! time, both are refused as mistakes (a wrong node id).
+//!
 //! Members are the founding ones and those that joined (`join`, recorded in the same map):
 //! either can receive replicas. A member with no replica left can be *forgotten*
 //! (`join::forget`, listed in the same map): no longer pinged, listed or admitted as a peer.
@@ -110,7 +116,14 @@ pub struct Outcome {
 }
 
 /// Adds a replica of `shard` on `target` (see the module docs); must run on the leader.
-pub async fn add_replica(node: &Node, shard: ShardId, target: NodeId) -> Result<Outcome> {
+/// `retried`: the caller may have asked before without hearing the answer, so a target that
+/// votes already is the move done, not a mistake.
+pub async fn add_replica(
+    node: &Node,
+    shard: ShardId,
+    target: NodeId,
+    retried: bool,
+) -> Result<Outcome> {
     let replica = led_replica(node, shard).await?;
     let _held = hold(node, shard)?;
     let member = node.member(target).ok_or_else(|| {
@@ -125,6 +138,9 @@ pub async fn add_replica(node: &Node, shard: ShardId, target: NodeId) -> Result<
     let addr = member.peer_addr.to_string();
     let (voters, _) = group(&replica);
     if voters.contains(&target) {
+        if retried {
+            return Ok(outcome(node, &replica));
+        }
         return Err(ServerError::InvalidArgument(format!(
             "node {target} is a voter of shard {shard} already"
         )));
@@ -172,7 +188,14 @@ pub async fn add_replica(node: &Node, shard: ShardId, target: NodeId) -> Result<
 }
 
 /// Removes `target`'s replica of `shard` (see the module docs); must run on the leader.
-pub async fn remove_replica(node: &Node, shard: ShardId, target: NodeId) -> Result<Outcome> {
+/// `retried`: the caller may have asked before without hearing the answer, so a target that
+/// holds no replica is the move done, not a mistake.
+pub async fn remove_replica(
+    node: &Node,
+    shard: ShardId,
+    target: NodeId,
+    retried: bool,
+) -> Result<Outcome> {
     let replica = led_replica(node, shard).await?;
     let _held = hold(node, shard)?;
     let (voters, learners) = group(&replica);
@@ -181,6 +204,9 @@ pub async fn remove_replica(node: &Node, shard: ShardId, target: NodeId) -> Resu
         .get(shard)
         .is_some_and(|d| d.replicas.contains(&target));
     if !voters.contains(&target) && !learners.contains(&target) && !listed {
+        if retried {
+            return Ok(outcome(node, &replica));
+        }
         return Err(ServerError::InvalidArgument(format!(
             "node {target} holds no replica of shard {shard} (voters {voters:?}, learners {learners:?})"
         )));

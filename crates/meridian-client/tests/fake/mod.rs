@@ -43,6 +43,10 @@ pub struct World {
     /// Followers serve stale reads (a real follower does when its closed timestamp covers
     /// them); otherwise they answer NOT_LEADER like any other request.
     pub followers_serve_stale: AtomicBool,
+    /// The next replica move is made but its answer is lost: the client sees a transport
+    /// error (a connection reset after the request was sent), as when the leader's reply
+    /// never arrives.
+    pub lose_move_reply: AtomicBool,
 }
 
 pub fn error(code: &str, message: &str, hint: Option<String>) -> Status {
@@ -511,9 +515,28 @@ impl FakeNode {
         if shard.leader_id != self.id {
             return Err(error("NOT_LEADER", "not the leader", None));
         }
+        // Refused as a node refuses them, unless the caller may have asked before.
+        let holds = shard.replicas.contains(&req.node_id);
+        if add && holds && !req.retried {
+            let message = format!(
+                "node {} is a voter of shard {} already",
+                req.node_id, req.shard_id
+            );
+            return Err(error("INVALID_ARGUMENT", &message, None));
+        }
+        if !add && !holds && !req.retried {
+            let message = format!(
+                "node {} holds no replica of shard {}",
+                req.node_id, req.shard_id
+            );
+            return Err(error("INVALID_ARGUMENT", &message, None));
+        }
         shard.replicas.retain(|n| *n != req.node_id);
         if add {
             shard.replicas.push(req.node_id);
+        }
+        if self.world.lose_move_reply.swap(false, Ordering::SeqCst) {
+            return Err(Status::unknown("h2 protocol error: connection reset"));
         }
         Ok(Response::new(ChangeReplicaResponse {
             map_version: 2,
