@@ -458,8 +458,9 @@ pub enum ClusterOp {
         node: u64,
     },
     /// Move every replica off NODE (an add-replica elsewhere, then a remove-replica, per
-    /// shard), preferring targets in NODE's region, then regions the shard lacks, then the
-    /// least loaded; then report NODE safe to stop. Run it again to finish an interrupted one.
+    /// shard; only the remove for a shard with enough replicas without NODE's), preferring
+    /// targets in NODE's region, then regions the shard lacks, then the least loaded; then
+    /// report NODE safe to stop. Run it again to finish an interrupted one.
     Decommission {
         /// The node to empty.
         node: u64,
@@ -536,13 +537,17 @@ impl ClusterCommand {
             ClusterOp::Decommission { node } => {
                 let client = self.connect.connect().await?;
                 let moves = client
-                    .decommission(node, |step| {
-                        println!(
-                            "shard {}: moved node {node}'s replica to node {}: {}",
+                    .decommission(node, |step| match step.to {
+                        Some(to) => println!(
+                            "shard {}: moved node {node}'s replica to node {to}: {}",
                             step.shard,
-                            step.to,
                             render_change(&step.change)
-                        )
+                        ),
+                        None => println!(
+                            "shard {}: removed node {node}'s replica (enough without it): {}",
+                            step.shard,
+                            render_change(&step.change)
+                        ),
                     })
                     .await
                     .with_context(|| format!("decommissioning node {node}"))?;

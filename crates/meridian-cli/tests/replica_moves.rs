@@ -16,7 +16,8 @@
 //!    the nodes still hosting S hold both (the control: the same count finds S where it is).
 //!
 //! A third scenario runs `meridian cluster decommission` on a node of a 4-node cluster under
-//! writes: the command reports it safe to stop, no shard lists it any more, and with it killed
+//! writes, one of whose shards has a fourth replica (as a run cut between an add and its
+//! remove leaves it; that shard's replica is only removed): the command reports it safe to stop, no shard lists it any more, and with it killed
 //! every shard still takes writes and every acknowledged key reads back.
 //!
 //! Another stops a move half way: the target node is down, so the add leaves it a learner that
@@ -415,6 +416,19 @@ async fn decommission_scenario() {
         .filter(|s| s.replicas.contains(&leaving))
         .count();
     eprintln!("decommissioning node {leaving}, which holds {held} replicas");
+    // One of its shards as a run cut between a move's add and its remove leaves it: a fourth
+    // replica on the node that had none. The decommission only removes the leaving one.
+    let (extra_shard, extra_node) = status
+        .shards
+        .iter()
+        .filter(|s| s.replicas.contains(&leaving))
+        .find_map(|s| Some((s.shard_id, (1..=4).find(|n| !s.replicas.contains(n))?)))
+        .expect("a shard of the leaving node that some node does not hold");
+    let added = client
+        .add_replica(extra_shard, extra_node)
+        .await
+        .expect("adding the extra replica");
+    assert_eq!(added.voters.len(), 4, "{added:?}");
 
     // Some writes before the moves start, so the ones read back at the end span all of them.
     let (acked, stop, writer) = start_writer(&client, "d").await;
@@ -441,6 +455,12 @@ async fn decommission_scenario() {
     assert!(
         stdout.contains(&format!(
             "node {leaving} holds no replicas ({held} moved): safe to stop"
+        )),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains(&format!(
+            "shard {extra_shard}: removed node {leaving}'s replica (enough without it)"
         )),
         "{stdout}"
     );

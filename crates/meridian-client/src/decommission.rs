@@ -1,9 +1,10 @@
 //! Decommissioning a node: moving every replica it holds to other nodes, one shard at a time,
-//! so it can be stopped without any shard losing a replica.
+//! so it can be stopped without any shard losing a replica it needs.
 //!
-//! Each move is an `add_replica` on a chosen node followed by a `remove_replica` of the
-//! leaving one, so a shard never has fewer replicas than before (one more, briefly). The plan
-//! is made from one status of the cluster ([`plan`], a pure function): for each shard the
+//! A move is an `add_replica` on a chosen node followed by a `remove_replica` of the leaving
+//! one, so the shard never has fewer replicas than before (one more, briefly); or, for a
+//! shard that has enough replicas without the leaving one (below), the removal alone. The
+//! plan is made from one status of the cluster ([`plan`], a pure function): for each shard the
 //! leaving node holds, the target is a live node without a replica of it that the shard's
 //! replica constraints allow (`constraint_plan`) and, under zone survival, in the home
 //! region if the leaving node is there (`constraint_plan::home_bound`), preferring
@@ -15,30 +16,41 @@
 //!
 //! At the end the cluster's status must list no replica on the node, else the call fails
 //! (something added one meanwhile) and can be run again. A shard no node can take (every
-//! other node has a replica of it already) fails the plan before anything moves. Running the
-//! command again after an interruption re-plans from what is left. A move interrupted
-//! between its add and its remove is planned again to another node (the added replica counts
-//! as one of the shard's), so the shard ends with one replica more than before: remove it by
-//! hand (`meridian cluster remove-replica`) if it is not wanted.
+//! other node has a replica of it already) fails the plan before anything moves, unless it
+//! has enough replicas without the leaving one.
+//!
+//! **Enough replicas** ([`enough_without`]): the shard's other replicas that work (on live
+//! nodes, not learners still catching up) number at least the cluster's `replication_factor`
+//! (as the answering node's `Cluster.Status` reports it; 0 from an older node, which turns
+//! this off), no voter change is half done, at least three are in the home region when the
+//! leaving one is a zone-survival home replica, and no node that could take the replica is in
+//! a region those replicas lack (an add there would widen the shard's spread). That is what
+//! makes an interrupted run resumable: running the command again re-plans from what is left,
+//! and a move cut between its add and its remove (the shard holds one replica more) is
+//! finished by the removal alone. A replica someone added beyond the replication factor is
+//! removed the same way, so such a shard ends with one replica fewer. The server still
+//! checks each removal (zone and region survival, `membership`).
 
 use crate::admin::ReplicaChange;
 use crate::client::Client;
 use crate::error::{Error, Result};
-use meridian_proto::kv::StatusResponse;
+use meridian_proto::kv::{NodeInfo, ShardInfo, StatusResponse};
 use std::collections::BTreeMap;
 
-/// One planned move: `shard`'s replica on the leaving node goes to `to`.
+/// One planned move: `shard`'s replica on the leaving node goes to `to`, or, with `None`,
+/// is only removed (the shard has enough replicas without it).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Move {
     pub shard: u64,
-    pub to: u64,
+    pub to: Option<u64>,
 }
 
 /// A finished move, as reported to the caller's progress callback.
 #[derive(Clone, Debug)]
 pub struct MoveDone {
     pub shard: u64,
-    pub to: u64,
+    /// The node that took the replica; `None` when it was only removed.
+    pub to: Option<u64>,
     /// The group after the removal.
     pub change: ReplicaChange,
 }
@@ -72,41 +84,83 @@ pub fn plan(status: &StatusResponse, node: u64) -> Result<Vec<Move>> {
             .filter(|r| **r != node)
             .filter_map(|r| region_of.get(r).copied())
             .collect();
-        let to = status
+        let candidates: Vec<&NodeInfo> = status
             .nodes
             .iter()
             .filter(|n| n.node_id != node && n.live && !shard.replicas.contains(&n.node_id))
             .filter(|n| crate::constraint_plan::allows(&constraints, n))
             .filter(|n| bound.is_none_or(|home| n.region == home))
-            .min_by_key(|n| {
-                let region_rank = if n.region == leaving_region {
-                    0
-                } else if !others.contains(&n.region.as_str()) {
-                    1
-                } else {
-                    2
-                };
-                (region_rank, load[&n.node_id], n.node_id)
-            })
-            .map(|n| n.node_id)
-            .ok_or_else(|| Error::InvalidArgument {
-                message: format!(
-                    "no live node{} can take node {node}'s replica of shard {} (replicas {:?}, \
-                     constraints {constraints}): add a node first",
-                    bound.map_or(String::new(), |home| format!(
-                        " in {home} (zone survival keeps three replicas there)"
-                    )),
-                    shard.shard_id,
-                    shard.replicas
-                ),
-            })?;
-        *load.entry(to).or_default() += 1;
+            .collect();
+        let target = candidates.iter().min_by_key(|n| {
+            let region_rank = if n.region == leaving_region {
+                0
+            } else if !others.contains(&n.region.as_str()) {
+                1
+            } else {
+                2
+            };
+            (region_rank, load[&n.node_id], n.node_id)
+        });
+        let enough = enough_without(status, shard, node, bound, &candidates);
+        let to = match target {
+            _ if enough => None,
+            Some(n) => Some(n.node_id),
+            None => {
+                return Err(Error::InvalidArgument {
+                    message: format!(
+                        "no live node{} can take node {node}'s replica of shard {} (replicas \
+                         {:?}, constraints {constraints}): add a node first",
+                        bound.map_or(String::new(), |home| format!(
+                            " in {home} (zone survival keeps three replicas there)"
+                        )),
+                        shard.shard_id,
+                        shard.replicas
+                    ),
+                })
+            }
+        };
+        if let Some(to) = to {
+            *load.entry(to).or_default() += 1;
+        }
         moves.push(Move {
             shard: shard.shard_id,
             to,
         });
     }
     Ok(moves)
+}
+
+/// Whether `shard` keeps enough replicas without `node`'s that the decommission only removes
+/// it: at least the cluster's replication factor of working replicas (on live nodes, and not
+/// learners still catching up: a learner zone survival keeps outside the home counts), no
+/// voter change half done, three of them in the home if `bound` names it (the leaving one is
+/// a zone-survival home replica), and no `candidates` node (one that could take the replica)
+/// in a region those replicas lack: an add there would widen the shard's spread.
+fn enough_without(
+    status: &StatusResponse,
+    shard: &ShardInfo,
+    node: u64,
+    bound: Option<&str>,
+    candidates: &[&NodeInfo],
+) -> bool {
+    let info = |id: u64| status.nodes.iter().find(|n| n.node_id == id);
+    let kept_learner = |n: &NodeInfo| shard.survival == "zone" && n.region != shard.home_region;
+    let working: Vec<&str> = shard
+        .replicas
+        .iter()
+        .filter(|r| **r != node)
+        .filter_map(|r| info(*r))
+        .filter(|n| n.live && (!shard.learners.contains(&n.node_id) || kept_learner(n)))
+        .map(|n| n.region.as_str())
+        .collect();
+    let at_home = |home: &str| working.iter().filter(|r| **r == home).count();
+    status.replication_factor > 0
+        && !shard.joint
+        && working.len() >= status.replication_factor as usize
+        && bound.is_none_or(|home| at_home(home) >= crate::survival_plan::ZONE_VOTERS)
+        && candidates
+            .iter()
+            .all(|n| working.contains(&n.region.as_str()))
 }
 
 impl Client {
@@ -121,11 +175,14 @@ impl Client {
         let moves = plan(&status, node)?;
         let mut done = Vec::with_capacity(moves.len());
         for step in moves {
-            match self.add_replica(step.shard, step.to).await {
-                Ok(_) => {}
-                // A voter already (added meanwhile): only the removal is left.
-                Err(Error::InvalidArgument { message }) if message.contains("voter of shard") => {}
-                Err(e) => return Err(e),
+            if let Some(to) = step.to {
+                match self.add_replica(step.shard, to).await {
+                    Ok(_) => {}
+                    // A voter already (added meanwhile): only the removal is left.
+                    Err(Error::InvalidArgument { message })
+                        if message.contains("voter of shard") => {}
+                    Err(e) => return Err(e),
+                }
             }
             let change = self.remove_replica(step.shard, node).await?;
             let finished = MoveDone {
@@ -184,7 +241,16 @@ mod tests {
         let moves = plan(&s, 1).unwrap();
         assert_eq!(
             moves,
-            vec![Move { shard: 0, to: 4 }, Move { shard: 1, to: 4 }]
+            vec![
+                Move {
+                    shard: 0,
+                    to: Some(4)
+                },
+                Move {
+                    shard: 1,
+                    to: Some(4)
+                }
+            ]
         );
     }
 
@@ -202,7 +268,13 @@ mod tests {
             ],
             &[(1, &[1, 2, 3]), (2, &[6, 2, 3]), (3, &[6, 2, 3])],
         );
-        assert_eq!(plan(&s, 1).unwrap(), vec![Move { shard: 1, to: 6 }]);
+        assert_eq!(
+            plan(&s, 1).unwrap(),
+            vec![Move {
+                shard: 1,
+                to: Some(6)
+            }]
+        );
         // Among equals, the fewest replicas, counting planned moves: 4 and 5 alternate.
         let s = status(
             &[
@@ -214,8 +286,8 @@ mod tests {
             ],
             &[(1, &[1, 2, 3]), (2, &[1, 2, 3]), (3, &[1, 2, 3])],
         );
-        let to: Vec<u64> = plan(&s, 1).unwrap().iter().map(|m| m.to).collect();
-        assert_eq!(to, vec![4, 5, 4]);
+        let to: Vec<_> = plan(&s, 1).unwrap().iter().map(|m| m.to).collect();
+        assert_eq!(to, vec![Some(4), Some(5), Some(4)]);
     }
 
     #[test]
@@ -254,14 +326,14 @@ mod tests {
         let mut s = status(&nodes, &[(1, &[1, 2, 3])]);
         assert_eq!(
             plan(&s, 1).unwrap()[0].to,
-            4,
+            Some(4),
             "the leaving node's region first"
         );
         s.shards[0].constraints = "-region=a".into();
-        assert_eq!(plan(&s, 1).unwrap()[0].to, 5, "region a is excluded");
+        assert_eq!(plan(&s, 1).unwrap()[0].to, Some(5), "region a is excluded");
         s.shards[0].constraints = "+region=a".into();
         // Only node 4 is allowed: fine for node 1's replica.
-        assert_eq!(plan(&s, 1).unwrap()[0].to, 4);
+        assert_eq!(plan(&s, 1).unwrap()[0].to, Some(4));
         s.shards[0].constraints = "-region=a,-region=d".into();
         let e = plan(&s, 1).unwrap_err().to_string();
         assert!(e.contains("constraints -region=a,-region=d"), "{e}");
@@ -269,14 +341,126 @@ mod tests {
         s.shards[0].constraints = String::new();
         s.shards[0].home_region = "a".into();
         s.shards[0].survival = "zone".into();
-        assert_eq!(plan(&s, 1).unwrap()[0].to, 4);
+        assert_eq!(plan(&s, 1).unwrap()[0].to, Some(4));
         s.shards[0].replicas = vec![1, 4, 2];
         let e = plan(&s, 1).unwrap_err().to_string();
         assert!(e.contains("no live node in a (zone survival"), "{e}");
         assert_eq!(
             plan(&s, 2).unwrap()[0].to,
-            3,
+            Some(3),
             "a learner elsewhere is not bound"
         );
+    }
+
+    /// A shard that keeps enough replicas without the leaving one only loses it: how a run
+    /// cut between a move's add and its remove is finished by the next run (the bug: it added
+    /// the replica to yet another node).
+    #[test]
+    fn a_shard_with_enough_replicas_only_loses_the_leaving_one() {
+        let nodes = [
+            (1, "a", true),
+            (2, "b", true),
+            (3, "c", true),
+            (4, "a", true),
+            (5, "a", true),
+        ];
+        // Node 1's replica of shard 1 went to node 4, the run stopped before the remove.
+        let mut s = status(&nodes, &[(1, &[1, 2, 3, 4]), (2, &[1, 2, 3])]);
+        s.replication_factor = 3;
+        assert_eq!(
+            plan(&s, 1).unwrap(),
+            vec![
+                Move { shard: 1, to: None },
+                Move {
+                    shard: 2,
+                    to: Some(5)
+                }
+            ]
+        );
+        // The same with no other node free: the removal alone, where the plan used to fail.
+        s.shards[0].replicas = vec![1, 2, 3, 4, 5];
+        assert_eq!(plan(&s, 1).unwrap()[0].to, None);
+        // An add would widen the shard's regions: node 4 (a) is added rather than leave the
+        // shard in b and c only.
+        s.shards[0].replicas = vec![1, 2, 3, 6];
+        s.nodes.push(NodeInfo {
+            node_id: 6,
+            region: "b".into(),
+            live: true,
+            ..Default::default()
+        });
+        assert_eq!(plan(&s, 1).unwrap()[0].to, Some(4));
+        // Fewer than the replication factor left: added, as before.
+        s.shards[0].replicas = vec![1, 2, 4];
+        assert_eq!(plan(&s, 1).unwrap()[0].to, Some(5));
+        // Zone survival in a: the home keeps three (1 leaves, 4, 5 and 7 stay) or gets one.
+        s.shards[0].home_region = "a".into();
+        s.shards[0].survival = "zone".into();
+        s.nodes.push(NodeInfo {
+            node_id: 7,
+            region: "a".into(),
+            live: true,
+            ..Default::default()
+        });
+        s.shards[0].replicas = vec![1, 4, 5, 7, 2];
+        assert_eq!(plan(&s, 1).unwrap()[0].to, None);
+        s.shards[0].replicas = vec![1, 4, 5, 2, 3];
+        assert_eq!(plan(&s, 1).unwrap()[0].to, Some(7));
+        // A node that does not report the factor (0): always an add.
+        s.replication_factor = 0;
+        s.shards[0].replicas = vec![1, 4, 5, 7, 2];
+        assert!(plan(&s, 1).is_err(), "no free node in a");
+    }
+
+    /// Replicas that do not work (a down node, a learner still catching up, a voter change
+    /// half done) do not count towards enough, and any node that could take the replica in a
+    /// region the shard lacks means an add.
+    #[test]
+    fn only_working_replicas_count_as_enough() {
+        let nodes = [
+            (1, "a", true),
+            (2, "b", true),
+            (3, "c", true),
+            (4, "a", true),
+            (5, "a", true),
+        ];
+        let mut s = status(&nodes, &[(1, &[1, 2, 3, 4])]);
+        s.replication_factor = 3;
+        assert_eq!(plan(&s, 1).unwrap()[0].to, None, "the control");
+        s.nodes[3].live = false;
+        assert_eq!(plan(&s, 1).unwrap()[0].to, Some(5), "node 4 is down");
+        s.nodes[3].live = true;
+        s.shards[0].learners = vec![4];
+        assert_eq!(plan(&s, 1).unwrap()[0].to, Some(5), "node 4 still learns");
+        s.shards[0].survival = "zone".into();
+        s.shards[0].home_region = "b".into();
+        assert_eq!(
+            plan(&s, 1).unwrap()[0].to,
+            None,
+            "a learner zone survival keeps outside its home works"
+        );
+        s.shards[0].survival = String::new();
+        s.shards[0].home_region = String::new();
+        s.shards[0].learners.clear();
+        s.shards[0].joint = true;
+        assert_eq!(
+            plan(&s, 1).unwrap()[0].to,
+            Some(5),
+            "a voter change half done"
+        );
+        s.shards[0].joint = false;
+        // Shard in a and b only ([1, 4] in a, [2, 6] in b), node 3 (c) free: an add, to the
+        // preferred node (5, in the leaving node's region), though node 3 is what forbids
+        // the removal alone.
+        s.nodes.push(NodeInfo {
+            node_id: 6,
+            region: "b".into(),
+            live: true,
+            ..Default::default()
+        });
+        s.shards[0].replicas = vec![1, 4, 2, 6];
+        assert_eq!(plan(&s, 1).unwrap()[0].to, Some(5));
+        s.nodes[2].live = false;
+        assert_eq!(plan(&s, 1).unwrap()[0].to, None, "node 3 is down");
     }
 }

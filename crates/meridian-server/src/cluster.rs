@@ -103,6 +103,7 @@ impl Cluster for ClusterService {
             cluster_id: node.cluster_id.clone(),
             answering_node: me,
             shard_map_version: map.version,
+            replication_factor: node.config.cluster.replication_factor,
             nodes,
             shards,
             hlc_now: node.clock.now().0,

@@ -642,6 +642,7 @@ impl Cluster for FakeNode {
             cluster_id: "fake".into(),
             answering_node: self.id,
             shard_map_version: self.world.generation.load(Ordering::SeqCst),
+            replication_factor: 3,
             nodes: addresses
                 .iter()
                 .map(|(id, address)| NodeInfo {
