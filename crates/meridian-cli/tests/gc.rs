@@ -9,6 +9,10 @@
 //! 3. Every node is stopped and its RocksDB opened directly: on every replica the overwritten
 //!    key keeps one version (plus its latest-version slot) and the deleted key nothing. The
 //!    control: the same count taken on a cluster with GC off (`--gc-ttl-ms 0`) keeps all 300.
+//!
+//! A second scenario writes keys once (no garbage) and checks that no Raft log grows while
+//! the cluster is idle within the TTL (GC proposes nothing), then overwrites one: a pass
+//! collects it.
 
 mod common;
 
@@ -20,6 +24,7 @@ use std::time::Duration;
 
 const BASE_PORT: u16 = 25_000;
 const CONTROL_PORT: u16 = 25_200;
+const IDLE_PORT: u16 = 33_200;
 const WRITES: usize = 300;
 /// Bound on the GC loop having collected the history after the TTL.
 const GC_TIMEOUT: Duration = Duration::from_secs(60);
@@ -27,6 +32,11 @@ const GC_TIMEOUT: Duration = Duration::from_secs(60);
 #[test]
 fn old_versions_are_collected_and_reads_below_the_threshold_are_refused() {
     run_scenario(scenario());
+}
+
+#[test]
+fn shards_without_garbage_get_no_gc_entries() {
+    run_scenario(idle_scenario());
 }
 
 /// Stored entries per user key in a node's data dir (versions and slots), all shards.
@@ -113,4 +123,62 @@ async fn scenario() {
         );
         assert_eq!(stored_entries(data, b"gone"), 3, "control node {id}");
     }
+}
+
+/// Every replica's last log index, by (node, shard).
+async fn last_logs(
+    cluster: &meridian_cli::LocalCluster,
+) -> std::collections::BTreeMap<(u64, u64), u64> {
+    let mut out = std::collections::BTreeMap::new();
+    for id in cluster.node_ids() {
+        let addr = cluster.client_addr(id).expect("address");
+        let status = meridian_client::fetch_status(&addr, Duration::from_secs(5))
+            .await
+            .expect("status");
+        for shard in status.shards.iter().filter(|s| s.replicas.contains(&id)) {
+            out.insert((id, shard.shard_id), shard.last_log_index);
+        }
+    }
+    out
+}
+
+/// A shard written but never overwritten has no garbage: while nothing is written, no Raft log
+/// grows, though every shard was written within the TTL and GC looks every 200 ms (the bug:
+/// each such shard, the metadata shard included, appended a GC pass of two entries per
+/// interval for the whole TTL). The control: one overwrite, and a pass collects it.
+async fn idle_scenario() {
+    let dir = tempfile::tempdir().unwrap();
+    // A TTL well past the idle window: the closing pass comes a TTL after the last write.
+    let gc_args: &[&str] = &["--gc-ttl-ms", "20000", "--gc-interval-ms", "200"];
+    let per_node: Vec<(u64, &[&str])> = (1..=3).map(|id| (id, gc_args)).collect();
+    let cluster = start_cluster(IDLE_PORT, dir.path(), 2, &per_node);
+    cluster
+        .wait_ready(READY_TIMEOUT)
+        .await
+        .expect("cluster ready");
+    let client = connect_client(cluster.endpoints()).await;
+    for i in 0..20 {
+        client.put(format!("once-{i}"), "v").await.expect("put");
+    }
+    // Two seconds (ten GC intervals) without a change in any log, within the TTL.
+    let started = std::time::Instant::now();
+    let mut seen = last_logs(&cluster).await;
+    let mut since = std::time::Instant::now();
+    while since.elapsed() < Duration::from_secs(2) {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "the logs kept growing on an idle cluster: {seen:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let now = last_logs(&cluster).await;
+        if now != seen {
+            eprintln!("logs moved: {now:?}");
+            seen = now;
+            since = std::time::Instant::now();
+        }
+    }
+    eprintln!("idle for 2 s after {:?}: {seen:?}", started.elapsed());
+    // The control: an overwrite is garbage once the TTL passes, and a pass collects it.
+    client.put("once-0", "w").await.expect("overwrite");
+    wait_for_gc_total(&cluster, "versions_deleted", 1, GC_TIMEOUT).await;
 }

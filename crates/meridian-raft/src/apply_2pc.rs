@@ -367,56 +367,70 @@ impl ApplyBatch<'_> {
         Ok(())
     }
 
-    /// One page of [`crate::Command::GcRecords`]: deletes the finished records and markers of
-    /// transactions that started below the shard's GC threshold, from after `from`. Runs at
-    /// the start of a batch of its own (see `state_machine`), so the engine holds every
-    /// earlier entry's records.
+    /// One page of [`crate::Command::GcRecords`] (see [`records_page`]) at the shard's GC
+    /// threshold. Runs at the start of a batch of its own (see `state_machine`), so the engine
+    /// holds every earlier entry's records.
     pub(crate) fn gc_records(&mut self, from: Option<TxnId>) -> io::Result<CommandResult> {
         let threshold = self.locks.gc_threshold;
-        let (start, end) = keys::txn_kind_range(self.shard, TxnKeyKind::Record);
-        let start = match from {
-            // The key right after `from`'s.
-            Some(id) => {
-                let mut k = keys::txn_key(self.shard, TxnKeyKind::Record, id.client_id, id.seq);
-                k.push(0);
-                k
-            }
-            None => start,
-        };
-        let mut page = GcRecordsResult::default();
-        let mut last = None;
-        for item in self.engine.scan(Cf::Data, &start, Some(&end), false) {
-            let (key, raw) = item
-                .map_err(|e| io::Error::other(format!("shard {}: txn records: {e}", self.shard)))?;
-            if page.examined >= RECORDS_PER_GC_PAGE {
-                page.resume = last;
-                break;
-            }
-            page.examined += 1;
-            let (_, client_id, seq) = keys::decode_txn_key(&key).map_err(io::Error::other)?;
-            last = Some(TxnId { client_id, seq });
-            let record: TxnRecord = codec::decode(&raw)?;
-            if record.txn_ts >= threshold {
-                continue;
-            }
-            if record.finished {
-                self.batch.delete(Cf::Data, key.to_vec());
-                page.deleted += 1;
-            } else if let TxnStatus::Committed(commit_ts) = record.status {
-                if page.stuck.len() < STUCK_PER_GC_PAGE {
-                    page.stuck.push(StuckRecord {
-                        txn: TxnId { client_id, seq },
-                        txn_ts: record.txn_ts,
-                        commit_ts,
-                    });
-                }
-            }
-        }
+        let page = records_page(self.engine, self.shard, threshold, from, &mut self.batch)?;
         Ok(CommandResult {
             gc_records: Some(page),
             ..Default::default()
         })
     }
+}
+
+/// One page of the transaction-record GC: adds to `batch` the deletes of the finished records
+/// and markers of transactions that started below `threshold`, from after `from`, and reports
+/// the committed records still unfinished there (for the sweeper). Reads `engine` only: the
+/// leader's survey (`gc_survey`) runs it with a batch it drops.
+pub(crate) fn records_page(
+    engine: &dyn meridian_storage::Engine,
+    shard: meridian_types::ShardId,
+    threshold: u64,
+    from: Option<TxnId>,
+    batch: &mut meridian_storage::WriteBatch,
+) -> io::Result<GcRecordsResult> {
+    let (start, end) = keys::txn_kind_range(shard, TxnKeyKind::Record);
+    let start = match from {
+        // The key right after `from`'s.
+        Some(id) => {
+            let mut k = keys::txn_key(shard, TxnKeyKind::Record, id.client_id, id.seq);
+            k.push(0);
+            k
+        }
+        None => start,
+    };
+    let mut page = GcRecordsResult::default();
+    let mut last = None;
+    for item in engine.scan(Cf::Data, &start, Some(&end), false) {
+        let (key, raw) =
+            item.map_err(|e| io::Error::other(format!("shard {shard}: txn records: {e}")))?;
+        if page.examined >= RECORDS_PER_GC_PAGE {
+            page.resume = last;
+            break;
+        }
+        page.examined += 1;
+        let (_, client_id, seq) = keys::decode_txn_key(&key).map_err(io::Error::other)?;
+        last = Some(TxnId { client_id, seq });
+        let record: TxnRecord = codec::decode(&raw)?;
+        if record.txn_ts >= threshold {
+            continue;
+        }
+        if record.finished {
+            batch.delete(Cf::Data, key.to_vec());
+            page.deleted += 1;
+        } else if let TxnStatus::Committed(commit_ts) = record.status {
+            if page.stuck.len() < STUCK_PER_GC_PAGE {
+                page.stuck.push(StuckRecord {
+                    txn: TxnId { client_id, seq },
+                    txn_ts: record.txn_ts,
+                    commit_ts,
+                });
+            }
+        }
+    }
+    Ok(page)
 }
 
 /// Most records and markers one [`crate::Command::GcRecords`] page examines.

@@ -144,6 +144,43 @@ pub(super) fn gc(s: &mut Shard, threshold: u64) -> crate::types::GcRecordsResult
         .expect("a record GC result")
 }
 
+/// What the leader's survey (`gc_survey`) says a pass at `threshold` would do.
+fn survey(s: &Shard, threshold: u64) -> bool {
+    crate::gc_survey::would_collect(&s.engine, SHARD, &WHOLE, s.locks.gc_threshold, threshold)
+        .expect("survey")
+}
+
+/// The survey finds garbage exactly where a pass deletes versions: not in keys written once.
+#[test]
+fn the_gc_survey_finds_overwritten_and_deleted_versions_not_keys_written_once() {
+    let mut s = Shard::new();
+    assert!(!survey(&s, 100), "an empty shard");
+    s.one(put(10, "a", "1"));
+    s.one(put(11, "b", "1"));
+    assert!(!survey(&s, 100), "one version per key: each is its keeper");
+    s.one(put(20, "a", "2"));
+    assert!(!survey(&s, 15), "the old version is still read at 15");
+    assert!(survey(&s, 25), "below 25 only the newer version is read");
+    let pass = s.one(Command::Gc {
+        threshold: 25,
+        from: None,
+    });
+    assert_eq!(
+        pass.gc.map(|g| g.versions_deleted),
+        Some(1),
+        "the pass agrees"
+    );
+    assert!(!survey(&s, 30), "collected");
+    s.one(Command::Write {
+        ts: 40,
+        puts: vec![],
+        deletes: vec![b("b")],
+        request: None,
+    });
+    assert!(!survey(&s, 35), "the delete is above 35");
+    assert!(survey(&s, 45), "a tombstone below the threshold goes");
+}
+
 #[test]
 fn a_prepared_write_blocks_other_writes_until_it_commits_at_exactly_the_decided_timestamp() {
     let mut s = Shard::new();
@@ -375,9 +412,14 @@ fn finished_records_and_markers_below_the_threshold_are_collected_and_stay_gone(
         .participants
         .is_empty());
     // Finished but not below the threshold: kept, and nothing is reported stuck.
+    assert!(!survey(&a, TXN_TS), "the survey agrees: nothing to do");
     let above = gc(&mut a, TXN_TS);
     assert_eq!((above.deleted, above.stuck.len()), (0, 0));
     // Below it: the finished one goes, the unfinished one (5) stays and is reported stuck.
+    assert!(
+        survey(&a, TXN_TS + 1),
+        "the survey agrees: a record to delete"
+    );
     let page = gc(&mut a, TXN_TS + 1);
     assert_eq!((page.examined, page.deleted), (2, 1));
     assert_eq!(record_count(&a), 1);
@@ -393,10 +435,15 @@ fn finished_records_and_markers_below_the_threshold_are_collected_and_stay_gone(
         a.one(resolve(5, true, Decision::Abort)).status,
         Some(TxnStatus::Committed(20))
     );
+    assert!(
+        survey(&a, TXN_TS + 1),
+        "the survey agrees: a stuck record to report"
+    );
     a.one(resolve(5, true, Decision::Finish));
     let finished = gc(&mut a, TXN_TS + 1);
     assert_eq!((finished.deleted, finished.stuck.len()), (1, 0));
     assert_eq!(record_count(&a), 0);
+    assert!(!survey(&a, TXN_TS + 1), "the survey agrees: nothing left");
     // Gone for good: a late prepare is refused, a recovery is told `Forgotten` and writes no
     // tombstone; the data stays.
     let late = a.one(prepare(20, 1, true, &[], &[("k", "late")]));

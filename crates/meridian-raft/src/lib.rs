@@ -43,6 +43,7 @@ pub mod clock_fence;
 pub mod closed_ts;
 pub mod closed_ts_channel;
 pub mod dedup;
+pub mod gc_survey;
 pub mod host;
 pub mod issued;
 pub mod locks;

@@ -263,6 +263,25 @@ impl ShardStateMachine {
         self.inner.lock().await.version_floor
     }
 
+    /// Whether a GC pass at `threshold` would delete anything or report a stuck record, from
+    /// this replica's applied state (`gc_survey`; blocking work on the blocking pool). The
+    /// leader asks before proposing a pass.
+    pub async fn gc_would_collect(&self, threshold: u64) -> io::Result<bool> {
+        let (engine, shard, span) = {
+            let inner = self.inner.lock().await;
+            (inner.engine.clone(), inner.shard, inner.span.clone())
+        };
+        let current = self
+            .locks
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .gc_threshold;
+        blocking(move || {
+            crate::gc_survey::would_collect(&*engine, shard, &span, current, threshold)
+        })
+        .await
+    }
+
     /// The shard's highest applied version timestamp, without waiting for apply. A read served
     /// after applying up to its read index must read at or above this, whatever the local clock
     /// says (see `meridian-server`'s `Kv` service).

@@ -1,6 +1,7 @@
 //! The node's MVCC garbage collector: every `cluster.gc_interval_ms`, for each shard this node
-//! leads, propose [`Command::Gc`] pages at the threshold `now - cluster.gc_ttl_ms` until a pass
-//! over the shard is done, then [`Command::GcRecords`] pages over its transaction records
+//! leads that may hold garbage (below), propose [`Command::Gc`] pages at the threshold
+//! `now - cluster.gc_ttl_ms` until a pass over the shard is done, then [`Command::GcRecords`]
+//! pages over its transaction records
 //! (the finished ones whose transaction started below the threshold go; see `meridian-raft`'s
 //! `locks`). Committed records still unfinished below the threshold are queued for the
 //! sweeper, which finishes them (see `sweeper`).
@@ -21,12 +22,19 @@
 //! # When a shard is skipped
 //! A shard whose newest version (its applied floor) is at or below its threshold holds no
 //! garbage a later threshold could collect until it is written again: idle shards stay
-//! quiesced. Otherwise a pass runs at most once per interval per shard.
+//! quiesced. Otherwise, at most once per interval, the leader first surveys its own replica
+//! (`meridian-raft`'s `gc_survey`: the pass's own page functions, read-only) and proposes a
+//! pass only if it would delete a version or a record, or report a stuck record, or if its
+//! threshold would reach the shard's newest write: that *closing* pass raises the threshold
+//! past it, which ends the surveys until the shard is written again. A shard written but
+//! never overwritten (the metadata shard, most of the time) so appends one pass (two entries)
+//! a TTL after its last write, where it used to append one every interval for the whole TTL.
 //!
 //! # Not done yet
 //! - No statistics of garbage per shard (live vs. total bytes, as CockroachDB's MVCC stats):
-//!   a shard written once is scanned whole once per interval until the threshold passes its
-//!   newest write (TTL / interval passes, 15 by default).
+//!   a shard written once is surveyed (scanned on its leader) once per interval until the
+//!   closing pass (TTL / interval surveys, 15 by default), and a shard with garbage is read
+//!   twice per pass on its leader (the survey, then the pass).
 //! - Passes are not throttled beyond one page in flight per shard and shards one at a time.
 //! - An idle shard's newest transaction records wait for its next write: a pass runs only
 //!   while the shard has a version above its threshold, so a record whose transaction started
@@ -60,8 +68,25 @@ pub(crate) fn spawn(node: &Arc<Node>) {
                 let Some(target) = due(&node, &replica, ttl_ms) else {
                     continue;
                 };
-                if let Err(e) = pass(&node, replica.shard, target).await {
-                    let shard = replica.shard;
+                let shard = replica.shard;
+                // A threshold at or past the newest write ends the surveys until the next
+                // write (`due`): with nothing to collect, that one pass still goes.
+                let closing = target >= replica.sm.applied_floor().0;
+                match replica.sm.gc_would_collect(target).await {
+                    Ok(true) => {}
+                    Ok(false) if closing => {
+                        tracing::debug!(%shard, "GC survey found no garbage; one closing pass raises the threshold past the newest write");
+                    }
+                    Ok(false) => {
+                        tracing::debug!(%shard, "GC survey found no garbage; no pass proposed");
+                        continue;
+                    }
+                    Err(e) => {
+                        tracing::debug!(%shard, error = %e, "GC survey failed; next interval retries");
+                        continue;
+                    }
+                }
+                if let Err(e) = pass(&node, shard, target).await {
                     tracing::debug!(%shard, error = %e, "GC pass stopped; next interval retries");
                 }
             }
