@@ -27,8 +27,10 @@
 //! 4. **ap-south's node SIGKILLed** while it leads the metadata shard: transactions from
 //!    us-east and eu-west (ap-south has no node left), HLC.
 //!
-//! Around every phase the metadata shard's last log index is read on every node: a
-//! transaction-path entry there would show up as an append.
+//! Around every phase the metadata shard's last log index and term are read on every node: a
+//! transaction-path entry there would show up as an append. A new term shows an election
+//! during the phase, whose leader appends one blank entry; that one is not counted against
+//! transactions, and the report names the phase.
 //!
 //! # Verdicts (`report::checks`)
 //! - Home-region write p50 ≤ the round trip to the nearest other region + 5 ms; local read and
@@ -118,11 +120,19 @@ impl Run<'_> {
             )
             .await;
             let after = self.geo.meta_log().await?;
-            let meta_appends = after
-                .iter()
-                .filter_map(|(node, index)| before.get(node).map(|b| index.saturating_sub(*b)))
-                .max()
-                .unwrap_or(0);
+            let grew = |field: fn(&(u64, u64)) -> u64| {
+                after
+                    .iter()
+                    .filter_map(|(node, now)| {
+                        before
+                            .get(node)
+                            .map(|b| field(now).saturating_sub(field(b)))
+                    })
+                    .max()
+                    .unwrap_or(0)
+            };
+            let meta_appends = grew(|(index, _)| *index);
+            let meta_new_terms = grew(|(_, term)| *term);
             let line: Vec<String> = stats
                 .iter()
                 .map(|s| {
@@ -152,6 +162,7 @@ impl Run<'_> {
                 op: *op,
                 regions: stats,
                 meta_appends,
+                meta_new_terms,
             });
         }
         Ok(())

@@ -363,9 +363,9 @@ impl GeoCluster {
         }
     }
 
-    /// The metadata shard's last log index on every running node holding a replica of it
-    /// (node id → index).
-    pub async fn meta_log(&self) -> anyhow::Result<BTreeMap<u64, u64>> {
+    /// The metadata shard's last log index and term on every running node holding a replica
+    /// of it (node id → (index, term)).
+    pub async fn meta_log(&self) -> anyhow::Result<BTreeMap<u64, (u64, u64)>> {
         let mut out = BTreeMap::new();
         for (i, address) in self.direct.iter().enumerate() {
             let node = i as u64 + 1;
@@ -379,7 +379,7 @@ impl GeoCluster {
                 .iter()
                 .find(|s| s.shard_id == 0 && s.replicas.contains(&node))
             {
-                out.insert(node, meta.last_log_index);
+                out.insert(node, (meta.last_log_index, meta.term));
             }
         }
         Ok(out)
