@@ -71,16 +71,18 @@
 //! (`constraints::refuse_target`); a remove never leaves a shard with zone survival fewer
 //! than `ZONE_VOTERS` replicas in its home region, and never leaves a shard with region
 //! survival unable to survive losing a region (one region holding so many replicas that the
-//! rest are no majority) when the other members could hold its replicas so that it would
+//! rest are no majority) when removing another of its replicas would not, and the live
+//! members its constraints allow could hold its replicas that way
 //! (`region_survival_refusal`). All answer INVALID_ARGUMENT naming the fix.
 //!
 //! # Not done yet
 //! - An add is not checked against region survival: a move adds before it removes, so the
 //!   shard briefly has two replicas in a region on purpose. A remove is allowed where no
-//!   placement survives a region (a decommission of a region's only node, a shard left with
-//!   two replicas).
+//!   better one exists (a decommission of a region's only node, a shard crowded already, a
+//!   shard left with two replicas).
 //! - `decommission` (moving every replica off a node) is a client-side plan of one add and
-//!   one remove per shard (`meridian-client`'s `decommission`); no server-side job tracks it.
+//!   one remove per shard, or the remove alone (`meridian-client`'s `decommission`); no
+//!   server-side job tracks it.
 
 use crate::error::{Result, ServerError};
 use crate::node::Node;
