@@ -218,6 +218,16 @@ impl Client {
 mod tests {
     use super::*;
 
+    /// A live node of `region`.
+    fn live_node(node_id: u64, region: &str) -> NodeInfo {
+        NodeInfo {
+            node_id,
+            region: region.into(),
+            live: true,
+            ..Default::default()
+        }
+    }
+
     fn status(nodes: &[(u64, &str, bool)], shards: &[(u64, &[u64])]) -> StatusResponse {
         let nodes: Vec<(u64, &str, &str, bool)> = nodes
             .iter()
@@ -383,12 +393,7 @@ mod tests {
         // An add would widen the shard's regions: node 4 (a) is added rather than leave the
         // shard in b and c only.
         s.shards[0].replicas = vec![1, 2, 3, 6];
-        s.nodes.push(NodeInfo {
-            node_id: 6,
-            region: "b".into(),
-            live: true,
-            ..Default::default()
-        });
+        s.nodes.push(live_node(6, "b"));
         assert_eq!(plan(&s, 1).unwrap()[0].to, Some(4));
         // Fewer than the replication factor left: added, as before.
         s.shards[0].replicas = vec![1, 2, 4];
@@ -396,12 +401,7 @@ mod tests {
         // Zone survival in a: the home keeps three (1 leaves, 4, 5 and 7 stay) or gets one.
         s.shards[0].home_region = "a".into();
         s.shards[0].survival = "zone".into();
-        s.nodes.push(NodeInfo {
-            node_id: 7,
-            region: "a".into(),
-            live: true,
-            ..Default::default()
-        });
+        s.nodes.push(live_node(7, "a"));
         s.shards[0].replicas = vec![1, 4, 5, 7, 2];
         assert_eq!(plan(&s, 1).unwrap()[0].to, None);
         s.shards[0].replicas = vec![1, 4, 5, 2, 3];
@@ -452,12 +452,7 @@ mod tests {
         // Shard in a and b only ([1, 4] in a, [2, 6] in b), node 3 (c) free: an add, to the
         // preferred node (5, in the leaving node's region), though node 3 is what forbids
         // the removal alone.
-        s.nodes.push(NodeInfo {
-            node_id: 6,
-            region: "b".into(),
-            live: true,
-            ..Default::default()
-        });
+        s.nodes.push(live_node(6, "b"));
         s.shards[0].replicas = vec![1, 4, 2, 6];
         assert_eq!(plan(&s, 1).unwrap()[0].to, Some(5));
         s.nodes[2].live = false;

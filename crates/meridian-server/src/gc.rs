@@ -70,20 +70,19 @@ pub(crate) fn spawn(node: &Arc<Node>) {
                 };
                 let shard = replica.shard;
                 // A threshold at or past the newest write ends the surveys until the next
-                // write (`due`): with nothing to collect, that one pass still goes.
+                // write (`due`): that closing pass goes whatever a survey would say.
                 let closing = target >= replica.sm.applied_floor().0;
-                match replica.sm.gc_would_collect(target).await {
-                    Ok(true) => {}
-                    Ok(false) if closing => {
-                        tracing::debug!(%shard, "GC survey found no garbage; one closing pass raises the threshold past the newest write");
-                    }
-                    Ok(false) => {
-                        tracing::debug!(%shard, "GC survey found no garbage; no pass proposed");
-                        continue;
-                    }
-                    Err(e) => {
-                        tracing::debug!(%shard, error = %e, "GC survey failed; next interval retries");
-                        continue;
+                if !closing {
+                    match replica.sm.gc_would_collect(target).await {
+                        Ok(true) => {}
+                        Ok(false) => {
+                            tracing::debug!(%shard, "GC survey found no garbage; no pass proposed");
+                            continue;
+                        }
+                        Err(e) => {
+                            tracing::debug!(%shard, error = %e, "GC survey failed; next interval retries");
+                            continue;
+                        }
                     }
                 }
                 if let Err(e) = pass(&node, shard, target).await {
