@@ -7,8 +7,6 @@ mod common;
 use bytes::Bytes;
 use common::*;
 use std::collections::BTreeMap;
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
 const BASE_PORT: u16 = 29_100;
@@ -18,41 +16,13 @@ fn metrics_port(node: u64) -> u16 {
     BASE_PORT + 50 + node as u16
 }
 
-/// One HTTP/1.1 request; returns (status line, body).
+/// One HTTP/1.1 request to `node`'s metrics port; returns (status line, body).
 fn http(node: u64, request: &str) -> (String, String) {
-    let mut stream = TcpStream::connect(("127.0.0.1", metrics_port(node))).expect("connect");
-    stream
-        .set_read_timeout(Some(Duration::from_secs(5)))
-        .unwrap();
-    stream.write_all(request.as_bytes()).unwrap();
-    let mut response = String::new();
-    stream.read_to_string(&mut response).unwrap();
-    let (head, body) = response
-        .split_once("\r\n\r\n")
-        .expect("a complete response");
-    (
-        head.lines().next().unwrap_or("").to_string(),
-        body.to_string(),
-    )
+    metrics_http(metrics_port(node), request)
 }
 
-/// Every sample of `/metrics` on `node`: `name{labels}` → value.
 fn scrape(node: u64) -> BTreeMap<String, f64> {
-    let (status, body) = http(node, "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
-    assert_eq!(status, "HTTP/1.1 200 OK");
-    body.lines()
-        .filter(|l| !l.starts_with('#') && !l.is_empty())
-        .map(|l| {
-            let (name, value) = l.rsplit_once(' ').expect("name value");
-            (name.to_string(), value.parse().expect("a number"))
-        })
-        .collect()
-}
-
-fn sample(samples: &BTreeMap<String, f64>, name: &str) -> f64 {
-    *samples
-        .get(name)
-        .unwrap_or_else(|| panic!("{name} missing from {samples:?}"))
+    scrape_metrics(metrics_port(node))
 }
 
 #[test]

@@ -6,6 +6,7 @@
 //! Shards are added at startup (the shard map) or later (a replica move) with `open_shard`, and
 //! removed with `retire_shard` (see `retire`).
 
+use crate::heartbeat_batch::MAX_HEARTBEAT_BATCH;
 use crate::log_store::LogStore;
 use crate::log_writer::LogWriter;
 use crate::network::{clock_rejection, NetworkFactory, PeerPool, RateLimitedLog, SnapshotHeader};
@@ -13,7 +14,9 @@ use crate::state_machine::{ShardStateMachine, SnapshotFile};
 use crate::transport_stats::{PeerMessage, TransportStats};
 use crate::types::*;
 use meridian_proto::raft::raft_transport_server::RaftTransport;
-use meridian_proto::raft::{RaftReply, RaftRequest, SnapshotChunk};
+use meridian_proto::raft::{
+    HeartbeatBatch, HeartbeatBatchReply, RaftReply, RaftRequest, SnapshotChunk,
+};
 use meridian_storage::keys::Span;
 use meridian_storage::Engine;
 use meridian_types::limits::{MAX_MESSAGE_BYTES, SNAPSHOT_CHUNK_BYTES};
@@ -53,6 +56,25 @@ pub struct ShardReplica {
     pub issued: Arc<crate::issued::Issued>,
     /// As leader: the side channel's quorum confirmations (see `closed_ts_channel`).
     pub closer: std::sync::Mutex<crate::closed_ts::Closer>,
+    /// Requests waiting on a quorum round of this shard (see [`ShardReplica::ensure_linearizable`]):
+    /// while any wait, its heartbeats skip `heartbeat_batch`'s linger.
+    pub(crate) urgent: Arc<crate::heartbeat_batch::Urgent>,
+}
+
+impl ShardReplica {
+    /// `raft.ensure_linearizable(option)`, with this shard's heartbeats sent at once while it
+    /// waits instead of after `heartbeat_batch`'s linger: a ReadIndex round (a read, or a
+    /// lapsed lease's renewal before a write) is a request's latency.
+    pub async fn ensure_linearizable(
+        &self,
+        option: impl Into<openraft::LinearizerOption>,
+    ) -> Result<
+        openraft::raft::linearizable_read::ReadLogId<TypeConfig>,
+        RaftError<openraft::errors::LinearizableReadError<TypeConfig>>,
+    > {
+        let _waiting = self.urgent.hold();
+        self.raft.ensure_linearizable(option).await
+    }
 }
 
 pub struct MultiRaft {
@@ -134,6 +156,9 @@ impl MultiRaft {
                 rpc_timeout,
                 // Half the margin lease reads leave unused (see `append_credit`).
                 Duration::from_millis(raft_config.election_timeout_max / 20),
+                crate::heartbeat_batch::linger_for(Duration::from_millis(
+                    raft_config.heartbeat_interval,
+                )),
             ),
             engine,
             clock,
@@ -219,9 +244,11 @@ impl MultiRaft {
         .map_err(|e| e.to_string())?
         .map_err(|e| format!("opening shard {shard} state machine: {e}"))?;
         let log = LogStore::new(shard, self.engine.clone(), self.writer.clone());
+        let urgent = Arc::new(crate::heartbeat_batch::Urgent::new(&self.pool));
         let network = NetworkFactory {
             shard,
             pool: self.pool.clone(),
+            urgent: urgent.clone(),
         };
         let raft = Raft::new(
             self.node_id,
@@ -247,6 +274,7 @@ impl MultiRaft {
             quiet: crate::quiesce::Quiet::new(self.node_id),
             issued,
             closer: Default::default(),
+            urgent,
         });
         self.shards
             .write()
@@ -589,6 +617,62 @@ impl RaftTransport for TransportService {
             }
         });
         Ok(Response::new(Box::pin(replies)))
+    }
+
+    /// A peer's coalesced heartbeats (see `heartbeat_batch`): the sender and its clock are
+    /// admitted once for the batch, then every item goes to its group's openraft as an
+    /// ordinary append and is answered in order; an item for a shard with no replica here, or
+    /// a malformed one, is answered with its error and does not fail the others.
+    async fn heartbeats(
+        &self,
+        request: Request<HeartbeatBatch>,
+    ) -> Result<Response<HeartbeatBatchReply>, Status> {
+        self.host
+            .transport_stats
+            .received(PeerMessage::HeartbeatBatch);
+        let batch = request.into_inner();
+        if batch.items.len() > MAX_HEARTBEAT_BATCH {
+            return Err(Status::invalid_argument(format!(
+                "{} heartbeats in one batch; at most {MAX_HEARTBEAT_BATCH}",
+                batch.items.len()
+            )));
+        }
+        self.admit_node(batch.hlc, batch.from_node)?;
+        let from = batch.from_node;
+        let host = &self.host;
+        let answers = batch.items.into_iter().map(|item| async move {
+            host.transport_stats.received(PeerMessage::Heartbeat);
+            let result: Result<AppendEntriesResponse, String> =
+                match host.get(ShardId(item.shard_id)) {
+                    None => Err(format!(
+                        "shard {} has no replica on node {}",
+                        item.shard_id, host.node_id
+                    )),
+                    Some(replica) => {
+                        if let Some(leader) = replica.on_peer_message(from) {
+                            host.send_wake(replica.shard, leader);
+                        }
+                        match codec::decode::<AppendEntriesRequest>(&item.payload) {
+                            Err(e) => Err(format!("malformed raft payload: {e}")),
+                            Ok(rpc) => replica
+                                .raft
+                                .append_entries(rpc)
+                                .await
+                                .map_err(|e| e.to_string()),
+                        }
+                    }
+                };
+            codec::encode(&result).map(bytes::Bytes::from)
+        });
+        let items = futures::future::join_all(answers)
+            .await
+            .into_iter()
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| Status::internal(e.to_string()))?;
+        Ok(Response::new(HeartbeatBatchReply {
+            hlc: self.host.clock.now().0,
+            items,
+        }))
     }
 
     async fn vote(&self, request: Request<RaftRequest>) -> Result<Response<RaftReply>, Status> {

@@ -14,7 +14,7 @@
 //!   [`resolutions`]: the commits a replica resolved lately, for snapshot reads.
 //! - [`dedup`]: the per-shard table of applied write request ids that makes retries safe.
 //! - [`network`]: the peer transport client (one channel per peer, deadlines, HLC on every RPC
-//!   but pings).
+//!   but pings); [`heartbeat_batch`]: every group's heartbeats to a peer node in one call.
 //! - [`host`]: the per-node shard table and the transport service routing by shard id.
 //! - [`quiesce`]: idle shards stop ticking; node-level pings notice a dead leader instead.
 //! - [`clock_fence`]: the pings' clock offsets; a node out of step with a majority stops.
@@ -44,6 +44,7 @@ pub mod closed_ts;
 pub mod closed_ts_channel;
 pub mod dedup;
 pub mod gc_survey;
+pub mod heartbeat_batch;
 pub mod host;
 pub mod issued;
 pub mod locks;

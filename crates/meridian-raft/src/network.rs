@@ -107,6 +107,10 @@ pub struct PeerPool {
     /// How much later than a follower's acknowledgement a leader may date it (see
     /// [`crate::append_credit`]).
     pub append_slack: Duration,
+    /// How long a heartbeat waits for others to the same peer (see `heartbeat_batch`).
+    pub heartbeat_linger: Duration,
+    /// The per-peer queues of coalesced heartbeats (see `heartbeat_batch`).
+    pub(crate) heartbeats: crate::heartbeat_batch::HeartbeatBatcher,
     clock_log: RateLimitedLog,
 }
 
@@ -116,6 +120,7 @@ impl PeerPool {
         clock: Arc<Clock>,
         rpc_timeout: Duration,
         append_slack: Duration,
+        heartbeat_linger: Duration,
     ) -> Arc<PeerPool> {
         Arc::new(PeerPool {
             channels: Mutex::new(HashMap::new()),
@@ -127,6 +132,8 @@ impl PeerPool {
             clock,
             rpc_timeout,
             append_slack,
+            heartbeat_linger,
+            heartbeats: Default::default(),
             clock_log: RateLimitedLog::new(Duration::from_secs(5)),
         })
     }
@@ -200,7 +207,7 @@ impl PeerPool {
     }
 
     /// Merges a peer's reply timestamp; a reply from beyond max_offset is an error.
-    fn merge_reply_clock(&self, hlc: u64) -> Result<(), String> {
+    pub(crate) fn merge_reply_clock(&self, hlc: u64) -> Result<(), String> {
         self.clock.update(Timestamp(hlc)).map_err(|e| {
             if self.clock_log.should_log() {
                 tracing::error!(error = %e, "rejecting reply from peer");
@@ -372,6 +379,8 @@ impl PeerPool {
 pub struct NetworkFactory {
     pub shard: ShardId,
     pub pool: Arc<PeerPool>,
+    /// The shard's waiting requests (see `heartbeat_batch::Urgent`), for its heartbeats.
+    pub urgent: Arc<crate::heartbeat_batch::Urgent>,
 }
 
 impl RaftNetworkFactory<TypeConfig> for NetworkFactory {
@@ -383,6 +392,15 @@ impl RaftNetworkFactory<TypeConfig> for NetworkFactory {
             target,
             addr: node.addr.clone(),
             pool: self.pool.clone(),
+            heartbeats: None,
+        }
+    }
+
+    /// Heartbeats go through the peer's coalescing queue (see `heartbeat_batch`).
+    async fn new_heartbeat_client(&mut self, target: NodeId, node: &Node) -> PeerConnection {
+        PeerConnection {
+            heartbeats: Some(self.urgent.clone()),
+            ..self.new_client(target, node).await
         }
     }
 }
@@ -392,6 +410,10 @@ pub struct PeerConnection {
     target: NodeId,
     addr: String,
     pool: Arc<PeerPool>,
+    /// Set on openraft's heartbeat worker's connection (with the shard's waiting requests):
+    /// its `stream_append` calls (one empty request each) are coalesced per peer node (see
+    /// `heartbeat_batch`).
+    heartbeats: Option<Arc<crate::heartbeat_batch::Urgent>>,
 }
 
 fn status_to_rpc_error(status: tonic::Status) -> RPCError {
@@ -544,6 +566,46 @@ impl PeerConnection {
     }
 }
 
+impl PeerConnection {
+    /// A heartbeat worker's stream: each request in its peer's next heartbeat batch, in turn;
+    /// the stream ends after its first error, as a replication stream does.
+    fn coalesced<'s, S>(
+        &self,
+        input: S,
+        urgent: Arc<crate::heartbeat_batch::Urgent>,
+    ) -> BoxStream<'s, Result<StreamAppendResult, RPCError>>
+    where
+        S: futures::Stream<Item = AppendEntriesRequest> + OptionalSend + Unpin + 'static,
+    {
+        use futures::StreamExt;
+        let (pool, addr, shard, target) = (
+            self.pool.clone(),
+            self.addr.clone(),
+            self.shard,
+            self.target,
+        );
+        let replies = input
+            .then(move |req| {
+                let (pool, addr) = (pool.clone(), addr.clone());
+                let now = urgent.waiting();
+                async move {
+                    let answer =
+                        crate::heartbeat_batch::send(&pool, &addr, shard.0, req, now).await;
+                    if answer.is_ok() {
+                        pool.mark_seen(target);
+                    }
+                    answer
+                }
+            })
+            .scan(false, |failed, item| {
+                let stop = *failed;
+                *failed = item.is_err();
+                futures::future::ready((!stop).then_some(item))
+            });
+        Box::pin(replies)
+    }
+}
+
 impl RaftNetworkV2<TypeConfig> for PeerConnection {
     type SnapshotData = SnapshotFile;
 
@@ -559,6 +621,9 @@ impl RaftNetworkV2<TypeConfig> for PeerConnection {
         S: futures::Stream<Item = AppendEntriesRequest> + OptionalSend + Unpin + 'static,
     {
         use futures::StreamExt;
+        if let Some(urgent) = self.heartbeats.clone() {
+            return Box::pin(async move { Ok(self.coalesced(input, urgent)) });
+        }
         Box::pin(async move {
             let mut client = self
                 .pool

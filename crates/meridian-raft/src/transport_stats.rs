@@ -12,6 +12,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 pub enum PeerMessage {
     Append,
     StreamedAppend,
+    /// One coalesced call (see `heartbeat_batch`); each heartbeat in it counts as `Heartbeat`.
+    HeartbeatBatch,
+    Heartbeat,
     Vote,
     PreVote,
     TransferLeader,
@@ -25,9 +28,11 @@ pub enum PeerMessage {
 }
 
 impl PeerMessage {
-    pub const ALL: [PeerMessage; 12] = [
+    pub const ALL: [PeerMessage; 14] = [
         PeerMessage::Append,
         PeerMessage::StreamedAppend,
+        PeerMessage::HeartbeatBatch,
+        PeerMessage::Heartbeat,
         PeerMessage::Vote,
         PeerMessage::PreVote,
         PeerMessage::TransferLeader,
@@ -45,6 +50,8 @@ impl PeerMessage {
         match self {
             PeerMessage::Append => "append",
             PeerMessage::StreamedAppend => "streamed_append",
+            PeerMessage::HeartbeatBatch => "heartbeat_batch",
+            PeerMessage::Heartbeat => "heartbeat",
             PeerMessage::Vote => "vote",
             PeerMessage::PreVote => "pre_vote",
             PeerMessage::TransferLeader => "transfer_leader",

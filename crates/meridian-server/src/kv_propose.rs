@@ -66,7 +66,7 @@ impl KvService {
             // leader cut off from its quorum should answer NOT_LEADER soon, as it did before.
             let renew = LinearizerOption::from(ReadPolicy::ReadIndex)
                 .with_wait_timeout(self.node.config.raft.round_wait());
-            let _ = replica.raft.ensure_linearizable(renew).await;
+            let _ = replica.ensure_linearizable(renew).await;
             let metrics = replica.raft.metrics();
             let metrics = metrics.borrow_watched();
             (term, leader) = (metrics.current_term, metrics.current_leader);

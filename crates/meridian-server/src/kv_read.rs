@@ -113,13 +113,10 @@ impl KvService {
         } else {
             ReadPolicy::ReadIndex
         };
-        let mut result = replica.raft.ensure_linearizable(policy.clone()).await;
+        let mut result = replica.ensure_linearizable(policy.clone()).await;
         if result.is_err() && policy == ReadPolicy::LeaseRead && replica.raft.is_leader() {
             // The lease is not valid (e.g. right after election): confirm with a quorum round.
-            result = replica
-                .raft
-                .ensure_linearizable(ReadPolicy::ReadIndex)
-                .await;
+            result = replica.ensure_linearizable(ReadPolicy::ReadIndex).await;
         }
         match result {
             Ok(_) => {

@@ -347,3 +347,42 @@ pub async fn read_back(client: &Client, written: &[String]) {
         );
     }
 }
+
+/// One HTTP/1.1 request to a node's metrics endpoint on `port`; returns (status line, body).
+pub fn metrics_http(port: u16, request: &str) -> (String, String) {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    stream.write_all(request.as_bytes()).unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    let (head, body) = response
+        .split_once("\r\n\r\n")
+        .expect("a complete response");
+    (
+        head.lines().next().unwrap_or("").to_string(),
+        body.to_string(),
+    )
+}
+
+/// Every sample of `GET /metrics` on `port`: `name{labels}` → value.
+pub fn scrape_metrics(port: u16) -> std::collections::BTreeMap<String, f64> {
+    let (status, body) = metrics_http(port, "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
+    assert_eq!(status, "HTTP/1.1 200 OK");
+    body.lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+        .map(|l| {
+            let (name, value) = l.rsplit_once(' ').expect("name value");
+            (name.to_string(), value.parse().expect("a number"))
+        })
+        .collect()
+}
+
+/// The value of sample `name` (with its labels) in `samples`.
+pub fn sample(samples: &std::collections::BTreeMap<String, f64>, name: &str) -> f64 {
+    *samples
+        .get(name)
+        .unwrap_or_else(|| panic!("{name} missing from {samples:?}"))
+}
