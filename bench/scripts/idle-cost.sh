@@ -4,12 +4,15 @@
 #
 #   bench/scripts/idle-cost.sh [--shards "8 64 256 1024"] [--measure-s 20] [--settle-s 30]
 #                              [--modes "true false"] [--base-port 26000] [--out FILE]
+#                              [--bin-dir DIR] [--node-args "..."]
 #
 # For each shard count and each `--quiesce` mode: starts a fresh 3-node loopback cluster of
 # real `meridian start` processes, waits until it answers and every shard has a leader, lets
 # it settle (elections done, idle shards quiesced), then over the measure window reads each
 # process's CPU time (/proc/<pid>/stat utime+stime) and RSS, and counts WARN/ERROR log lines.
-# Prints one markdown table row per run (and appends them to --out, if given).
+# Prints one markdown table row per run (and appends them to --out, if given). --bin-dir runs
+# the `meridian` found there instead of building it (two builds side by side); --node-args adds
+# flags to every `meridian start`.
 set -euo pipefail
 source "$(dirname "$0")/../../scripts/common.sh"
 source "$(dirname "$0")/lib/loopback-cluster.sh"
@@ -20,6 +23,8 @@ MEASURE_S=20
 SETTLE_S=30
 BASE_PORT=26000
 OUT=""
+SRC_BIN_DIR=""
+NODE_ARGS=""
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --shards) SHARDS="$2"; shift 2 ;;
@@ -28,18 +33,23 @@ while [[ $# -gt 0 ]]; do
     --settle-s) SETTLE_S="$2"; shift 2 ;;
     --base-port) BASE_PORT="$2"; shift 2 ;;
     --out) OUT="$2"; shift 2 ;;
+    --bin-dir) SRC_BIN_DIR="$2"; shift 2 ;;
+    --node-args) NODE_ARGS="$2"; shift 2 ;;
     *) echo "unknown argument: $1" >&2; exit 2 ;;
   esac
 done
 
-ensure_build_deps
 cd "$ROOT"
-say "building meridian (release)"
-cargo build --release --locked -p meridian-cli
+if [[ -z "$SRC_BIN_DIR" ]]; then
+  ensure_build_deps
+  say "building meridian (release)"
+  cargo build --release --locked -p meridian-cli
+  SRC_BIN_DIR="$CARGO_TARGET_DIR/release"
+fi
 # A private copy: a rebuild during the run must not change the binary between rows.
 BIN_DIR="$(mktemp -d /var/tmp/meridian-idle-bin.XXXXXX)"
 BIN="$BIN_DIR/meridian"
-cp "$CARGO_TARGET_DIR/release/meridian" "$BIN"
+cp "$SRC_BIN_DIR/meridian" "$BIN"
 TICKS=$(getconf CLK_TCK)
 
 PIDS=()
@@ -72,7 +82,8 @@ for n in $SHARDS; do
     loopback_cluster "$BASE_PORT"
     endpoints=$ENDPOINTS
     for id in 1 2 3; do
-      start_loopback_node "$BIN" "$id" "$BASE_PORT" "$WORK" --initial-shards "$n" --quiesce "$mode"
+      # shellcheck disable=SC2086 # NODE_ARGS is a list of flags
+      start_loopback_node "$BIN" "$id" "$BASE_PORT" "$WORK" --initial-shards "$n" --quiesce "$mode" $NODE_ARGS
       PIDS+=("$NODE_PID")
     done
     if ! wait_every_shard_led "$BIN" "$endpoints" 300; then

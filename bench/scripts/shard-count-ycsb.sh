@@ -5,11 +5,13 @@
 #
 #   bench/scripts/shard-count-ycsb.sh [--shards "8 256"] [--records 20000] [--operations 30000]
 #                                     [--threads 32] [--base-port 26700]
-#                                     [--node-args "--quiesce false"]
+#                                     [--node-args "--quiesce false"] [--bin-dir DIR]
 #
 # Per shard count: start 3 `meridian start` processes (--initial-shards N, loopback Raft
 # timings), wait until every shard has a leader, `meridian-ycsb load` the records, run workload
 # A then C, stop the cluster. Prints throughput per workload and the ratio to the first count.
+# --bin-dir runs the `meridian` and `meridian-ycsb` found there instead of building them (to
+# compare two builds side by side).
 set -euo pipefail
 source "$(dirname "$0")/../../scripts/common.sh"
 source "$(dirname "$0")/lib/loopback-cluster.sh"
@@ -20,6 +22,7 @@ OPERATIONS=30000
 THREADS=32
 BASE_PORT=26700
 NODE_ARGS=""
+BIN_DIR=""
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --shards) SHARDS="$2"; shift 2 ;;
@@ -28,16 +31,20 @@ while [[ $# -gt 0 ]]; do
     --threads) THREADS="$2"; shift 2 ;;
     --base-port) BASE_PORT="$2"; shift 2 ;;
     --node-args) NODE_ARGS="$2"; shift 2 ;;
+    --bin-dir) BIN_DIR="$2"; shift 2 ;;
     *) echo "unknown argument: $1" >&2; exit 2 ;;
   esac
 done
 
-ensure_build_deps
 cd "$ROOT"
-say "building meridian and meridian-ycsb (release)"
-cargo build --release --locked -p meridian-cli -p meridian-bench
+if [[ -z "$BIN_DIR" ]]; then
+  ensure_build_deps
+  say "building meridian and meridian-ycsb (release)"
+  cargo build --release --locked -p meridian-cli -p meridian-bench
+  BIN_DIR="$CARGO_TARGET_DIR/release"
+fi
 WORK="$(mktemp -d /var/tmp/meridian-shard-ycsb.XXXXXX)"
-cp "$CARGO_TARGET_DIR/release/meridian" "$CARGO_TARGET_DIR/release/meridian-ycsb" "$WORK/"
+cp "$BIN_DIR/meridian" "$BIN_DIR/meridian-ycsb" "$WORK/"
 PIDS=()
 stop_cluster() {
   for pid in "${PIDS[@]:-}"; do [[ -n "$pid" ]] && kill "$pid" 2>/dev/null || true; done
