@@ -36,11 +36,17 @@
 //!   heartbeat at once: the peer is not keeping up); a batch holds at most
 //!   [`MAX_HEARTBEAT_BATCH`]; at most [`MAX_BATCHES_IN_FLIGHT`] calls per peer are in flight,
 //!   each with the RPC deadline.
+//! - A follower answers each item within [`item_budget`] (half the heartbeat interval) of
+//!   its Raft's answer or with an error, so one stalled shard does not hold up the batch's
+//!   others past their leaders' heartbeat timeout.
+//! - A heartbeat whose worker stopped waiting for it (openraft's timeout) is not sent.
 //! - A heartbeat waits at most `linger` (a tenth of the heartbeat interval, at most 10 ms)
 //!   before its batch is sent, unless the peer's calls in flight are at their limit; one a
 //!   request waits on (a ReadIndex round, see [`Urgent`]) does not wait for it.
 //!
 //! # Not done yet
+//! - A peer's queue and sender task stay for the node's lifetime, even after the peer left
+//!   the cluster (as its HTTP/2 channel does in `PeerPool`).
 //! - Replication streams (appends with entries) are still one HTTP/2 stream per group and
 //!   follower; only heartbeats are coalesced.
 //! - A peer that does not know the `Heartbeats` call (a node from before it) answers
@@ -69,8 +75,18 @@ pub fn linger_for(heartbeat_interval: Duration) -> Duration {
     (heartbeat_interval / 10).min(Duration::from_millis(10))
 }
 
+/// How long a follower's Raft may take to answer one heartbeat of a batch before the item is
+/// answered with an error: half the heartbeat interval, so a shard stalled on its log (a slow
+/// fsync: openraft answers a heartbeat once the follower's log writes are flushed) fails its
+/// own heartbeat, as it would alone, without holding up the answers of the batch's others past
+/// their leaders' heartbeat timeout.
+pub fn item_budget(heartbeat_interval: Duration) -> Duration {
+    heartbeat_interval / 2
+}
+
 /// How many requests wait on a quorum round of one shard (a ReadIndex read, a lapsed lease's
-/// renewal before a write; see `host::ShardReplica::ensure_linearizable`). While any does, the
+/// renewal before a write; see `host::ShardReplica::ensure_linearizable`; lease reads do not
+/// count). While any does, the
 /// shard's heartbeats are sent at once: openraft confirms such a round with a heartbeat, and
 /// the linger would be the request's latency. A new waiter also ends the linger of every
 /// batch being gathered (a heartbeat of its shard may be in one: sent on the wake, just
@@ -259,7 +275,8 @@ async fn run_peer(
 async fn send_batch(pool: &PeerPool, addr: &str, batch: Vec<Pending>) {
     let mut items = Vec::with_capacity(batch.len());
     let mut replies = Vec::with_capacity(batch.len());
-    for p in batch {
+    // A heartbeat whose worker gave up waiting (openraft's timeout) is not sent.
+    for p in batch.into_iter().filter(|p| !p.reply.is_closed()) {
         items.push(HeartbeatItem {
             shard_id: p.shard,
             payload: p.payload.into(),
@@ -267,6 +284,9 @@ async fn send_batch(pool: &PeerPool, addr: &str, batch: Vec<Pending>) {
         replies.push(p.reply);
     }
     let sent = items.len();
+    if sent == 0 {
+        return;
+    }
     let answered = call(pool, addr, items).await;
     match answered {
         Ok(answers) if answers.len() == sent => {
@@ -329,6 +349,14 @@ async fn call(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn item_budget_is_half_the_interval() {
+        assert_eq!(
+            item_budget(Duration::from_millis(400)),
+            Duration::from_millis(200)
+        );
+    }
 
     #[test]
     fn linger_is_a_tenth_of_the_interval_at_most_ten_ms() {

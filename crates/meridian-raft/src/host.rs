@@ -62,9 +62,11 @@ pub struct ShardReplica {
 }
 
 impl ShardReplica {
-    /// `raft.ensure_linearizable(option)`, with this shard's heartbeats sent at once while it
-    /// waits instead of after `heartbeat_batch`'s linger: a ReadIndex round (a read, or a
-    /// lapsed lease's renewal before a write) is a request's latency.
+    /// `raft.ensure_linearizable(option)` for a quorum round (ReadIndex: a read, or a lapsed
+    /// lease's renewal before a write), with this shard's heartbeats sent at once while it
+    /// waits instead of after `heartbeat_batch`'s linger: the round is a request's latency.
+    /// A lease read, which needs no round, calls `raft.ensure_linearizable` itself (marking
+    /// every read urgent would end every linger under read load).
     pub async fn ensure_linearizable(
         &self,
         option: impl Into<openraft::LinearizerOption>,
@@ -621,8 +623,9 @@ impl RaftTransport for TransportService {
 
     /// A peer's coalesced heartbeats (see `heartbeat_batch`): the sender and its clock are
     /// admitted once for the batch, then every item goes to its group's openraft as an
-    /// ordinary append and is answered in order; an item for a shard with no replica here, or
-    /// a malformed one, is answered with its error and does not fail the others.
+    /// ordinary append and is answered in order; an item for a shard with no replica here, a
+    /// malformed one, or one its Raft does not answer within `item_budget`, is answered with
+    /// its error and does not fail or hold up the others.
     async fn heartbeats(
         &self,
         request: Request<HeartbeatBatch>,
@@ -640,6 +643,9 @@ impl RaftTransport for TransportService {
         self.admit_node(batch.hlc, batch.from_node)?;
         let from = batch.from_node;
         let host = &self.host;
+        let item_budget = crate::heartbeat_batch::item_budget(Duration::from_millis(
+            host.raft_config.heartbeat_interval,
+        ));
         let answers = batch.items.into_iter().map(|item| async move {
             host.transport_stats.received(PeerMessage::Heartbeat);
             let result: Result<AppendEntriesResponse, String> =
@@ -654,11 +660,19 @@ impl RaftTransport for TransportService {
                         }
                         match codec::decode::<AppendEntriesRequest>(&item.payload) {
                             Err(e) => Err(format!("malformed raft payload: {e}")),
-                            Ok(rpc) => replica
-                                .raft
-                                .append_entries(rpc)
-                                .await
-                                .map_err(|e| e.to_string()),
+                            // Bounded, so one shard whose Raft is slow to answer (a
+                            // stalled fsync) does not hold the other shards' answers.
+                            Ok(rpc) => {
+                                tokio::time::timeout(item_budget, replica.raft.append_entries(rpc))
+                                    .await
+                                    .map_err(|_| {
+                                        format!(
+                                    "shard {} did not answer a heartbeat within {item_budget:?}",
+                                    item.shard_id
+                                )
+                                    })
+                                    .and_then(|r| r.map_err(|e| e.to_string()))
+                            }
                         }
                     }
                 };

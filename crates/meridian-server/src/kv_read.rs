@@ -113,7 +113,13 @@ impl KvService {
         } else {
             ReadPolicy::ReadIndex
         };
-        let mut result = replica.ensure_linearizable(policy.clone()).await;
+        // Only a quorum round waits on a heartbeat; a lease read must not hurry the node's
+        // coalesced heartbeats (see `meridian_raft::heartbeat_batch::Urgent`).
+        let mut result = if policy == ReadPolicy::ReadIndex {
+            replica.ensure_linearizable(policy.clone()).await
+        } else {
+            replica.raft.ensure_linearizable(policy.clone()).await
+        };
         if result.is_err() && policy == ReadPolicy::LeaseRead && replica.raft.is_leader() {
             // The lease is not valid (e.g. right after election): confirm with a quorum round.
             result = replica.ensure_linearizable(ReadPolicy::ReadIndex).await;
