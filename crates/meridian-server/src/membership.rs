@@ -35,9 +35,12 @@
 //!
 //! A caller that asked before without a final answer (a transport error, or a retryable one
 //! a leader may give after acting) says so (`retried`): then an add whose target votes
-//! already (in either half of a joint configuration), or a remove whose target holds nothing
-//! (an unknown node id included), answers with the group as it stands; asked for the first
-//! time, both are refused as mistakes (a wrong node id).
+//! already, or a remove whose target holds nothing (an unknown node id included), answers
+//! with the group as it stands; asked for the first time, both are refused as mistakes (a
+//! wrong node id). An add that finds the group half way through making its target a voter
+//! (joint, the target in the new voter set only: an earlier attempt, or a leader before this
+//! one, was cut off) finishes that change before it answers, whoever asks; one whose target
+//! votes only in the old set (its removal under way) answers UNAVAILABLE.
 //!
 //! Members are the founding ones and those that joined (`join`, recorded in the same map):
 //! either can receive replicas. A member with no replica left can be *forgotten*
@@ -138,14 +141,39 @@ pub async fn add_replica(
         ))
     })?;
     let addr = member.peer_addr.to_string();
-    let (voters, _) = group(&replica);
-    if voters.contains(&target) {
-        if retried {
+    let configs = replica
+        .raft
+        .metrics()
+        .borrow_watched()
+        .membership_config
+        .membership()
+        .get_joint_config()
+        .clone();
+    match add_step(&configs, target, retried) {
+        AddStep::Proceed => {}
+        AddStep::Done => return Ok(outcome(node, &replica)),
+        AddStep::VoterAlready => {
+            return Err(ServerError::InvalidArgument(format!(
+                "node {target} is a voter of shard {shard} already"
+            )))
+        }
+        AddStep::Changing => {
+            return Err(ServerError::Unavailable(format!(
+                "shard {shard}'s group is half way through removing node {target}; ask again once it is done"
+            )))
+        }
+        AddStep::Finish => {
+            // An earlier ask (or a leader before this one) left the group joint with the
+            // target in its new voter set: openraft turns a joint group's next change into
+            // its final configuration.
+            tracing::info!(%shard, target, "adding a replica: finishing the voter change an earlier attempt began");
+            replica
+                .raft
+                .change_membership(ChangeMembers::AddVoterIds(BTreeSet::from([target])), false)
+                .await
+                .map_err(|e| raft_error(node, shard, e))?;
             return Ok(outcome(node, &replica));
         }
-        return Err(ServerError::InvalidArgument(format!(
-            "node {target} is a voter of shard {shard} already"
-        )));
     }
     change_map(node, |map| {
         // Checked against the map being changed: a forget that won the race is seen here.
@@ -401,6 +429,35 @@ async fn led_replica(node: &Node, shard: ShardId) -> Result<Arc<ShardReplica>> {
 }
 
 /// The group's voters and learners as this replica sees them.
+/// What an add of `target` does, given the group's voter configurations (two while a voter
+/// change is half done: the old set, then the new one).
+#[derive(Debug, PartialEq, Eq)]
+enum AddStep {
+    /// Not a voter anywhere: learner, catch up, voter.
+    Proceed,
+    /// A voter of the settled group: the move is done (if `retried`).
+    Done,
+    /// Refused: a voter already (a first ask: likely a mistaken id).
+    VoterAlready,
+    /// The group is half way through making it a voter: finish that change.
+    Finish,
+    /// A voter of the old set only: its removal is under way.
+    Changing,
+}
+
+fn add_step(configs: &[BTreeSet<NodeId>], target: NodeId, retried: bool) -> AddStep {
+    let anywhere = configs.iter().any(|c| c.contains(&target));
+    let in_new = configs.last().is_some_and(|c| c.contains(&target));
+    let everywhere = configs.iter().all(|c| c.contains(&target));
+    match (anywhere, in_new, everywhere) {
+        (false, _, _) => AddStep::Proceed,
+        (true, false, _) => AddStep::Changing,
+        (true, true, false) => AddStep::Finish,
+        (true, true, true) if retried => AddStep::Done,
+        (true, true, true) => AddStep::VoterAlready,
+    }
+}
+
 fn group(replica: &ShardReplica) -> (Vec<NodeId>, Vec<NodeId>) {
     let metrics = replica.raft.metrics().borrow_watched().clone();
     let membership = metrics.membership_config.membership();
@@ -690,6 +747,25 @@ pub fn read_cached(engine: &dyn Engine) -> std::result::Result<Option<ShardMap>,
 mod tests {
     use super::*;
     use crate::survival::Survival;
+
+    #[test]
+    fn an_add_asked_again_while_the_voter_change_is_half_done_finishes_it() {
+        let set = |ids: &[NodeId]| ids.iter().copied().collect::<BTreeSet<_>>();
+        let settled = [set(&[1, 2, 3])];
+        assert_eq!(add_step(&settled, 4, false), AddStep::Proceed);
+        assert_eq!(add_step(&settled, 3, false), AddStep::VoterAlready);
+        assert_eq!(add_step(&settled, 3, true), AddStep::Done);
+        // Joint: node 4 votes in the new set only. The move is not done until the group
+        // leaves the joint configuration, whoever asks.
+        let adding = [set(&[1, 2, 3]), set(&[1, 2, 3, 4])];
+        assert_eq!(add_step(&adding, 4, true), AddStep::Finish);
+        assert_eq!(add_step(&adding, 4, false), AddStep::Finish);
+        assert_eq!(add_step(&adding, 1, true), AddStep::Done);
+        // Joint: node 3 votes in the old set only (it is being removed).
+        let removing = [set(&[1, 2, 3]), set(&[1, 2, 4])];
+        assert_eq!(add_step(&removing, 3, true), AddStep::Changing);
+        assert_eq!(add_step(&removing, 3, false), AddStep::Changing);
+    }
 
     #[test]
     fn a_removal_never_leaves_zone_survival_fewer_than_three_home_replicas() {
