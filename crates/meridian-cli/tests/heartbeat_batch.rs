@@ -47,16 +47,7 @@ async fn scenario() {
             ]
         })
         .collect();
-    let per_node: Vec<Vec<&str>> = flags
-        .iter()
-        .map(|f| f.iter().map(String::as_str).collect())
-        .collect();
-    let per_node: Vec<(u64, &[&str])> = per_node
-        .iter()
-        .enumerate()
-        .map(|(i, f)| (i as u64 + 1, f.as_slice()))
-        .collect();
-    let cluster = start_cluster(BASE_PORT, dir.path(), SHARDS, &per_node);
+    let cluster = start_cluster_with_args(BASE_PORT, dir.path(), SHARDS, &flags);
     cluster.wait_ready(READY_TIMEOUT).await.expect("ready");
     let client = connect_client(cluster.endpoints()).await;
     // Every group has committed an entry of its leader's term, so nothing but heartbeats

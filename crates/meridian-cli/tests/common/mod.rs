@@ -73,6 +73,25 @@ pub fn start_cluster(
     cluster
 }
 
+/// [`start_cluster`] with owned per-node args: `per_node[i]` are node `i + 1`'s.
+pub fn start_cluster_with_args(
+    base_port: u16,
+    dir: &Path,
+    shards: u32,
+    per_node: &[Vec<String>],
+) -> LocalCluster {
+    let borrowed: Vec<Vec<&str>> = per_node
+        .iter()
+        .map(|f| f.iter().map(String::as_str).collect())
+        .collect();
+    let by_node: Vec<(u64, &[&str])> = borrowed
+        .iter()
+        .enumerate()
+        .map(|(i, f)| (i as u64 + 1, f.as_slice()))
+        .collect();
+    start_cluster(base_port, dir, shards, &by_node)
+}
+
 /// A client with room for a leader election inside one call.
 pub async fn connect_client(endpoints: Vec<String>) -> Client {
     let mut config = ClientConfig::new(endpoints);
