@@ -6,12 +6,14 @@
 #   bench/scripts/shard-count-ycsb.sh [--shards "8 256"] [--records 20000] [--operations 30000]
 #                                     [--threads 32] [--base-port 26700]
 #                                     [--node-args "--quiesce false"] [--bin-dir DIR]
+#                                     [--heartbeat-ms 100] [--election-min-ms 600]
 #
 # Per shard count: start 3 `meridian start` processes (--initial-shards N, loopback Raft
 # timings), wait until every shard has a leader, `meridian-ycsb load` the records, run workload
 # A then C, stop the cluster. Prints throughput per workload and the ratio to the first count.
 # --bin-dir runs the `meridian` and `meridian-ycsb` found there instead of building them (to
-# compare two builds side by side).
+# compare two builds side by side). The Raft timings default to loopback ones (100 ms
+# heartbeats, 600 ms minimum election timeout); 400 / 1500 are the node's own defaults.
 set -euo pipefail
 source "$(dirname "$0")/../../scripts/common.sh"
 source "$(dirname "$0")/lib/loopback-cluster.sh"
@@ -23,6 +25,8 @@ THREADS=32
 BASE_PORT=26700
 NODE_ARGS=""
 BIN_DIR=""
+HEARTBEAT_MS=100
+ELECTION_MIN_MS=600
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --shards) SHARDS="$2"; shift 2 ;;
@@ -32,6 +36,8 @@ while [[ $# -gt 0 ]]; do
     --base-port) BASE_PORT="$2"; shift 2 ;;
     --node-args) NODE_ARGS="$2"; shift 2 ;;
     --bin-dir) BIN_DIR="$2"; shift 2 ;;
+    --heartbeat-ms) HEARTBEAT_MS="$2"; shift 2 ;;
+    --election-min-ms) ELECTION_MIN_MS="$2"; shift 2 ;;
     *) echo "unknown argument: $1" >&2; exit 2 ;;
   esac
 done
@@ -61,7 +67,7 @@ for n in $SHARDS; do
   for id in 1 2 3; do
     # shellcheck disable=SC2086 # NODE_ARGS is a list of flags
     start_loopback_node "$WORK/meridian" "$id" "$BASE_PORT" "$WORK/n$n" --initial-shards "$n" \
-      --heartbeat-interval-ms 100 --election-timeout-min-ms 600 $NODE_ARGS
+      --heartbeat-interval-ms "$HEARTBEAT_MS" --election-timeout-min-ms "$ELECTION_MIN_MS" $NODE_ARGS
     PIDS+=("$NODE_PID")
   done
   say "$n shards: waiting for every shard to elect a leader"
