@@ -39,8 +39,9 @@
 //! with the group as it stands; asked for the first time, both are refused as mistakes (a
 //! wrong node id). An add that finds the group half way through making its target a voter
 //! (joint, the target in the new voter set only: an earlier attempt, or a leader before this
-//! one, was cut off) finishes that change before it answers, whoever asks; one whose target
-//! votes only in the old set (its removal under way) answers UNAVAILABLE.
+//! one, was cut off) finishes that change before it answers, whoever asks (voters of the old
+//! set only stay learners); one whose target votes only in the old set (its removal was cut
+//! off) is refused with the remove to ask first.
 //!
 //! Members are the founding ones and those that joined (`join`, recorded in the same map):
 //! either can receive replicas. A member with no replica left can be *forgotten*
@@ -158,18 +159,31 @@ pub async fn add_replica(
             )))
         }
         AddStep::Changing => {
-            return Err(ServerError::Unavailable(format!(
-                "shard {shard}'s group is half way through removing node {target}; ask again once it is done"
-            )))
+            // Nothing else finishes an interrupted removal (the survival step finishes only
+            // a change towards the voters it wants), so waiting would not help.
+            return Err(ServerError::InvalidArgument(format!(
+                "shard {shard}'s group is half way through removing node {target} (joint \
+                 configuration); finish that with `meridian cluster remove-replica {shard} \
+                 {target}`, then add it again"
+            )));
         }
         AddStep::Finish => {
+            // Constraints stored since the earlier attempt listed the target may exclude it.
+            if let Some(why) = node
+                .map()
+                .get(shard)
+                .and_then(|d| crate::constraints::refuse_target(d, &member))
+            {
+                return Err(ServerError::InvalidArgument(why));
+            }
             // An earlier ask (or a leader before this one) left the group joint with the
             // target in its new voter set: openraft turns a joint group's next change into
-            // its final configuration.
+            // its final configuration. `retain`: a voter of the old set only (a joint change
+            // the survival step began) stays a learner, as that step meant.
             tracing::info!(%shard, target, "adding a replica: finishing the voter change an earlier attempt began");
             replica
                 .raft
-                .change_membership(ChangeMembers::AddVoterIds(BTreeSet::from([target])), false)
+                .change_membership(ChangeMembers::AddVoterIds(BTreeSet::from([target])), true)
                 .await
                 .map_err(|e| raft_error(node, shard, e))?;
             return Ok(outcome(node, &replica));
@@ -428,7 +442,6 @@ async fn led_replica(node: &Node, shard: ShardId) -> Result<Arc<ShardReplica>> {
     Ok(replica)
 }
 
-/// The group's voters and learners as this replica sees them.
 /// What an add of `target` does, given the group's voter configurations (two while a voter
 /// change is half done: the old set, then the new one).
 #[derive(Debug, PartialEq, Eq)]
@@ -441,7 +454,7 @@ enum AddStep {
     VoterAlready,
     /// The group is half way through making it a voter: finish that change.
     Finish,
-    /// A voter of the old set only: its removal is under way.
+    /// A voter of the old set only: its removal was cut off half way.
     Changing,
 }
 
@@ -458,6 +471,7 @@ fn add_step(configs: &[BTreeSet<NodeId>], target: NodeId, retried: bool) -> AddS
     }
 }
 
+/// The group's voters and learners as this replica sees them.
 fn group(replica: &ShardReplica) -> (Vec<NodeId>, Vec<NodeId>) {
     let metrics = replica.raft.metrics().borrow_watched().clone();
     let membership = metrics.membership_config.membership();
