@@ -53,7 +53,7 @@
 //!   UNIMPLEMENTED and its groups' leaders here lose their leases: mixed versions are not
 //!   supported.
 
-use crate::network::PeerPool;
+use crate::network::{Msg, PeerPool};
 use crate::types::{AppendEntriesRequest, AppendEntriesResponse, RPCError, StreamAppendResult};
 use meridian_proto::raft::{HeartbeatBatch, HeartbeatItem};
 use openraft::errors::{NetworkError, Unreachable};
@@ -127,10 +127,6 @@ impl Drop for UrgentGuard<'_> {
         self.0.waiting.fetch_sub(1, Ordering::SeqCst);
     }
 }
-
-#[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-struct Msg(String);
 
 /// What a heartbeat's caller gets: the item of the reply (an encoded
 /// `Result<AppendEntriesResponse, String>`), or why the call failed.

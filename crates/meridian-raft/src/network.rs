@@ -58,9 +58,10 @@ pub struct SnapshotHeader {
     pub dedup: Vec<crate::dedup::DedupEntry>,
 }
 
+/// A plain message as an error (openraft's network errors wrap an `Error`).
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
-struct Msg(String);
+pub(crate) struct Msg(pub(crate) String);
 
 /// Logs at most one line per `interval` for a noisy condition (e.g. a skewed peer).
 pub struct RateLimitedLog {
