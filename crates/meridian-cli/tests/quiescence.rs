@@ -16,8 +16,6 @@ use std::time::{Duration, Instant};
 
 const SHARDS: u32 = 16;
 const STATUS_TIMEOUT: Duration = Duration::from_secs(2);
-/// Bound on every replica quiescing once the cluster is idle.
-const QUIESCE_TIMEOUT: Duration = Duration::from_secs(60);
 /// Bound on every shard having a live leader again after its leader's node died.
 const FAILOVER_TIMEOUT: Duration = Duration::from_secs(60);
 /// The cluster's `max_offset_ms` (the default).
@@ -29,44 +27,7 @@ fn idle_shards_quiesce_and_elect_when_their_leader_dies() {
 }
 
 async fn statuses(cluster: &meridian_cli::LocalCluster, nodes: &[u64]) -> Vec<StatusResponse> {
-    let mut out = Vec::new();
-    for id in nodes {
-        let addr = cluster.client_addr(*id).expect("node address");
-        if let Ok(s) = fetch_status(&addr, STATUS_TIMEOUT).await {
-            out.push(s);
-        }
-    }
-    out
-}
-
-/// (quiesced, total) replicas over the given nodes' own reports.
-fn quiesced(statuses: &[StatusResponse]) -> (usize, usize) {
-    let all: Vec<bool> = statuses
-        .iter()
-        .flat_map(|s| {
-            s.shards
-                .iter()
-                .filter(move |sh| sh.replicas.contains(&s.answering_node))
-                .map(|sh| sh.quiesced)
-        })
-        .collect();
-    (all.iter().filter(|q| **q).count(), all.len())
-}
-
-async fn wait_all_quiesced(cluster: &meridian_cli::LocalCluster, nodes: &[u64]) -> Duration {
-    let started = Instant::now();
-    loop {
-        let s = statuses(cluster, nodes).await;
-        let (quiet, total) = quiesced(&s);
-        if s.len() == nodes.len() && total > 0 && quiet == total {
-            return started.elapsed();
-        }
-        assert!(
-            started.elapsed() < QUIESCE_TIMEOUT,
-            "only {quiet} of {total} replicas quiesced after {QUIESCE_TIMEOUT:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    node_statuses(cluster, nodes).await
 }
 
 async fn scenario() {
@@ -177,40 +138,15 @@ async fn scenario() {
 
     // 3. SIGKILL the node leading the most (quiesced) shards; with no client traffic, the
     //    survivors must notice through pings and elect leaders for all of them.
-    let before = statuses(&cluster, &nodes).await;
-    let led_by = |id: u64| {
-        before[0]
-            .shards
-            .iter()
-            .filter(|s| s.leader_id == id)
-            .count()
-    };
-    let victim = *nodes.iter().max_by_key(|id| led_by(**id)).unwrap();
-    let orphaned = led_by(victim);
+    let (victim, orphaned) = busiest_leader(&cluster, &nodes).await;
     assert!(orphaned > 0, "some node leads shards");
     cluster.kill(victim, Signal::SIGKILL).expect("SIGKILL");
     let killed_at = Instant::now();
     let survivors: Vec<u64> = nodes.iter().copied().filter(|n| *n != victim).collect();
-    loop {
-        let s = statuses(&cluster, &survivors).await;
-        let leaderless: Vec<u64> = s
-            .iter()
-            .flat_map(|st| st.shards.iter())
-            .filter(|sh| sh.leader_id == 0 || sh.leader_id == victim)
-            .map(|sh| sh.shard_id)
-            .collect();
-        if s.len() == survivors.len() && leaderless.is_empty() {
-            break;
-        }
-        assert!(
-            killed_at.elapsed() < FAILOVER_TIMEOUT,
-            "shards {leaderless:?} still without a live leader {FAILOVER_TIMEOUT:?} after node {victim} died"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let took =
+        wait_for_live_leaders(&cluster, &survivors, victim, killed_at, FAILOVER_TIMEOUT).await;
     eprintln!(
-        "node {victim} led {orphaned} quiesced shards; all had live leaders {:?} after SIGKILL, with no client traffic",
-        killed_at.elapsed()
+        "node {victim} led {orphaned} quiesced shards; all had live leaders {took:?} after SIGKILL, with no client traffic"
     );
 
     // 4. Every shard serves writes on the surviving majority.

@@ -405,3 +405,92 @@ pub fn sample(samples: &std::collections::BTreeMap<String, f64>, name: &str) -> 
         .get(name)
         .unwrap_or_else(|| panic!("{name} missing from {samples:?}"))
 }
+
+/// Each reachable node's own `Status` (a node that does not answer within 2 s is left out).
+pub async fn node_statuses(
+    cluster: &LocalCluster,
+    nodes: &[u64],
+) -> Vec<meridian_client::proto::StatusResponse> {
+    let mut out = Vec::new();
+    for id in nodes {
+        let addr = cluster.client_addr(*id).expect("node address");
+        if let Ok(s) = meridian_client::fetch_status(&addr, Duration::from_secs(2)).await {
+            out.push(s);
+        }
+    }
+    out
+}
+
+/// The node that leads the most shards, by `nodes[0]`'s status, and how many it leads.
+pub async fn busiest_leader(cluster: &LocalCluster, nodes: &[u64]) -> (u64, usize) {
+    let status = node_statuses(cluster, &nodes[..1])
+        .await
+        .pop()
+        .expect("the first node answers its status");
+    let led_by = |id: u64| status.shards.iter().filter(|s| s.leader_id == id).count();
+    let node = *nodes.iter().max_by_key(|id| led_by(**id)).unwrap();
+    (node, led_by(node))
+}
+
+/// Waits (at most `timeout`, panicking after) until every survivor reports a live leader,
+/// not `dead`, for every shard; returns how long that took from `since`.
+pub async fn wait_for_live_leaders(
+    cluster: &LocalCluster,
+    survivors: &[u64],
+    dead: u64,
+    since: Instant,
+    timeout: Duration,
+) -> Duration {
+    loop {
+        let s = node_statuses(cluster, survivors).await;
+        let leaderless: Vec<u64> = s
+            .iter()
+            .flat_map(|st| st.shards.iter())
+            .filter(|sh| sh.leader_id == 0 || sh.leader_id == dead)
+            .map(|sh| sh.shard_id)
+            .collect();
+        if s.len() == survivors.len() && leaderless.is_empty() {
+            return since.elapsed();
+        }
+        assert!(
+            since.elapsed() < timeout,
+            "shards {leaderless:?} still without a live leader {timeout:?} after node {dead} died"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Bound on every replica quiescing once the cluster is idle.
+pub const QUIESCE_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// (quiesced, total) replicas over the given nodes' own reports.
+pub fn quiesced(statuses: &[meridian_client::proto::StatusResponse]) -> (usize, usize) {
+    let all: Vec<bool> = statuses
+        .iter()
+        .flat_map(|s| {
+            s.shards
+                .iter()
+                .filter(move |sh| sh.replicas.contains(&s.answering_node))
+                .map(|sh| sh.quiesced)
+        })
+        .collect();
+    (all.iter().filter(|q| **q).count(), all.len())
+}
+
+/// Waits (at most [`QUIESCE_TIMEOUT`], panicking after) until every replica on `nodes` reports
+/// itself quiesced; returns how long that took.
+pub async fn wait_all_quiesced(cluster: &LocalCluster, nodes: &[u64]) -> Duration {
+    let started = Instant::now();
+    loop {
+        let s = node_statuses(cluster, nodes).await;
+        let (quiet, total) = quiesced(&s);
+        if s.len() == nodes.len() && total > 0 && quiet == total {
+            return started.elapsed();
+        }
+        assert!(
+            started.elapsed() < QUIESCE_TIMEOUT,
+            "only {quiet} of {total} replicas quiesced after {QUIESCE_TIMEOUT:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
