@@ -52,6 +52,8 @@ pub struct ShardReplica {
     pub sm: ShardStateMachine,
     /// Quiescence state (see `quiesce`).
     pub quiet: crate::quiesce::Quiet,
+    /// Whether the resting loop stopped this follower's ticker (see `rest`).
+    pub rest: crate::rest::Rest,
     /// Proposal timestamps issued as leader and not yet settled (see `issued`).
     pub issued: Arc<crate::issued::Issued>,
     /// As leader: the side channel's quorum confirmations (see `closed_ts_channel`).
@@ -274,6 +276,7 @@ impl MultiRaft {
             raft,
             sm,
             quiet: crate::quiesce::Quiet::new(self.node_id),
+            rest: Default::default(),
             issued,
             closer: Default::default(),
             urgent,
@@ -550,13 +553,13 @@ impl RaftTransport for TransportService {
         let req = request.into_inner();
         let replica = self.admit(req.shard_id, req.hlc, req.from_node)?;
         let rpc: AppendEntriesRequest = decode_payload(&req)?;
-        self.reply(
-            replica
-                .raft
-                .append_entries(rpc)
-                .await
-                .map_err(|e| e.to_string()),
-        )
+        let answer = replica
+            .raft
+            .append_entries(rpc)
+            .await
+            .map_err(|e| e.to_string());
+        replica.note_append_answer(&answer);
+        self.reply(answer)
     }
 
     type AppendStreamStream =
@@ -598,9 +601,11 @@ impl RaftTransport for TransportService {
                 .filter_map(futures::future::ready);
             let requests = futures::stream::once(futures::future::ready(first_req)).chain(rest);
             let clock = host.clock.clone();
+            let answering = replica.clone();
             let replies = replica.raft.stream_append(requests).map(move |item| {
                 let result: Result<StreamAppendResult, String> =
                     item.map_err(|fatal| fatal.to_string());
+                answering.note_stream_answer(&result);
                 let payload =
                     codec::encode(&result).map_err(|e| Status::internal(e.to_string()))?;
                 Ok(RaftReply {
@@ -648,34 +653,40 @@ impl RaftTransport for TransportService {
         ));
         let answers = batch.items.into_iter().map(|item| async move {
             host.transport_stats.received(PeerMessage::Heartbeat);
-            let result: Result<AppendEntriesResponse, String> =
-                match host.get(ShardId(item.shard_id)) {
-                    None => Err(format!(
-                        "shard {} has no replica on node {}",
-                        item.shard_id, host.node_id
-                    )),
-                    Some(replica) => {
-                        if let Some(leader) = replica.on_peer_message(from) {
-                            host.send_wake(replica.shard, leader);
-                        }
-                        match codec::decode::<AppendEntriesRequest>(&item.payload) {
-                            Err(e) => Err(format!("malformed raft payload: {e}")),
-                            // Bounded, so one shard whose Raft is slow to answer (a
-                            // stalled fsync) does not hold the other shards' answers.
-                            Ok(rpc) => {
-                                tokio::time::timeout(item_budget, replica.raft.append_entries(rpc))
-                                    .await
-                                    .map_err(|_| {
-                                        format!(
+            let result: Result<AppendEntriesResponse, String> = match host
+                .get(ShardId(item.shard_id))
+            {
+                None => Err(format!(
+                    "shard {} has no replica on node {}",
+                    item.shard_id, host.node_id
+                )),
+                Some(replica) => {
+                    if let Some(leader) = replica.on_peer_message(from) {
+                        host.send_wake(replica.shard, leader);
+                    }
+                    match codec::decode::<AppendEntriesRequest>(&item.payload) {
+                        Err(e) => Err(format!("malformed raft payload: {e}")),
+                        // Bounded, so one shard whose Raft is slow to answer (a
+                        // stalled fsync) does not hold the other shards' answers.
+                        Ok(rpc) => {
+                            let answer = tokio::time::timeout(
+                                item_budget,
+                                replica.raft.append_entries(rpc),
+                            )
+                            .await
+                            .map_err(|_| {
+                                format!(
                                     "shard {} did not answer a heartbeat within {item_budget:?}",
                                     item.shard_id
                                 )
-                                    })
-                                    .and_then(|r| r.map_err(|e| e.to_string()))
-                            }
+                            })
+                            .and_then(|r| r.map_err(|e| e.to_string()));
+                            replica.note_append_answer(&answer);
+                            answer
                         }
                     }
-                };
+                }
+            };
             codec::encode(&result).map(bytes::Bytes::from)
         });
         let items = futures::future::join_all(answers)
@@ -717,6 +728,8 @@ impl RaftTransport for TransportService {
         let req = request.into_inner();
         let replica = self.admit(req.shard_id, req.hlc, req.from_node)?;
         let rpc: TransferLeaderRequest = decode_payload(&req)?;
+        // This replica may be about to campaign: a candidate needs its ticker (see `rest`).
+        replica.end_rest();
         self.reply(
             replica
                 .raft

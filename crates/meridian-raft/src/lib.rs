@@ -54,6 +54,7 @@ pub mod map_gossip;
 pub mod network;
 pub mod quiesce;
 pub mod resolutions;
+pub mod rest;
 mod retire;
 pub mod rtt_watch;
 pub mod span_check;

@@ -30,6 +30,9 @@
 //!        trip goes to `rtt_watch` (a warning when heartbeats cannot be answered in time).
 //! ```
 //!
+//! The tickers of awake followers that hear their leader are stopped too, by `rest`, which
+//! leaves a parked or waking replica's ticker to quiescence.
+//!
 //! # Safety
 //! Quiescence only switches openraft's timers (`runtime_config().tick`, `.heartbeat`); every
 //! message is still processed, so Raft's safety does not depend on it. Leases stay sound: a
@@ -76,7 +79,8 @@ const PARKED: u8 = 1;
 /// A follower woken by a non-leader: ticker still off until its leader is heard.
 const WAKING: u8 = 2;
 
-fn now_ms() -> u64 {
+/// Milliseconds since this process's first call (the clock of `quiesce` and `rest`).
+pub(crate) fn now_ms() -> u64 {
     static ORIGIN: OnceLock<Instant> = OnceLock::new();
     ORIGIN.get_or_init(Instant::now).elapsed().as_millis() as u64
 }
@@ -292,6 +296,7 @@ impl ShardReplica {
         }
         self.quiet.leader.store(from, SeqCst);
         self.quiet.state.store(PARKED, SeqCst);
+        self.forget_rest();
         self.raft.runtime_config().tick(false);
         true
     }
@@ -308,11 +313,13 @@ impl MultiRaft {
     /// Starts the node's quiescence loop: pings to its peers (`set_peers`, read each round),
     /// quiesce rounds for idle shards this node leads (unless `enabled` is false: then only the
     /// pings, which also feed liveness in the cluster status), and the dead-leader watchdog for
-    /// parked followers. Also starts the clock fence over what the pings measure.
-    pub fn spawn_quiescence(self: &Arc<Self>, enabled: bool) {
+    /// parked followers; with `rest_followers`, also the resting loop (see `rest`) when the
+    /// Raft timings leave it room. Also starts the clock fence over what the pings measure.
+    pub fn spawn_quiescence(self: &Arc<Self>, enabled: bool, rest_followers: bool) {
         crate::clock_fence::spawn_for(self);
         let host = self.clone();
         let in_flight = Arc::new(InFlight::default());
+        let rest_after = self.rest_after(rest_followers);
         tokio::spawn(async move {
             let period = Duration::from_millis(host.raft_config.heartbeat_interval.max(10));
             let mut interval = tokio::time::interval(period);
@@ -322,6 +329,9 @@ impl MultiRaft {
                 host.ping_peers(&in_flight);
                 if enabled {
                     host.quiescence_round();
+                }
+                if let Some(rest_after) = rest_after {
+                    host.rest_round(rest_after);
                 }
             }
         });
@@ -446,6 +456,7 @@ impl MultiRaft {
         replica.quiet.leader.store(self.node_id, SeqCst);
         replica.quiet.parked_at_ms.store(now_ms(), SeqCst);
         replica.quiet.state.store(PARKED, SeqCst);
+        replica.forget_rest();
         runtime.tick(false);
         // A request that arrived between the check and the park saw AWAKE and did not wake.
         if !unchanged() {

@@ -637,6 +637,7 @@ pub type VoteResponse = openraft::raft::VoteResponse<TypeConfig>;
 pub type AppendEntriesRequest = openraft::raft::AppendEntriesRequest<TypeConfig>;
 pub type AppendEntriesResponse = openraft::raft::AppendEntriesResponse<TypeConfig>;
 pub type StreamAppendResult = openraft::raft::StreamAppendResult<TypeConfig>;
+pub type StreamAppendError = openraft::raft::StreamAppendError<TypeConfig>;
 pub type SnapshotResponse = openraft::raft::SnapshotResponse<TypeConfig>;
 pub type TransferLeaderRequest = openraft::raft::TransferLeaderRequest<TypeConfig>;
 pub type TransferLeaderResponse = openraft::raft::TransferLeaderResponse<TypeConfig>;

@@ -32,6 +32,7 @@
 //! election_timeout_max_ms = 3000
 //! rpc_timeout_ms = 2000
 //! quiesce = true               # idle shards stop heartbeats and election timers
+//! rest_followers = true        # followers that hear their leader stop their election tickers
 //! ```
 
 use meridian_types::limits::MAX_INITIAL_SHARDS;
@@ -165,6 +166,8 @@ pub struct RaftSection {
     pub snapshot_every_entries: u64,
     /// Idle, caught-up shards stop heartbeats and election timers (meridian-raft `quiesce`).
     pub quiesce: bool,
+    /// Followers that hear their leader stop their election tickers (meridian-raft `rest`).
+    pub rest_followers: bool,
 }
 
 impl RaftSection {
@@ -193,6 +196,7 @@ impl Default for RaftSection {
             logs_to_keep_after_snapshot: 5_000,
             snapshot_every_entries: 50_000,
             quiesce: true,
+            rest_followers: true,
         }
     }
 }
@@ -307,6 +311,10 @@ pub struct StartArgs {
     /// Whether idle shards quiesce (stop heartbeats and election timers); default true.
     #[arg(long)]
     pub quiesce: Option<bool>,
+    /// Whether followers that hear their leader stop their election tickers (a node-level loop
+    /// restarts them before an election could be due); default true.
+    #[arg(long)]
+    pub rest_followers: Option<bool>,
     /// Dial overrides for peers, comma-separated `id=host:port`: this node reaches peer `id` at
     /// that address instead of its `initial_cluster` address (e.g. a `meridian-wan` link that
     /// adds the WAN delay between two regions).
@@ -424,6 +432,9 @@ impl NodeConfig {
         }
         if let Some(v) = args.quiesce {
             file.raft.quiesce = v;
+        }
+        if let Some(v) = args.rest_followers {
+            file.raft.rest_followers = v;
         }
         Self::validate(file)
     }

@@ -162,12 +162,15 @@ pub fn render(node: &Node, admission: &Admission) -> String {
         )],
     );
 
-    let (mut awake, mut quiesced, mut led) = (0u64, 0u64, 0u64);
+    let (mut awake, mut quiesced, mut led, mut resting) = (0u64, 0u64, 0u64, 0u64);
     for replica in node.host.replicas() {
         if replica.is_quiesced() {
             quiesced += 1;
         } else {
             awake += 1;
+        }
+        if replica.rest.is_resting() {
+            resting += 1;
         }
         // Read in place: a clone of each group's whole metrics (membership, replication map)
         // per scrape would cost thousands of allocations on a node with thousands of groups.
@@ -190,6 +193,12 @@ pub fn render(node: &Node, admission: &Admission) -> String {
         "gauge",
         "Raft groups this node leads.",
         led as f64,
+    );
+    out.one(
+        "meridian_raft_followers_resting",
+        "gauge",
+        "Awake follower replicas whose election ticker is off while they hear their leader.",
+        resting as f64,
     );
     let received: Vec<(String, f64)> = node
         .host

@@ -296,7 +296,8 @@ impl Node {
             node.config.cluster.closed_ts_lag_ms,
             node.config.cluster.closed_ts_interval_ms,
         );
-        node.host.spawn_quiescence(node.config.raft.quiesce);
+        node.host
+            .spawn_quiescence(node.config.raft.quiesce, node.config.raft.rest_followers);
         // The loop holds only a weak reference and ends with the node.
         crate::gc::spawn(&node);
         crate::sweeper::spawn(&node);

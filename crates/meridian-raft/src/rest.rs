@@ -1,0 +1,261 @@
+//! Resting followers: a follower that hears its leader needs no election timer.
+//!
+//! openraft wakes every replica's Raft core on a tick (`heartbeat_interval × 13/64`, ~20 ms
+//! at 100 ms heartbeats) while the group is awake. On a follower the tick only runs the
+//! election timer: "has my leader been silent for my election timeout?" While the leader's
+//! appends keep arriving, the answer is no, and the wake-up was for nothing. With 256 busy
+//! shards on three nodes that is ~38,000 Raft-core wake-ups a second, two thirds of them on
+//! followers (measured, `bench/results/2026-12-05/heartbeat-batching.md`). Quiescence
+//! (`quiesce`) stops the ticks of *idle* groups; this module stops them on the followers of
+//! *busy* ones, as CockroachDB and TiKV drive their election timers from a node-level loop
+//! rather than a timer per group.
+//!
+//! ```text
+//!  each accepted append (a heartbeat or entries whose vote openraft took: Success,
+//!  PartialSuccess or Conflict — not HigherVote) → heard = now
+//!  node loop, every heartbeat_interval, for each awake (not quiesced) replica:
+//!    follower or learner, heard within rest_after → ticker off (resting)
+//!    otherwise, if resting                         → ticker on (openraft's timer decides)
+//!  this node asked to take over the lead (TransferLeader) → ticker on first
+//! ```
+//!
+//! # Why the election timing does not change
+//! openraft's election timer is not a countdown of ticks: each tick compares *now* with the
+//! time the follower last accepted its leader's vote, against its randomized election timeout
+//! (at least `election_timeout_min`). A tick that resumes after a rest therefore decides
+//! exactly as a tick would have at that moment. A follower's ticker is off only while it
+//! accepted an append within `rest_after`; the loop sees the silence at most one loop period
+//! later, and the ticker's first tick comes at most one tick interval after that. `rest_after`
+//! is chosen (see [`rest_after_ms`]) so that the sum, with a margin for a late loop, ends
+//! before `election_timeout_min`: the earliest moment openraft could elect. So a dead leader is
+//! noticed as early as before, by the same randomized timers.
+//!
+//! Only accepted appends count: a candidate's vote requests do not. Counting them would let a
+//! candidate that keeps losing (its log is behind) keep every other follower's ticker off, and
+//! the group would never elect.
+//!
+//! # Invariants
+//! - The loop turns a ticker off only for an awake replica that is a follower or learner and
+//!   accepted an append within `rest_after`; it turns on only tickers it turned off.
+//! - Quiescence owns the ticker of a parked or waking replica: parking clears `resting`, and a
+//!   ticker the loop turns on for a replica that meanwhile parked is turned off again.
+//! - A replica that becomes leader or candidate by itself (a transfer) turns its ticker on
+//!   before it campaigns; any other change of role is seen within one loop period.
+//!
+//! # Not done yet
+//! - A leader elected by a transfer the loop did not see (none today: transfers go through
+//!   `TransferLeader`) would miss up to one loop period of heartbeats.
+//! - The loop walks every replica each period; at many thousands of awake replicas per node a
+//!   list of followers kept by role changes would be cheaper.
+
+use crate::host::{MultiRaft, ShardReplica};
+use crate::quiesce::now_ms;
+use crate::types::{AppendEntriesResponse, StreamAppendError, StreamAppendResult};
+use openraft::type_config::async_runtime::WatchReceiver;
+use openraft::ServerState;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
+
+/// How long after its last accepted append a follower may keep its ticker off, in ms, or
+/// `None` when the timings leave no room (the ticker then always runs, as in plain openraft).
+///
+/// The ticker must be back before `election_timeout_min` after the last append, so
+/// `rest_after`, one loop period (`heartbeat_interval`), one tick interval (openraft's,
+/// `heartbeat_interval × 13/64`) and a margin for a late loop (`heartbeat_interval / 4`) add up
+/// to at most `election_timeout_min`. `rest_after` takes what is left, and must be at least 1.5
+/// heartbeat intervals so that one late heartbeat does not switch the ticker back on.
+pub fn rest_after_ms(heartbeat_interval: u64, election_timeout_min: u64) -> Option<u64> {
+    let tick = (heartbeat_interval * 13 / 64).max(1);
+    let reserved = heartbeat_interval + tick + heartbeat_interval / 4;
+    let rest_after = election_timeout_min.checked_sub(reserved)?;
+    (rest_after * 2 >= heartbeat_interval * 3).then_some(rest_after)
+}
+
+/// What the loop does with one replica's ticker.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Switch {
+    /// Ticker off (again: a delayed wake-up may have turned it on meanwhile).
+    Rest,
+    /// Ticker on: the loop had turned it off, and the reason is gone.
+    Resume,
+    /// Leave it alone.
+    Keep,
+}
+
+/// The loop's decision for an awake replica in `state` that last accepted an append
+/// `heard_ago_ms` ago (`None`: never), `resting` telling whether the loop turned its ticker off.
+pub fn decide(
+    state: ServerState,
+    heard_ago_ms: Option<u64>,
+    rest_after_ms: u64,
+    resting: bool,
+) -> Switch {
+    let may_rest = matches!(state, ServerState::Follower | ServerState::Learner)
+        && heard_ago_ms.is_some_and(|ago| ago <= rest_after_ms);
+    match (may_rest, resting) {
+        (true, _) => Switch::Rest,
+        (false, true) => Switch::Resume,
+        (false, false) => Switch::Keep,
+    }
+}
+
+/// A replica's resting state (lock-free: touched on every accepted append).
+#[derive(Default)]
+pub struct Rest {
+    /// When this replica last accepted an append (`quiesce::now_ms`; 0 = never).
+    heard_ms: AtomicU64,
+    /// The loop turned this replica's ticker off.
+    resting: AtomicBool,
+}
+
+impl Rest {
+    pub fn is_resting(&self) -> bool {
+        self.resting.load(SeqCst)
+    }
+}
+
+impl ShardReplica {
+    /// Notes this replica's answer to an append (a unary or coalesced heartbeat).
+    pub fn note_append_answer(&self, answer: &Result<AppendEntriesResponse, String>) {
+        if matches!(answer, Ok(r) if !matches!(r, AppendEntriesResponse::HigherVote(_))) {
+            self.note_accepted_append();
+        }
+    }
+
+    /// Notes this replica's answer to an append on a replication stream.
+    pub fn note_stream_answer(&self, answer: &Result<StreamAppendResult, String>) {
+        if matches!(answer, Ok(Ok(_)) | Ok(Err(StreamAppendError::Conflict(_)))) {
+            self.note_accepted_append();
+        }
+    }
+
+    /// openraft took an append's vote (the sender is this replica's leader, its lease renewed):
+    /// anything but a higher-vote refusal.
+    fn note_accepted_append(&self) {
+        self.rest.heard_ms.store(now_ms().max(1), SeqCst);
+    }
+
+    /// Ticker on now if the loop had turned it off: this replica is about to campaign (a
+    /// leader transfer names it), and a candidate or leader needs its ticks at once.
+    pub fn end_rest(&self) {
+        if self.rest.resting.swap(false, SeqCst) {
+            self.raft.runtime_config().tick(true);
+            self.retick_guard();
+        }
+    }
+
+    /// Quiescence parked this replica: its ticker is quiescence's from now on.
+    pub(crate) fn forget_rest(&self) {
+        self.rest.resting.store(false, SeqCst);
+    }
+
+    /// After turning a ticker on: a replica that parked meanwhile must stay without one.
+    fn retick_guard(&self) {
+        if self.is_quiesced() {
+            self.raft.runtime_config().tick(false);
+        }
+    }
+
+    /// One loop step for this replica (see the module docs).
+    fn rest_step(&self, now: u64, rest_after: u64) {
+        if self.is_quiesced() {
+            return;
+        }
+        let heard = self.rest.heard_ms.load(SeqCst);
+        let heard_ago = (heard != 0).then(|| now.saturating_sub(heard));
+        let state = self.raft.metrics().borrow_watched().state;
+        match decide(state, heard_ago, rest_after, self.rest.is_resting()) {
+            Switch::Rest => {
+                self.rest.resting.store(true, SeqCst);
+                self.raft.runtime_config().tick(false);
+                // Parked meanwhile: quiescence owns the (already stopped) ticker.
+                if self.is_quiesced() {
+                    self.forget_rest();
+                }
+            }
+            Switch::Resume => self.end_rest(),
+            Switch::Keep => {}
+        }
+    }
+}
+
+impl MultiRaft {
+    /// The resting loop's `rest_after` for this node's Raft timings, or `None` (no resting
+    /// loop) when turned off or when the timings leave no room (logged).
+    pub(crate) fn rest_after(&self, wanted: bool) -> Option<u64> {
+        if !wanted {
+            return None;
+        }
+        let (hb, min) = (
+            self.raft_config.heartbeat_interval,
+            self.raft_config.election_timeout_min,
+        );
+        let rest_after = rest_after_ms(hb, min);
+        match rest_after {
+            Some(ms) => tracing::debug!(rest_after_ms = ms, "followers rest between heartbeats"),
+            None => tracing::info!(
+                heartbeat_interval_ms = hb,
+                election_timeout_min_ms = min,
+                "followers keep their election tickers: the timings leave no room to rest \
+                 (election_timeout_min must be about 3 heartbeat intervals or more)"
+            ),
+        }
+        rest_after
+    }
+
+    /// One pass of the resting loop over this node's replicas (from the node loop in
+    /// `quiesce`, every heartbeat interval).
+    pub(crate) fn rest_round(&self, rest_after: u64) {
+        let now = now_ms();
+        for replica in self.replicas() {
+            replica.rest_step(now, rest_after);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_ticker_is_back_before_the_earliest_election() {
+        for (hb, min) in [(100, 600), (400, 1_500), (50, 150), (400, 1_200), (10, 30)] {
+            let rest_after = rest_after_ms(hb, min).expect("room to rest");
+            let tick = hb * 13 / 64;
+            assert!(
+                rest_after + hb + tick + hb / 4 <= min,
+                "hb {hb}, min {min}: rest {rest_after}"
+            );
+            assert!(
+                rest_after * 2 >= hb * 3,
+                "one late heartbeat must not resume"
+            );
+        }
+        assert_eq!(rest_after_ms(100, 600), Some(455));
+        assert_eq!(rest_after_ms(400, 1_500), Some(919));
+    }
+
+    #[test]
+    fn no_rest_when_the_timings_leave_no_room() {
+        assert_eq!(rest_after_ms(100, 250), None, "rest_after 105 < 150");
+        assert_eq!(rest_after_ms(100, 100), None);
+        assert_eq!(rest_after_ms(0, 0), None);
+    }
+
+    #[test]
+    fn only_a_follower_or_learner_that_heard_its_leader_rests() {
+        use ServerState::*;
+        assert_eq!(decide(Follower, Some(100), 455, false), Switch::Rest);
+        assert_eq!(decide(Learner, Some(455), 455, false), Switch::Rest);
+        // Resting already: asserted again (a delayed wake-up may have turned the ticker on).
+        assert_eq!(decide(Follower, Some(0), 455, true), Switch::Rest);
+        // Silent too long, never heard, or no longer a follower: the ticker comes back.
+        assert_eq!(decide(Follower, Some(456), 455, true), Switch::Resume);
+        assert_eq!(decide(Follower, None, 455, true), Switch::Resume);
+        assert_eq!(decide(Candidate, Some(1), 455, true), Switch::Resume);
+        assert_eq!(decide(Leader, Some(1), 455, true), Switch::Resume);
+        // A ticker the loop did not stop is not its to start.
+        assert_eq!(decide(Follower, Some(456), 455, false), Switch::Keep);
+        assert_eq!(decide(Leader, Some(1), 455, false), Switch::Keep);
+        assert_eq!(decide(Candidate, None, 455, false), Switch::Keep);
+    }
+}
