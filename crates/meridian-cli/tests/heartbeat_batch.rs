@@ -16,7 +16,7 @@ use meridian_client::ReadConsistency;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-const BASE_PORT: u16 = 33_400;
+const BASE_PORT: u16 = 19_800;
 const SHARDS: u32 = 12;
 
 fn metrics_port(node: u64) -> u16 {

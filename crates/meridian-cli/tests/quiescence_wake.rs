@@ -22,10 +22,10 @@ use meridian_cli::demo::keys_across_shards;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-/// Nodes at 33801..33803 (client) and 33901..33903 (Raft).
-const BASE_PORT: u16 = 33_800;
-/// Six peer links, one per ordered node pair: 33960..33965.
-const PEER_LINK_BASE_PORT: u16 = 33_960;
+/// Nodes at 19501..19503 (client) and 19601..19603 (Raft).
+const BASE_PORT: u16 = 19_500;
+/// Six peer links, one per ordered node pair: 19660..19665.
+const PEER_LINK_BASE_PORT: u16 = 19_660;
 const ONE_WAY: Duration = Duration::from_millis(2);
 const SHARDS: u32 = 6;
 /// Bound on the majority electing leaders for the cut-off node's shards, and on every node

@@ -19,7 +19,7 @@ use meridian_cli::demo::keys_across_shards;
 use nix::sys::signal::Signal;
 use std::time::{Duration, Instant};
 
-const BASE_PORT: u16 = 33_700;
+const BASE_PORT: u16 = 19_100;
 const SHARDS: u32 = 12;
 /// Bound on every shard having a live leader again (the election timeout is 0.6–1.2 s).
 const FAILOVER_TIMEOUT: Duration = Duration::from_secs(30);
