@@ -550,6 +550,7 @@ fn decode_payload<T: serde::de::DeserializeOwned>(req: &RaftRequest) -> Result<T
 impl RaftTransport for TransportService {
     async fn append(&self, request: Request<RaftRequest>) -> Result<Response<RaftReply>, Status> {
         self.host.transport_stats.received(PeerMessage::Append);
+        let received = crate::quiesce::now_ms();
         let req = request.into_inner();
         let replica = self.admit(req.shard_id, req.hlc, req.from_node)?;
         let rpc: AppendEntriesRequest = decode_payload(&req)?;
@@ -558,7 +559,7 @@ impl RaftTransport for TransportService {
             .append_entries(rpc)
             .await
             .map_err(|e| e.to_string());
-        replica.note_append_answer(&answer);
+        replica.note_append_answer(received, &answer);
         self.reply(answer)
     }
 
@@ -591,12 +592,27 @@ impl RaftTransport for TransportService {
             )?;
             let first_req: AppendEntriesRequest = decode_payload(&first)?;
             let shard_id = first.shard_id;
+            // When each request reached Raft, in order: its answer, which comes in the same
+            // order, is noted with it (see `rest`). At most openraft's pipeline is unanswered.
+            let received = Arc::new(std::sync::Mutex::new(std::collections::VecDeque::from([
+                crate::quiesce::now_ms(),
+            ])));
+            let (receiving, answered) = (received.clone(), received);
             // Requests after the first are admitted one by one; a bad one ends the stream (the
             // leader reconnects), it never reaches Raft.
             let streaming = replica.clone();
             let admitting = host.clone();
             let rest = inbound
-                .map(move |r| admit_stream_request(&admitting, &streaming, shard_id, r))
+                .map(move |r| {
+                    let admitted = admit_stream_request(&admitting, &streaming, shard_id, r);
+                    if admitted.is_some() {
+                        receiving
+                            .lock()
+                            .unwrap_or_else(|p| p.into_inner())
+                            .push_back(crate::quiesce::now_ms());
+                    }
+                    admitted
+                })
                 .take_while(|r| futures::future::ready(r.is_some()))
                 .filter_map(futures::future::ready);
             let requests = futures::stream::once(futures::future::ready(first_req)).chain(rest);
@@ -605,7 +621,13 @@ impl RaftTransport for TransportService {
             let replies = replica.raft.stream_append(requests).map(move |item| {
                 let result: Result<StreamAppendResult, String> =
                     item.map_err(|fatal| fatal.to_string());
-                answering.note_stream_answer(&result);
+                let received_at = answered
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .pop_front();
+                if let Some(at) = received_at {
+                    answering.note_stream_answer(at, &result);
+                }
                 let payload =
                     codec::encode(&result).map_err(|e| Status::internal(e.to_string()))?;
                 Ok(RaftReply {
@@ -651,6 +673,7 @@ impl RaftTransport for TransportService {
         let item_budget = crate::heartbeat_batch::item_budget(Duration::from_millis(
             host.raft_config.heartbeat_interval,
         ));
+        let received = crate::quiesce::now_ms();
         let answers = batch.items.into_iter().map(|item| async move {
             host.transport_stats.received(PeerMessage::Heartbeat);
             let result: Result<AppendEntriesResponse, String> = match host
@@ -669,19 +692,17 @@ impl RaftTransport for TransportService {
                         // Bounded, so one shard whose Raft is slow to answer (a
                         // stalled fsync) does not hold the other shards' answers.
                         Ok(rpc) => {
-                            let answer = tokio::time::timeout(
-                                item_budget,
-                                replica.raft.append_entries(rpc),
-                            )
-                            .await
-                            .map_err(|_| {
-                                format!(
+                            let answer =
+                                tokio::time::timeout(item_budget, replica.raft.append_entries(rpc))
+                                    .await
+                                    .map_err(|_| {
+                                        format!(
                                     "shard {} did not answer a heartbeat within {item_budget:?}",
                                     item.shard_id
                                 )
-                            })
-                            .and_then(|r| r.map_err(|e| e.to_string()));
-                            replica.note_append_answer(&answer);
+                                    })
+                                    .and_then(|r| r.map_err(|e| e.to_string()));
+                            replica.note_append_answer(received, &answer);
                             answer
                         }
                     }
@@ -728,8 +749,8 @@ impl RaftTransport for TransportService {
         let req = request.into_inner();
         let replica = self.admit(req.shard_id, req.hlc, req.from_node)?;
         let rpc: TransferLeaderRequest = decode_payload(&req)?;
-        // This replica may be about to campaign: a candidate needs its ticker (see `rest`).
-        replica.end_rest();
+        // Its target is about to campaign: a candidate needs its ticker (see `rest`).
+        replica.on_transfer_leader(*rpc.to_node_id());
         self.reply(
             replica
                 .raft

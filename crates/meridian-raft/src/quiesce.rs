@@ -321,7 +321,9 @@ impl MultiRaft {
         let in_flight = Arc::new(InFlight::default());
         let rest_after = self.rest_after(rest_followers);
         tokio::spawn(async move {
-            let period = Duration::from_millis(host.raft_config.heartbeat_interval.max(10));
+            let period = Duration::from_millis(crate::rest::loop_period_ms(
+                host.raft_config.heartbeat_interval,
+            ));
             let mut interval = tokio::time::interval(period);
             interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {

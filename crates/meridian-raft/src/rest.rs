@@ -11,61 +11,77 @@
 //! rather than a timer per group.
 //!
 //! ```text
-//!  each accepted append (a heartbeat or entries whose vote openraft took: Success,
-//!  PartialSuccess or Conflict — not HigherVote) → heard = now
+//!  each append openraft accepts (a heartbeat or entries whose vote it took: Success,
+//!  PartialSuccess or Conflict — not HigherVote) → heard = when the append was received
 //!  node loop, every heartbeat_interval, for each awake (not quiesced) replica:
-//!    follower or learner, heard within rest_after → ticker off (resting)
-//!    otherwise, if resting                         → ticker on (openraft's timer decides)
-//!  this node asked to take over the lead (TransferLeader) → ticker on first
+//!    follower or learner, heard within rest_after, not held → ticker off (resting)
+//!    otherwise, if resting                                  → ticker on (openraft decides)
+//!  named a leader transfer's target → held for election_timeout_max, ticker on at once
 //! ```
 //!
-//! # Why the election timing does not change
+//! # Why a dead leader is noticed as early as before
 //! openraft's election timer is not a countdown of ticks: each tick compares *now* with the
-//! time the follower last accepted its leader's vote, against its randomized election timeout
-//! (at least `election_timeout_min`). A tick that resumes after a rest therefore decides
-//! exactly as a tick would have at that moment. A follower's ticker is off only while it
-//! accepted an append within `rest_after`; the loop sees the silence at most one loop period
-//! later, and the ticker's first tick comes at most one tick interval after that. `rest_after`
-//! is chosen (see [`rest_after_ms`]) so that the sum, with a margin for a late loop, ends
-//! before `election_timeout_min`: the earliest moment openraft could elect. So a dead leader is
-//! noticed as early as before, by the same randomized timers.
+//! time the follower last took its leader's vote (a received append), and elects once its
+//! leader lease (`election_timeout_max`, while the vote is a committed leader's) and its
+//! randomized election timeout (`election_timeout_min` or more) have both passed since. A tick
+//! that resumes after a rest therefore decides exactly as a tick would have at that moment.
+//! After a leader transfer reaches a voter, openraft drops that lease, and the voter may elect
+//! `election_timeout_min` after its last append: the tightest case, and the one the timing
+//! below is sized for. A follower's ticker is off only while it received an accepted append
+//! within `rest_after`; the loop sees the silence at most one loop period later, and the
+//! ticker's first tick comes at most one tick interval after that. `rest_after` is chosen (see
+//! [`rest_after_ms`]) so that the sum, with a margin for a late loop, ends by
+//! `election_timeout_min`. `heard` is the append's *receipt* time, never later than the moment
+//! openraft took the vote (its answer comes only after the log flush).
 //!
 //! Only accepted appends count: a candidate's vote requests do not. Counting them would let a
 //! candidate that keeps losing (its log is behind) keep every other follower's ticker off, and
 //! the group would never elect.
 //!
 //! # Invariants
-//! - The loop turns a ticker off only for an awake replica that is a follower or learner and
-//!   accepted an append within `rest_after`; it turns on only tickers it turned off.
+//! - The loop turns a ticker off only for an awake, unheld replica that is a follower or
+//!   learner and received an accepted append within `rest_after`; it turns on only tickers it
+//!   turned off.
+//! - The loop's switches and a transfer's are serialized per replica (`switching`), so a
+//!   transfer target's ticker, once on, stays on while it is held.
 //! - Quiescence owns the ticker of a parked or waking replica: parking clears `resting`, and a
 //!   ticker the loop turns on for a replica that meanwhile parked is turned off again.
-//! - A replica that becomes leader or candidate by itself (a transfer) turns its ticker on
-//!   before it campaigns; any other change of role is seen within one loop period.
+//! - A transfer's target turns its ticker on before it campaigns and does not rest for
+//!   `election_timeout_max` (its metrics say follower until openraft has flushed its log and
+//!   campaigned); any other change of role is seen within one loop period.
 //!
 //! # Not done yet
-//! - A leader elected by a transfer the loop did not see (none today: transfers go through
-//!   `TransferLeader`) would miss up to one loop period of heartbeats.
+//! - A replica elected without a transfer naming it (its own timer: its ticker was on) is
+//!   never resting; but `trigger().elect()` on a resting replica (nothing calls it today)
+//!   would campaign without ticks for up to one loop period.
 //! - The loop walks every replica each period; at many thousands of awake replicas per node a
 //!   list of followers kept by role changes would be cheaper.
 
 use crate::host::{MultiRaft, ShardReplica};
 use crate::quiesce::now_ms;
-use crate::types::{AppendEntriesResponse, StreamAppendError, StreamAppendResult};
+use crate::types::{AppendEntriesResponse, NodeId, StreamAppendError, StreamAppendResult};
 use openraft::type_config::async_runtime::WatchReceiver;
 use openraft::ServerState;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
+use std::sync::Mutex;
+
+/// The node loop's period (`quiesce::spawn_quiescence`): one heartbeat interval, at least 10 ms.
+pub fn loop_period_ms(heartbeat_interval: u64) -> u64 {
+    heartbeat_interval.max(10)
+}
 
 /// How long after its last accepted append a follower may keep its ticker off, in ms, or
 /// `None` when the timings leave no room (the ticker then always runs, as in plain openraft).
 ///
 /// The ticker must be back before `election_timeout_min` after the last append, so
-/// `rest_after`, one loop period (`heartbeat_interval`), one tick interval (openraft's,
-/// `heartbeat_interval × 13/64`) and a margin for a late loop (`heartbeat_interval / 4`) add up
-/// to at most `election_timeout_min`. `rest_after` takes what is left, and must be at least 1.5
+/// `rest_after`, one loop period ([`loop_period_ms`]), one tick interval (openraft's,
+/// `heartbeat_interval × 13/64`) and a margin for a late loop (a quarter period) add up to at
+/// most `election_timeout_min`. `rest_after` takes what is left, and must be at least 1.5
 /// heartbeat intervals so that one late heartbeat does not switch the ticker back on.
 pub fn rest_after_ms(heartbeat_interval: u64, election_timeout_min: u64) -> Option<u64> {
+    let period = loop_period_ms(heartbeat_interval);
     let tick = (heartbeat_interval * 13 / 64).max(1);
-    let reserved = heartbeat_interval + tick + heartbeat_interval / 4;
+    let reserved = period + tick + period / 4;
     let rest_after = election_timeout_min.checked_sub(reserved)?;
     (rest_after * 2 >= heartbeat_interval * 3).then_some(rest_after)
 }
@@ -81,15 +97,19 @@ pub enum Switch {
     Keep,
 }
 
-/// The loop's decision for an awake replica in `state` that last accepted an append
-/// `heard_ago_ms` ago (`None`: never), `resting` telling whether the loop turned its ticker off.
+/// The loop's decision for an awake replica in `state` that last received an append it
+/// accepted `heard_ago_ms` ago (`None`: never), `resting` telling whether the loop turned its
+/// ticker off, `held` whether it was named a leader transfer's target lately (it is about to
+/// campaign, though its metrics may still say follower).
 pub fn decide(
     state: ServerState,
     heard_ago_ms: Option<u64>,
     rest_after_ms: u64,
     resting: bool,
+    held: bool,
 ) -> Switch {
-    let may_rest = matches!(state, ServerState::Follower | ServerState::Learner)
+    let may_rest = !held
+        && matches!(state, ServerState::Follower | ServerState::Learner)
         && heard_ago_ms.is_some_and(|ago| ago <= rest_after_ms);
     match (may_rest, resting) {
         (true, _) => Switch::Rest,
@@ -98,13 +118,19 @@ pub fn decide(
     }
 }
 
-/// A replica's resting state (lock-free: touched on every accepted append).
+/// A replica's resting state (`heard_ms` lock-free: touched on every accepted append).
 #[derive(Default)]
 pub struct Rest {
-    /// When this replica last accepted an append (`quiesce::now_ms`; 0 = never).
+    /// When this replica last *received* an append it then accepted (`quiesce::now_ms`; 0 =
+    /// never): receipt, not answer, time, so never later than the moment openraft renewed
+    /// the leader's lease with it (an answer waits for the log flush).
     heard_ms: AtomicU64,
     /// The loop turned this replica's ticker off.
     resting: AtomicBool,
+    /// Named a leader transfer's target: no rest before this time (`now_ms`).
+    hold_until_ms: AtomicU64,
+    /// Serializes the loop's switches with a transfer's, so neither undoes the other half way.
+    switching: Mutex<()>,
 }
 
 impl Rest {
@@ -114,29 +140,52 @@ impl Rest {
 }
 
 impl ShardReplica {
-    /// Notes this replica's answer to an append (a unary or coalesced heartbeat).
-    pub fn note_append_answer(&self, answer: &Result<AppendEntriesResponse, String>) {
+    /// Notes this replica's answer to an append (a unary or coalesced heartbeat) received at
+    /// `received_ms` (`quiesce::now_ms`).
+    pub fn note_append_answer(
+        &self,
+        received_ms: u64,
+        answer: &Result<AppendEntriesResponse, String>,
+    ) {
         if matches!(answer, Ok(r) if !matches!(r, AppendEntriesResponse::HigherVote(_))) {
-            self.note_accepted_append();
+            self.note_accepted_append(received_ms);
         }
     }
 
-    /// Notes this replica's answer to an append on a replication stream.
-    pub fn note_stream_answer(&self, answer: &Result<StreamAppendResult, String>) {
+    /// Notes this replica's answer to an append on a replication stream, received at
+    /// `received_ms`.
+    pub fn note_stream_answer(
+        &self,
+        received_ms: u64,
+        answer: &Result<StreamAppendResult, String>,
+    ) {
         if matches!(answer, Ok(Ok(_)) | Ok(Err(StreamAppendError::Conflict(_)))) {
-            self.note_accepted_append();
+            self.note_accepted_append(received_ms);
         }
     }
 
     /// openraft took an append's vote (the sender is this replica's leader, its lease renewed):
     /// anything but a higher-vote refusal.
-    fn note_accepted_append(&self) {
-        self.rest.heard_ms.store(now_ms().max(1), SeqCst);
+    fn note_accepted_append(&self, received_ms: u64) {
+        self.rest.heard_ms.fetch_max(received_ms.max(1), SeqCst);
     }
 
-    /// Ticker on now if the loop had turned it off: this replica is about to campaign (a
-    /// leader transfer names it), and a candidate or leader needs its ticks at once.
-    pub fn end_rest(&self) {
+    /// A leader transfer reached this replica. Its target is about to campaign, and a
+    /// candidate or leader needs its ticks at once, though its metrics may say follower for a
+    /// while yet (openraft first flushes its log): no rest for `election_timeout_max`, and
+    /// the ticker on now if the loop had turned it off. Other voters may rest on: their
+    /// ticker is back before their (lease-less, after a transfer) election could be due.
+    pub fn on_transfer_leader(&self, target: NodeId) {
+        if target != self.raft.metrics().borrow_watched().id {
+            return;
+        }
+        let _switching = self
+            .rest
+            .switching
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        let hold = self.raft.config().election_timeout_max;
+        self.rest.hold_until_ms.store(now_ms() + hold, SeqCst);
         if self.rest.resting.swap(false, SeqCst) {
             self.raft.runtime_config().tick(true);
             self.retick_guard();
@@ -160,10 +209,16 @@ impl ShardReplica {
         if self.is_quiesced() {
             return;
         }
+        let _switching = self
+            .rest
+            .switching
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
         let heard = self.rest.heard_ms.load(SeqCst);
         let heard_ago = (heard != 0).then(|| now.saturating_sub(heard));
         let state = self.raft.metrics().borrow_watched().state;
-        match decide(state, heard_ago, rest_after, self.rest.is_resting()) {
+        let held = now < self.rest.hold_until_ms.load(SeqCst);
+        match decide(state, heard_ago, rest_after, self.rest.is_resting(), held) {
             Switch::Rest => {
                 self.rest.resting.store(true, SeqCst);
                 self.raft.runtime_config().tick(false);
@@ -172,7 +227,11 @@ impl ShardReplica {
                     self.forget_rest();
                 }
             }
-            Switch::Resume => self.end_rest(),
+            Switch::Resume => {
+                self.rest.resting.store(false, SeqCst);
+                self.raft.runtime_config().tick(true);
+                self.retick_guard();
+            }
             Switch::Keep => {}
         }
     }
@@ -218,11 +277,18 @@ mod tests {
 
     #[test]
     fn the_ticker_is_back_before_the_earliest_election() {
-        for (hb, min) in [(100, 600), (400, 1_500), (50, 150), (400, 1_200), (10, 30)] {
+        for (hb, min) in [
+            (100, 600),
+            (400, 1_500),
+            (50, 150),
+            (400, 1_200),
+            (10, 30),
+            (5, 30),
+        ] {
             let rest_after = rest_after_ms(hb, min).expect("room to rest");
-            let tick = hb * 13 / 64;
+            let (period, tick) = (loop_period_ms(hb), (hb * 13 / 64).max(1));
             assert!(
-                rest_after + hb + tick + hb / 4 <= min,
+                rest_after + period + tick + period / 4 <= min,
                 "hb {hb}, min {min}: rest {rest_after}"
             );
             assert!(
@@ -244,18 +310,31 @@ mod tests {
     #[test]
     fn only_a_follower_or_learner_that_heard_its_leader_rests() {
         use ServerState::*;
-        assert_eq!(decide(Follower, Some(100), 455, false), Switch::Rest);
-        assert_eq!(decide(Learner, Some(455), 455, false), Switch::Rest);
+        assert_eq!(decide(Follower, Some(100), 455, false, false), Switch::Rest);
+        assert_eq!(decide(Learner, Some(455), 455, false, false), Switch::Rest);
         // Resting already: asserted again (a delayed wake-up may have turned the ticker on).
-        assert_eq!(decide(Follower, Some(0), 455, true), Switch::Rest);
+        assert_eq!(decide(Follower, Some(0), 455, true, false), Switch::Rest);
         // Silent too long, never heard, or no longer a follower: the ticker comes back.
-        assert_eq!(decide(Follower, Some(456), 455, true), Switch::Resume);
-        assert_eq!(decide(Follower, None, 455, true), Switch::Resume);
-        assert_eq!(decide(Candidate, Some(1), 455, true), Switch::Resume);
-        assert_eq!(decide(Leader, Some(1), 455, true), Switch::Resume);
+        assert_eq!(
+            decide(Follower, Some(456), 455, true, false),
+            Switch::Resume
+        );
+        assert_eq!(decide(Follower, None, 455, true, false), Switch::Resume);
+        assert_eq!(decide(Candidate, Some(1), 455, true, false), Switch::Resume);
+        assert_eq!(decide(Leader, Some(1), 455, true, false), Switch::Resume);
         // A ticker the loop did not stop is not its to start.
-        assert_eq!(decide(Follower, Some(456), 455, false), Switch::Keep);
-        assert_eq!(decide(Leader, Some(1), 455, false), Switch::Keep);
-        assert_eq!(decide(Candidate, None, 455, false), Switch::Keep);
+        assert_eq!(decide(Follower, Some(456), 455, false, false), Switch::Keep);
+        assert_eq!(decide(Leader, Some(1), 455, false, false), Switch::Keep);
+        assert_eq!(decide(Candidate, None, 455, false, false), Switch::Keep);
+    }
+
+    #[test]
+    fn a_transfer_target_does_not_rest_while_its_metrics_still_say_follower() {
+        use ServerState::*;
+        // Named a transfer's target: openraft flushes its log before it campaigns, and its
+        // metrics say follower (with a fresh append) until then.
+        assert_eq!(decide(Follower, Some(1), 455, true, true), Switch::Resume);
+        assert_eq!(decide(Follower, Some(1), 455, false, true), Switch::Keep);
+        assert_eq!(decide(Leader, Some(1), 455, false, true), Switch::Keep);
     }
 }
