@@ -11,7 +11,6 @@ use meridian_client::fetch_status;
 use meridian_client::proto::kv_client::KvClient;
 use meridian_client::proto::{PutRequest, StatusResponse};
 use meridian_client::Timestamp;
-use nix::sys::signal::Signal;
 use std::time::{Duration, Instant};
 
 const SHARDS: u32 = 16;
@@ -138,26 +137,12 @@ async fn scenario() {
 
     // 3. SIGKILL the node leading the most (quiesced) shards; with no client traffic, the
     //    survivors must notice through pings and elect leaders for all of them.
-    let (victim, orphaned) = busiest_leader(&cluster, &nodes).await;
-    assert!(orphaned > 0, "some node leads shards");
-    cluster.kill(victim, Signal::SIGKILL).expect("SIGKILL");
-    let killed_at = Instant::now();
-    let survivors: Vec<u64> = nodes.iter().copied().filter(|n| *n != victim).collect();
-    let took =
-        wait_for_live_leaders(&cluster, &survivors, victim, killed_at, FAILOVER_TIMEOUT).await;
+    let (victim, orphaned, survivors, took) = kill_busiest_leader(&cluster, FAILOVER_TIMEOUT).await;
     eprintln!(
         "node {victim} led {orphaned} quiesced shards; all had live leaders {took:?} after SIGKILL, with no client traffic"
     );
 
     // 4. Every shard serves writes on the surviving majority.
-    for key in &keys {
-        client
-            .put(key.clone(), Bytes::from_static(b"v2"))
-            .await
-            .unwrap_or_else(|e| panic!("write after failover: {e}"));
-    }
-    for id in &survivors {
-        let log = cluster.log_contents(*id).unwrap();
-        assert!(!log.contains("panicked"), "node {id} panicked:\n{log}");
-    }
+    put_every_key(&client, &keys, b"v2", "after failover").await;
+    assert_no_panics(&cluster, &survivors);
 }

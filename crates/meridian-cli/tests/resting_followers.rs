@@ -16,8 +16,7 @@ mod common;
 use bytes::Bytes;
 use common::*;
 use meridian_cli::demo::keys_across_shards;
-use nix::sys::signal::Signal;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const BASE_PORT: u16 = 19_100;
 const SHARDS: u32 = 12;
@@ -106,35 +105,14 @@ async fn kill_the_busiest_leader(base: u16, rest: bool) -> Duration {
         assert_eq!(total, 0.0, "--rest-followers false: no follower rests");
     }
 
-    let nodes = cluster.node_ids();
-    let (victim, orphaned) = busiest_leader(&cluster, &nodes).await;
-    assert!(orphaned > 0, "some node leads shards");
-    cluster.kill(victim, Signal::SIGKILL).expect("SIGKILL");
-    let killed_at = Instant::now();
-    let survivors: Vec<u64> = nodes.iter().copied().filter(|n| *n != victim).collect();
-    let took =
-        wait_for_live_leaders(&cluster, &survivors, victim, killed_at, FAILOVER_TIMEOUT).await;
+    let (victim, orphaned, survivors, took) = kill_busiest_leader(&cluster, FAILOVER_TIMEOUT).await;
     eprintln!(
         "rest {rest}: node {victim} led {orphaned} awake shards; all had live leaders {took:?} \
          after SIGKILL, with no client traffic"
     );
 
-    let client = connect_client(
-        survivors
-            .iter()
-            .map(|n| cluster.client_addr(*n).expect("address"))
-            .collect(),
-    )
-    .await;
-    for key in &keys {
-        client
-            .put(key.clone(), Bytes::from_static(b"v2"))
-            .await
-            .unwrap_or_else(|e| panic!("write after failover: {e}"));
-    }
-    for id in &survivors {
-        let log = cluster.log_contents(*id).unwrap();
-        assert!(!log.contains("panicked"), "node {id} panicked:\n{log}");
-    }
+    let client = connect_to(&cluster, &survivors).await;
+    put_every_key(&client, &keys, b"v2", "after failover").await;
+    assert_no_panics(&cluster, &survivors);
     took
 }

@@ -179,17 +179,20 @@ impl ShardReplica {
         if target != self.raft.metrics().borrow_watched().id {
             return;
         }
-        let _switching = self
-            .rest
-            .switching
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
+        let _switching = self.switching();
         let hold = self.raft.config().election_timeout_max;
         self.rest.hold_until_ms.store(now_ms() + hold, SeqCst);
-        if self.rest.resting.swap(false, SeqCst) {
-            self.raft.runtime_config().tick(true);
-            self.retick_guard();
+        if self.rest.is_resting() {
+            self.resume_ticker();
         }
+    }
+
+    /// Held while switching this replica's ticker for `rest` (see [`Rest::switching`]).
+    fn switching(&self) -> std::sync::MutexGuard<'_, ()> {
+        self.rest
+            .switching
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
     }
 
     /// Quiescence parked this replica: its ticker is quiescence's from now on.
@@ -197,8 +200,11 @@ impl ShardReplica {
         self.rest.resting.store(false, SeqCst);
     }
 
-    /// After turning a ticker on: a replica that parked meanwhile must stay without one.
-    fn retick_guard(&self) {
+    /// Ticker on, no longer resting (the caller holds `switching`); a replica that parked
+    /// meanwhile stays without one.
+    fn resume_ticker(&self) {
+        self.rest.resting.store(false, SeqCst);
+        self.raft.runtime_config().tick(true);
         if self.is_quiesced() {
             self.raft.runtime_config().tick(false);
         }
@@ -209,11 +215,7 @@ impl ShardReplica {
         if self.is_quiesced() {
             return;
         }
-        let _switching = self
-            .rest
-            .switching
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
+        let _switching = self.switching();
         let heard = self.rest.heard_ms.load(SeqCst);
         let heard_ago = (heard != 0).then(|| now.saturating_sub(heard));
         let state = self.raft.metrics().borrow_watched().state;
@@ -227,11 +229,7 @@ impl ShardReplica {
                     self.forget_rest();
                 }
             }
-            Switch::Resume => {
-                self.rest.resting.store(false, SeqCst);
-                self.raft.runtime_config().tick(true);
-                self.retick_guard();
-            }
+            Switch::Resume => self.resume_ticker(),
             Switch::Keep => {}
         }
     }

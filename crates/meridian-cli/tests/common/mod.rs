@@ -494,3 +494,56 @@ pub async fn wait_all_quiesced(cluster: &LocalCluster, nodes: &[u64]) -> Duratio
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
+
+/// Writes `value` to every key of `keys` through `client`, panicking with `when` on a failure.
+pub async fn put_every_key(
+    client: &Client,
+    keys: &[bytes::Bytes],
+    value: &'static [u8],
+    when: &str,
+) {
+    for key in keys {
+        client
+            .put(key.clone(), bytes::Bytes::from_static(value))
+            .await
+            .unwrap_or_else(|e| panic!("write {when}: {e}"));
+    }
+}
+
+/// Panics if the log of any of `nodes` shows a panic.
+pub fn assert_no_panics(cluster: &LocalCluster, nodes: &[u64]) {
+    for id in nodes {
+        let log = cluster.log_contents(*id).unwrap();
+        assert!(!log.contains("panicked"), "node {id} panicked:\n{log}");
+    }
+}
+
+/// SIGKILLs the node that leads the most shards and waits (at most `timeout`) until the others
+/// report a live leader for every shard: (the killed node, how many shards it led, the
+/// survivors, how long the leaders took).
+pub async fn kill_busiest_leader(
+    cluster: &LocalCluster,
+    timeout: Duration,
+) -> (u64, usize, Vec<u64>, Duration) {
+    let nodes = cluster.node_ids();
+    let (victim, led) = busiest_leader(cluster, &nodes).await;
+    assert!(led > 0, "some node leads shards");
+    cluster
+        .kill(victim, nix::sys::signal::Signal::SIGKILL)
+        .expect("SIGKILL");
+    let killed_at = Instant::now();
+    let survivors: Vec<u64> = nodes.iter().copied().filter(|n| *n != victim).collect();
+    let took = wait_for_live_leaders(cluster, &survivors, victim, killed_at, timeout).await;
+    (victim, led, survivors, took)
+}
+
+/// A client that knows only `nodes`' client addresses.
+pub async fn connect_to(cluster: &LocalCluster, nodes: &[u64]) -> Client {
+    connect_client(
+        nodes
+            .iter()
+            .map(|n| cluster.client_addr(*n).expect("address"))
+            .collect(),
+    )
+    .await
+}
