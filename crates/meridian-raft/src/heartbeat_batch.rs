@@ -44,24 +44,37 @@
 //!   before its batch is sent, unless the peer's calls in flight are at their limit; one a
 //!   request waits on (a ReadIndex round, see [`Urgent`]) does not wait for it.
 //!
+//! # Peers that do not know `Heartbeats`
+//! A node from before this module answers the call UNIMPLEMENTED. Its heartbeats are then
+//! re-sent at once, each as an ordinary unary `Append` call (which every version has), and the
+//! peer's later heartbeats go that way too for [`LEGACY_RECHECK`], after which one batch tries
+//! the call again (the peer may have been upgraded). So a rolling upgrade does not cost the
+//! leaders here their leases: the heartbeats of the batch that found out are answered, not
+//! failed. The first such answer per recheck period is logged as a warning.
+//!
+//! # Idle peers
+//! A peer's sender task ends after [`PEER_IDLE`] with nothing queued (every group it shared
+//! with this node quiesced, or the peer left the cluster) and takes its queue out of the map
+//! first, so a peer that left costs nothing here. The next heartbeat to it starts a new task.
+//! A heartbeat that raced the task's end (its queue closed under it) is queued again on the
+//! new one.
+//!
 //! # Not done yet
-//! - A peer's queue and sender task stay for the node's lifetime, even after the peer left
-//!   the cluster (as its HTTP/2 channel does in `PeerPool`).
+//! - A peer's HTTP/2 channel in `PeerPool` stays for the node's lifetime, even after the peer
+//!   left the cluster (a lazy channel: it dials only when used).
 //! - Replication streams (appends with entries) are still one HTTP/2 stream per group and
 //!   follower; only heartbeats are coalesced.
-//! - A peer that does not know the `Heartbeats` call (a node from before it) answers
-//!   UNIMPLEMENTED and its groups' leaders here lose their leases: mixed versions are not
-//!   supported.
 
 use crate::network::{Msg, PeerPool};
 use crate::types::{AppendEntriesRequest, AppendEntriesResponse, RPCError, StreamAppendResult};
-use meridian_proto::raft::{HeartbeatBatch, HeartbeatItem};
+use meridian_proto::raft::{HeartbeatBatch, HeartbeatItem, RaftRequest};
 use openraft::errors::{NetworkError, Unreachable};
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 use tokio::sync::{mpsc, oneshot, Notify, Semaphore};
+use tokio::time::Instant;
 
 /// Most heartbeats in one call.
 pub const MAX_HEARTBEAT_BATCH: usize = 4_096;
@@ -69,6 +82,11 @@ pub const MAX_HEARTBEAT_BATCH: usize = 4_096;
 pub const HEARTBEAT_QUEUE: usize = 16 * 1024;
 /// Most calls in flight to one peer.
 pub const MAX_BATCHES_IN_FLIGHT: usize = 4;
+/// How long a peer that does not know the `Heartbeats` call gets its heartbeats one `Append`
+/// call each before a batch tries the call again.
+pub const LEGACY_RECHECK: Duration = Duration::from_secs(30);
+/// How long a peer's sender task waits with nothing queued before it ends.
+pub const PEER_IDLE: Duration = Duration::from_secs(60);
 
 /// The longest a heartbeat waits for others to join its batch, for a heartbeat interval.
 pub fn linger_for(heartbeat_interval: Duration) -> Duration {
@@ -148,9 +166,20 @@ struct PeerQueue {
 }
 
 /// The per-peer queues and their sender tasks (one set per node, in its [`PeerPool`]).
-#[derive(Default)]
 pub struct HeartbeatBatcher {
     queues: Mutex<HashMap<String, PeerQueue>>,
+    /// How long a sender task waits with nothing queued before it ends ([`PEER_IDLE`]; tests
+    /// shorten it).
+    idle_ms: AtomicU64,
+}
+
+impl Default for HeartbeatBatcher {
+    fn default() -> Self {
+        HeartbeatBatcher {
+            queues: Mutex::default(),
+            idle_ms: AtomicU64::new(PEER_IDLE.as_millis() as u64),
+        }
+    }
 }
 
 impl HeartbeatBatcher {
@@ -162,7 +191,8 @@ impl HeartbeatBatcher {
         }
     }
 
-    /// The queue to the peer at `addr`, starting its sender task on first use.
+    /// The queue to the peer at `addr`, starting its sender task on first use (or after the
+    /// last one ended).
     fn queue(&self, pool: &Arc<PeerPool>, addr: &str) -> PeerQueue {
         let mut queues = self.queues.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(queue) = queues.get(addr).filter(|q| !q.tx.is_closed()) {
@@ -180,6 +210,31 @@ impl HeartbeatBatcher {
         queues.insert(addr.to_string(), queue.clone());
         queue
     }
+
+    /// Takes `addr`'s queue out of the map if it is still the one `flush` belongs to, and
+    /// closes `rx` under the map's lock: from then on [`HeartbeatBatcher::queue`] starts a new
+    /// task, and a sender holding the old queue gets `Closed` (and asks again).
+    fn retire(&self, addr: &str, flush: &Arc<Notify>, rx: &mut mpsc::Receiver<Pending>) {
+        let mut queues = self.queues.lock().unwrap_or_else(|p| p.into_inner());
+        if queues
+            .get(addr)
+            .is_some_and(|q| Arc::ptr_eq(&q.flush, flush))
+        {
+            queues.remove(addr);
+        }
+        rx.close();
+    }
+
+    fn idle(&self) -> Duration {
+        Duration::from_millis(self.idle_ms.load(Ordering::Relaxed))
+    }
+
+    /// The peers with a sender task (for tests).
+    #[cfg(test)]
+    fn peers(&self) -> Vec<String> {
+        let queues = self.queues.lock().unwrap_or_else(|p| p.into_inner());
+        queues.keys().cloned().collect()
+    }
 }
 
 /// Sends one heartbeat (`req`, for `shard`) to the peer at `addr` in the peer's next batch
@@ -195,29 +250,50 @@ pub(crate) async fn send(
     let prev = req.prev_log_id;
     let last = req.entries.last().map(|e| e.log_id).or(prev);
     let payload = crate::types::codec::encode(&req).map_err(network)?;
-    let (reply, answer) = oneshot::channel();
-    let queue = pool.heartbeats.queue(pool, addr);
-    queue
-        .tx
-        .try_send(Pending {
-            shard,
-            payload,
-            now,
-            reply,
-        })
-        .map_err(|e| unreachable(format!("heartbeat queue to {addr}: {e}")))?;
-    if now {
-        queue.flush.notify_one();
-    }
-    let item = answer
-        .await
-        .map_err(|_| unreachable(format!("heartbeat batch to {addr} was dropped")))??;
+    let item = enqueue(pool, addr, shard, payload, now).await?;
     let response: Result<AppendEntriesResponse, String> =
         crate::types::codec::decode(&item).map_err(network)?;
     let response = response.map_err(|e| {
         RPCError::Network(NetworkError::new(&Msg(format!("remote raft error: {e}"))))
     })?;
     Ok(response.into_stream_result(prev, last))
+}
+
+/// Queues one heartbeat's `payload` for `addr` and waits for its item of the reply. A queue
+/// that closed under us (its task ended idle, see [`HeartbeatBatcher::retire`]) is asked for
+/// again once: the map no longer holds it, so the second ask starts a new task.
+async fn enqueue(
+    pool: &Arc<PeerPool>,
+    addr: &str,
+    shard: u64,
+    payload: Vec<u8>,
+    now: bool,
+) -> ItemResult {
+    let (reply, answer) = oneshot::channel();
+    let mut pending = Pending {
+        shard,
+        payload,
+        now,
+        reply,
+    };
+    let mut retried = false;
+    let queue = loop {
+        let queue = pool.heartbeats.queue(pool, addr);
+        match queue.tx.try_send(pending) {
+            Ok(()) => break queue,
+            Err(mpsc::error::TrySendError::Closed(p)) if !retried => {
+                pending = p;
+                retried = true;
+            }
+            Err(e) => return Err(unreachable(format!("heartbeat queue to {addr}: {e}"))),
+        }
+    };
+    if now {
+        queue.flush.notify_one();
+    }
+    answer
+        .await
+        .map_err(|_| unreachable(format!("heartbeat batch to {addr} was dropped")))?
 }
 
 fn network(e: impl std::fmt::Display) -> RPCError {
@@ -228,9 +304,31 @@ fn unreachable(e: String) -> RPCError {
     RPCError::Unreachable(Unreachable::new(&Msg(e)))
 }
 
+/// Until when a peer gets its heartbeats one `Append` call each (see the module docs, "Peers
+/// that do not know `Heartbeats`"); `None`: batched.
+#[derive(Default)]
+struct Legacy(Mutex<Option<Instant>>);
+
+impl Legacy {
+    fn active(&self) -> bool {
+        let until = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        until.is_some_and(|until| Instant::now() < until)
+    }
+
+    /// Marks the peer legacy for [`LEGACY_RECHECK`]; true if it was not already (the first
+    /// time, or a recheck that found it unchanged): worth a warning.
+    fn mark(&self) -> bool {
+        let mut until = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let fresh = !until.is_some_and(|until| Instant::now() < until);
+        *until = Some(Instant::now() + LEGACY_RECHECK);
+        fresh
+    }
+}
+
 /// The sender task of one peer: waits for a heartbeat, lets others join for `linger` (cut
 /// short by an urgent one), sends everything queued (up to a batch) as one call. Ends when
-/// the pool is gone.
+/// the pool is gone, or after the batcher's idle time with nothing queued (sending what
+/// raced in before its queue closed).
 async fn run_peer(
     pool: Weak<PeerPool>,
     addr: String,
@@ -238,7 +336,26 @@ async fn run_peer(
     flush: Arc<Notify>,
 ) {
     let in_flight = Arc::new(Semaphore::new(MAX_BATCHES_IN_FLIGHT));
-    while let Some(first) = rx.recv().await {
+    let legacy = Arc::new(Legacy::default());
+    let mut closed = false;
+    loop {
+        let first = if closed {
+            rx.recv().await
+        } else {
+            let Some(idle) = pool.upgrade().map(|p| p.heartbeats.idle()) else {
+                return;
+            };
+            match tokio::time::timeout(idle, rx.recv()).await {
+                Ok(first) => first,
+                Err(_) => {
+                    let Some(pool) = pool.upgrade() else { return };
+                    pool.heartbeats.retire(&addr, &flush, &mut rx);
+                    closed = true;
+                    continue;
+                }
+            }
+        };
+        let Some(first) = first else { return };
         let Some(linger) = pool.upgrade().map(|p| p.heartbeat_linger) else {
             return;
         };
@@ -259,16 +376,17 @@ async fn run_peer(
             }
         }
         let Some(pool) = pool.upgrade() else { return };
-        let addr = addr.clone();
+        let (addr, legacy) = (addr.clone(), legacy.clone());
         tokio::spawn(async move {
-            send_batch(&pool, &addr, batch).await;
+            send_batch(&pool, &addr, &legacy, batch).await;
             drop(permit);
         });
     }
 }
 
-/// One call carrying `batch`; every heartbeat of it gets its item or the call's error.
-async fn send_batch(pool: &PeerPool, addr: &str, batch: Vec<Pending>) {
+/// One call carrying `batch` (or, to a legacy peer, one `Append` call per heartbeat); every
+/// heartbeat of it gets its item or its call's error.
+async fn send_batch(pool: &PeerPool, addr: &str, legacy: &Legacy, batch: Vec<Pending>) {
     let mut items = Vec::with_capacity(batch.len());
     let mut replies = Vec::with_capacity(batch.len());
     // A heartbeat whose worker gave up waiting (openraft's timeout) is not sent.
@@ -283,36 +401,57 @@ async fn send_batch(pool: &PeerPool, addr: &str, batch: Vec<Pending>) {
     if sent == 0 {
         return;
     }
-    let answered = call(pool, addr, items).await;
-    match answered {
-        Ok(answers) if answers.len() == sent => {
-            for (reply, item) in replies.into_iter().zip(answers) {
-                let _ = reply.send(Ok(item));
+    let answers: Vec<ItemResult> = if legacy.active() {
+        one_by_one(pool, addr, items).await
+    } else {
+        match call(pool, addr, items.clone()).await {
+            Ok(answers) if answers.len() == sent => answers.into_iter().map(Ok).collect(),
+            Ok(answers) => {
+                let why = format!(
+                    "heartbeat batch to {addr}: {} answers for {sent} heartbeats",
+                    answers.len()
+                );
+                (0..sent).map(|_| Err(network(&why))).collect()
             }
-        }
-        Ok(answers) => {
-            let why = format!(
-                "heartbeat batch to {addr}: {} answers for {sent} heartbeats",
-                answers.len()
-            );
-            for reply in replies {
-                let _ = reply.send(Err(network(&why)));
+            Err(CallFailure::Unimplemented(why)) => {
+                if legacy.mark() {
+                    tracing::warn!(
+                        peer = addr,
+                        error = why,
+                        "peer does not know coalesced heartbeats (an older version?): \
+                         sending them one Append call each for {LEGACY_RECHECK:?}"
+                    );
+                }
+                one_by_one(pool, addr, items).await
             }
-        }
-        Err(why) => {
-            for reply in replies {
-                let _ = reply.send(Err(match &why {
-                    CallFailure::Unreachable(m) => unreachable(m.clone()),
-                    CallFailure::Network(m) => network(m),
-                }));
+            Err(CallFailure::Unreachable(m)) => {
+                (0..sent).map(|_| Err(unreachable(m.clone()))).collect()
             }
+            Err(CallFailure::Network(m)) => (0..sent).map(|_| Err(network(&m))).collect(),
         }
+    };
+    for (reply, answer) in replies.into_iter().zip(answers) {
+        let _ = reply.send(answer);
     }
 }
 
 enum CallFailure {
+    /// The peer does not know the call (a node from before it).
+    Unimplemented(String),
     Unreachable(String),
     Network(String),
+}
+
+impl From<tonic::Status> for CallFailure {
+    fn from(s: tonic::Status) -> CallFailure {
+        match s.code() {
+            tonic::Code::Unimplemented => CallFailure::Unimplemented(s.message().to_string()),
+            tonic::Code::Unavailable | tonic::Code::Unknown => {
+                CallFailure::Unreachable(s.message().to_string())
+            }
+            _ => CallFailure::Network(s.message().to_string()),
+        }
+    }
 }
 
 async fn call(
@@ -327,19 +466,36 @@ async fn call(
         items,
     });
     request.set_timeout(pool.rpc_timeout);
-    let reply = client
-        .heartbeats(request)
-        .await
-        .map_err(|s| match s.code() {
-            tonic::Code::Unavailable | tonic::Code::Unknown => {
-                CallFailure::Unreachable(s.message().to_string())
-            }
-            _ => CallFailure::Network(s.message().to_string()),
-        })?;
-    let reply = reply.into_inner();
+    let reply = client.heartbeats(request).await?.into_inner();
     pool.merge_reply_clock(reply.hlc)
         .map_err(CallFailure::Network)?;
     Ok(reply.items)
+}
+
+/// Each heartbeat of `items` as its own unary `Append` call (what a peer from before
+/// `Heartbeats` answers), all at once; answers in the items' order.
+async fn one_by_one(pool: &PeerPool, addr: &str, items: Vec<HeartbeatItem>) -> Vec<ItemResult> {
+    let calls = items.into_iter().map(|item| async move {
+        let mut client = pool.client(addr).map_err(unreachable)?;
+        let mut request = tonic::Request::new(RaftRequest {
+            shard_id: item.shard_id,
+            hlc: pool.clock.now().0,
+            from_node: pool.self_id,
+            payload: item.payload,
+        });
+        request.set_timeout(pool.rpc_timeout);
+        let reply = client
+            .append(request)
+            .await
+            .map_err(|s| match CallFailure::from(s) {
+                CallFailure::Unreachable(m) => unreachable(m),
+                CallFailure::Unimplemented(m) | CallFailure::Network(m) => network(m),
+            })?
+            .into_inner();
+        pool.merge_reply_clock(reply.hlc).map_err(network)?;
+        Ok(reply.payload)
+    });
+    futures::future::join_all(calls).await
 }
 
 #[cfg(test)]
@@ -371,3 +527,7 @@ mod tests {
         assert_eq!(linger_for(Duration::ZERO), Duration::ZERO);
     }
 }
+
+#[cfg(test)]
+#[path = "heartbeat_batch_tests.rs"]
+mod peer_tests;
