@@ -46,11 +46,13 @@
 //!
 //! # Peers that do not know `Heartbeats`
 //! A node from before this module answers the call UNIMPLEMENTED. Its heartbeats are then
-//! re-sent at once, each as an ordinary unary `Append` call (which every version has), and the
-//! peer's later heartbeats go that way too for [`LEGACY_RECHECK`], after which one batch tries
-//! the call again (the peer may have been upgraded). So a rolling upgrade does not cost the
+//! re-sent at once, each as an ordinary unary `Append` call (which every version has; at most
+//! [`LEGACY_CALLS_IN_FLIGHT`] per batch at a time, each answered as soon as its own call ends),
+//! and the peer's later heartbeats go that way too for [`LEGACY_RECHECK`], after which batches
+//! try the call again (the peer may have been upgraded). So a rolling upgrade does not cost the
 //! leaders here their leases: the heartbeats of the batch that found out are answered, not
-//! failed. The first such answer per recheck period is logged as a warning.
+//! failed. The first such answer per recheck period is logged as a warning; a sender task
+//! that ended idle (below) forgets the mark, and its successor asks again.
 //!
 //! # Idle peers
 //! A peer's sender task ends after [`PEER_IDLE`] with nothing queued (every group it shared
@@ -85,6 +87,8 @@ pub const MAX_BATCHES_IN_FLIGHT: usize = 4;
 /// How long a peer that does not know the `Heartbeats` call gets its heartbeats one `Append`
 /// call each before a batch tries the call again.
 pub const LEGACY_RECHECK: Duration = Duration::from_secs(30);
+/// Most unary `Append` calls one batch to a legacy peer has in flight.
+pub const LEGACY_CALLS_IN_FLIGHT: usize = 64;
 /// How long a peer's sender task waits with nothing queued before it ends.
 pub const PEER_IDLE: Duration = Duration::from_secs(60);
 
@@ -401,34 +405,33 @@ async fn send_batch(pool: &PeerPool, addr: &str, legacy: &Legacy, batch: Vec<Pen
     if sent == 0 {
         return;
     }
-    let answers: Vec<ItemResult> = if legacy.active() {
-        one_by_one(pool, addr, items).await
-    } else {
-        match call(pool, addr, items.clone()).await {
-            Ok(answers) if answers.len() == sent => answers.into_iter().map(Ok).collect(),
-            Ok(answers) => {
-                let why = format!(
-                    "heartbeat batch to {addr}: {} answers for {sent} heartbeats",
-                    answers.len()
-                );
-                (0..sent).map(|_| Err(network(&why))).collect()
-            }
-            Err(CallFailure::Unimplemented(why)) => {
-                if legacy.mark() {
-                    tracing::warn!(
-                        peer = addr,
-                        error = why,
-                        "peer does not know coalesced heartbeats (an older version?): \
-                         sending them one Append call each for {LEGACY_RECHECK:?}"
-                    );
-                }
-                one_by_one(pool, addr, items).await
-            }
-            Err(CallFailure::Unreachable(m)) => {
-                (0..sent).map(|_| Err(unreachable(m.clone()))).collect()
-            }
-            Err(CallFailure::Network(m)) => (0..sent).map(|_| Err(network(&m))).collect(),
+    if legacy.active() {
+        return one_by_one(pool, addr, items, replies).await;
+    }
+    let answers: Vec<ItemResult> = match call(pool, addr, items.clone()).await {
+        Ok(answers) if answers.len() == sent => answers.into_iter().map(Ok).collect(),
+        Ok(answers) => {
+            let why = format!(
+                "heartbeat batch to {addr}: {} answers for {sent} heartbeats",
+                answers.len()
+            );
+            (0..sent).map(|_| Err(network(&why))).collect()
         }
+        Err(CallFailure::Unimplemented(why)) => {
+            if legacy.mark() {
+                tracing::warn!(
+                    peer = addr,
+                    error = why,
+                    "peer does not know coalesced heartbeats (an older version?): \
+                     sending them one Append call each for {LEGACY_RECHECK:?}"
+                );
+            }
+            return one_by_one(pool, addr, items, replies).await;
+        }
+        Err(CallFailure::Unreachable(m)) => {
+            (0..sent).map(|_| Err(unreachable(m.clone()))).collect()
+        }
+        Err(CallFailure::Network(m)) => (0..sent).map(|_| Err(network(&m))).collect(),
     };
     for (reply, answer) in replies.into_iter().zip(answers) {
         let _ = reply.send(answer);
@@ -473,29 +476,51 @@ async fn call(
 }
 
 /// Each heartbeat of `items` as its own unary `Append` call (what a peer from before
-/// `Heartbeats` answers), all at once; answers in the items' order.
-async fn one_by_one(pool: &PeerPool, addr: &str, items: Vec<HeartbeatItem>) -> Vec<ItemResult> {
-    let calls = items.into_iter().map(|item| async move {
-        let mut client = pool.client(addr).map_err(unreachable)?;
-        let mut request = tonic::Request::new(RaftRequest {
-            shard_id: item.shard_id,
-            hlc: pool.clock.now().0,
-            from_node: pool.self_id,
-            payload: item.payload,
+/// `Heartbeats` answers), at most [`LEGACY_CALLS_IN_FLIGHT`] at a time; each heartbeat's
+/// answer goes to its `replies` entry as soon as its own call ends (a peer's shard stalled on
+/// its log holds up only its own), and one whose worker gave up meanwhile is not sent.
+async fn one_by_one(
+    pool: &PeerPool,
+    addr: &str,
+    items: Vec<HeartbeatItem>,
+    replies: Vec<oneshot::Sender<ItemResult>>,
+) {
+    use futures::StreamExt;
+    let calls = items
+        .into_iter()
+        .zip(replies)
+        .map(|(item, reply)| async move {
+            if reply.is_closed() {
+                return;
+            }
+            let _ = reply.send(append(pool, addr, item).await);
         });
-        request.set_timeout(pool.rpc_timeout);
-        let reply = client
-            .append(request)
-            .await
-            .map_err(|s| match CallFailure::from(s) {
-                CallFailure::Unreachable(m) => unreachable(m),
-                CallFailure::Unimplemented(m) | CallFailure::Network(m) => network(m),
-            })?
-            .into_inner();
-        pool.merge_reply_clock(reply.hlc).map_err(network)?;
-        Ok(reply.payload)
+    futures::stream::iter(calls)
+        .buffer_unordered(LEGACY_CALLS_IN_FLIGHT)
+        .for_each(|()| async {})
+        .await;
+}
+
+/// One heartbeat as a unary `Append` call; its answer as a batch item would carry it.
+async fn append(pool: &PeerPool, addr: &str, item: HeartbeatItem) -> ItemResult {
+    let mut client = pool.client(addr).map_err(unreachable)?;
+    let mut request = tonic::Request::new(RaftRequest {
+        shard_id: item.shard_id,
+        hlc: pool.clock.now().0,
+        from_node: pool.self_id,
+        payload: item.payload,
     });
-    futures::future::join_all(calls).await
+    request.set_timeout(pool.rpc_timeout);
+    let reply = client
+        .append(request)
+        .await
+        .map_err(|s| match CallFailure::from(s) {
+            CallFailure::Unreachable(m) => unreachable(m),
+            CallFailure::Unimplemented(m) | CallFailure::Network(m) => network(m),
+        })?
+        .into_inner();
+    pool.merge_reply_clock(reply.hlc).map_err(network)?;
+    Ok(reply.payload)
 }
 
 #[cfg(test)]

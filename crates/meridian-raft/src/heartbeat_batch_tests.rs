@@ -14,6 +14,10 @@ use tonic::{Request, Response, Status, Streaming};
 #[derive(Default)]
 struct FakePeer {
     legacy: bool,
+    /// A shard whose `Append` calls take a second (stalled on its log).
+    slow_shard: Option<u64>,
+    /// `Heartbeats` calls refused as unknown (legacy).
+    refused: AtomicUsize,
     batches: AtomicUsize,
     batched_items: AtomicUsize,
     appends: AtomicUsize,
@@ -34,7 +38,11 @@ fn unimplemented<T>() -> Result<T, Status> {
 impl RaftTransport for FakePeer {
     async fn append(&self, request: Request<RaftRequest>) -> Result<Response<RaftReply>, Status> {
         self.appends.fetch_add(1, Ordering::SeqCst);
-        let payload = success(&request.into_inner().payload)?;
+        let request = request.into_inner();
+        if self.slow_shard == Some(request.shard_id) {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+        let payload = success(&request.payload)?;
         Ok(Response::new(RaftReply {
             hlc: 0,
             payload,
@@ -57,6 +65,7 @@ impl RaftTransport for FakePeer {
         request: Request<HeartbeatBatch>,
     ) -> Result<Response<HeartbeatBatchReply>, Status> {
         if self.legacy {
+            self.refused.fetch_add(1, Ordering::SeqCst);
             return Err(Status::unimplemented("unknown method Heartbeats"));
         }
         self.batches.fetch_add(1, Ordering::SeqCst);
@@ -192,13 +201,51 @@ async fn a_peer_without_the_heartbeats_call_gets_each_as_an_append() {
     let pool = pool();
     beat(&pool, &addr, 0..5).await;
     assert_eq!(peer.appends.load(Ordering::SeqCst), 5);
+    let refused = peer.refused.load(Ordering::SeqCst);
+    assert!(refused >= 1);
     beat(&pool, &addr, 0..3).await;
     assert_eq!(peer.appends.load(Ordering::SeqCst), 8);
     assert_eq!(
-        peer.batches.load(Ordering::SeqCst),
-        0,
-        "a legacy peer answers no batch"
+        peer.refused.load(Ordering::SeqCst),
+        refused,
+        "a peer found legacy is not asked for a batch again within the recheck period"
     );
+    assert_eq!(peer.batches.load(Ordering::SeqCst), 0);
+}
+
+/// To a legacy peer, each heartbeat is answered when its own `Append` call ends: one shard
+/// stalled on the peer's log does not hold up the answers of the others of its batch.
+#[tokio::test]
+async fn a_legacy_peer_s_slow_shard_holds_up_only_its_own_heartbeat() {
+    let peer = Arc::new(FakePeer {
+        legacy: true,
+        slow_shard: Some(3),
+        ..FakePeer::default()
+    });
+    let (addr, _stop) = serve(peer.clone()).await;
+    let pool = pool();
+    let started = tokio::time::Instant::now();
+    let sends = (0..6u64).map(|shard| {
+        let (pool, addr) = (pool.clone(), addr.clone());
+        async move {
+            let answer = send(&pool, &addr, shard, heartbeat(), false).await;
+            (shard, started.elapsed(), answer)
+        }
+    });
+    for (shard, took, answer) in futures::future::join_all(sends).await {
+        assert!(matches!(answer, Ok(Ok(_))), "shard {shard}: {answer:?}");
+        if shard == 3 {
+            assert!(
+                took >= Duration::from_secs(1),
+                "the slow shard took {took:?}"
+            );
+        } else {
+            assert!(
+                took < Duration::from_millis(800),
+                "shard {shard}'s heartbeat waited {took:?} for the slow shard's"
+            );
+        }
+    }
 }
 
 /// A sender task ends once its peer has been idle for the batcher's idle time (its queue
