@@ -142,6 +142,25 @@ async fn serve(peer: Arc<FakePeer>) -> (String, oneshot::Sender<()>) {
     (addr, stop)
 }
 
+/// A fake peer serving on loopback, and a pool of node 1's to reach it with.
+struct Setup {
+    peer: Arc<FakePeer>,
+    addr: String,
+    pool: Arc<PeerPool>,
+    _stop: oneshot::Sender<()>,
+}
+
+async fn setup(peer: FakePeer) -> Setup {
+    let peer = Arc::new(peer);
+    let (addr, _stop) = serve(peer.clone()).await;
+    Setup {
+        peer,
+        addr,
+        pool: pool(),
+        _stop,
+    }
+}
+
 fn pool() -> Arc<PeerPool> {
     PeerPool::new(
         1,
@@ -176,59 +195,55 @@ async fn beat(pool: &Arc<PeerPool>, addr: &str, shards: std::ops::Range<u64>) {
 
 #[tokio::test]
 async fn heartbeats_to_a_current_peer_travel_in_one_batch() {
-    let peer = Arc::new(FakePeer::default());
-    let (addr, _stop) = serve(peer.clone()).await;
-    let pool = pool();
-    beat(&pool, &addr, 0..5).await;
-    assert_eq!(peer.batched_items.load(Ordering::SeqCst), 5);
+    let t = setup(FakePeer::default()).await;
+    beat(&t.pool, &t.addr, 0..5).await;
+    assert_eq!(t.peer.batched_items.load(Ordering::SeqCst), 5);
     assert_eq!(
-        peer.batches.load(Ordering::SeqCst),
+        t.peer.batches.load(Ordering::SeqCst),
         1,
         "one linger, one call"
     );
-    assert_eq!(peer.appends.load(Ordering::SeqCst), 0);
+    assert_eq!(t.peer.appends.load(Ordering::SeqCst), 0);
 }
 
 /// A peer from before `Heartbeats`: the batch that finds out is answered through `Append`
 /// calls, not failed, and later heartbeats go that way without asking again.
 #[tokio::test]
 async fn a_peer_without_the_heartbeats_call_gets_each_as_an_append() {
-    let peer = Arc::new(FakePeer {
+    let t = setup(FakePeer {
         legacy: true,
         ..FakePeer::default()
-    });
-    let (addr, _stop) = serve(peer.clone()).await;
-    let pool = pool();
-    beat(&pool, &addr, 0..5).await;
-    assert_eq!(peer.appends.load(Ordering::SeqCst), 5);
-    let refused = peer.refused.load(Ordering::SeqCst);
+    })
+    .await;
+    beat(&t.pool, &t.addr, 0..5).await;
+    assert_eq!(t.peer.appends.load(Ordering::SeqCst), 5);
+    let refused = t.peer.refused.load(Ordering::SeqCst);
     assert!(refused >= 1);
-    beat(&pool, &addr, 0..3).await;
-    assert_eq!(peer.appends.load(Ordering::SeqCst), 8);
+    beat(&t.pool, &t.addr, 0..3).await;
+    assert_eq!(t.peer.appends.load(Ordering::SeqCst), 8);
     assert_eq!(
-        peer.refused.load(Ordering::SeqCst),
+        t.peer.refused.load(Ordering::SeqCst),
         refused,
         "a peer found legacy is not asked for a batch again within the recheck period"
     );
-    assert_eq!(peer.batches.load(Ordering::SeqCst), 0);
+    assert_eq!(t.peer.batches.load(Ordering::SeqCst), 0);
 }
 
 /// To a legacy peer, each heartbeat is answered when its own `Append` call ends: one shard
 /// stalled on the peer's log does not hold up the answers of the others of its batch.
 #[tokio::test]
 async fn a_legacy_peer_s_slow_shard_holds_up_only_its_own_heartbeat() {
-    let peer = Arc::new(FakePeer {
+    let t = setup(FakePeer {
         legacy: true,
         slow_shard: Some(3),
         ..FakePeer::default()
-    });
-    let (addr, _stop) = serve(peer.clone()).await;
-    let pool = pool();
+    })
+    .await;
     let started = tokio::time::Instant::now();
     let sends = (0..6u64).map(|shard| {
-        let (pool, addr) = (pool.clone(), addr.clone());
+        let t = &t;
         async move {
-            let answer = send(&pool, &addr, shard, heartbeat(), false).await;
+            let answer = send(&t.pool, &t.addr, shard, heartbeat(), false).await;
             (shard, started.elapsed(), answer)
         }
     });
@@ -252,21 +267,19 @@ async fn a_legacy_peer_s_slow_shard_holds_up_only_its_own_heartbeat() {
 /// leaves the map) and the next heartbeat starts a new one.
 #[tokio::test]
 async fn an_idle_peer_s_sender_ends_and_the_next_heartbeat_starts_another() {
-    let peer = Arc::new(FakePeer::default());
-    let (addr, _stop) = serve(peer.clone()).await;
-    let pool = pool();
-    pool.heartbeats.idle_ms.store(150, Ordering::Relaxed);
-    beat(&pool, &addr, 0..2).await;
-    assert_eq!(pool.heartbeats.peers(), vec![addr.clone()]);
+    let t = setup(FakePeer::default()).await;
+    t.pool.heartbeats.idle_ms.store(150, Ordering::Relaxed);
+    beat(&t.pool, &t.addr, 0..2).await;
+    assert_eq!(t.pool.heartbeats.peers(), vec![t.addr.clone()]);
     let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
-    while !pool.heartbeats.peers().is_empty() {
+    while !t.pool.heartbeats.peers().is_empty() {
         assert!(
             tokio::time::Instant::now() < deadline,
             "the idle peer's sender task did not end"
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    beat(&pool, &addr, 0..2).await;
-    assert_eq!(pool.heartbeats.peers(), vec![addr.clone()]);
-    assert_eq!(peer.batched_items.load(Ordering::SeqCst), 4);
+    beat(&t.pool, &t.addr, 0..2).await;
+    assert_eq!(t.pool.heartbeats.peers(), vec![t.addr.clone()]);
+    assert_eq!(t.peer.batched_items.load(Ordering::SeqCst), 4);
 }
