@@ -61,9 +61,10 @@
 //! A heartbeat that raced the task's end (its queue closed under it) is queued again on the
 //! new one.
 //!
+//! A peer that leaves the cluster's node list (`MultiRaft::set_peers`) loses its queue at
+//! once, and its cached HTTP/2 channel with it (`PeerPool::forget_addrs`).
+//!
 //! # Not done yet
-//! - A peer's HTTP/2 channel in `PeerPool` stays for the node's lifetime, even after the peer
-//!   left the cluster (a lazy channel: it dials only when used).
 //! - Replication streams (appends with entries) are still one HTTP/2 stream per group and
 //!   follower; only heartbeats are coalesced.
 
@@ -227,6 +228,15 @@ impl HeartbeatBatcher {
             queues.remove(addr);
         }
         rx.close();
+    }
+
+    /// Drops the queues of `addrs` (peers that left the cluster): each sender task ends once
+    /// the heartbeats already handed to it are sent (its queue's last sender is gone).
+    pub(crate) fn forget(&self, addrs: &[String]) {
+        let mut queues = self.queues.lock().unwrap_or_else(|p| p.into_inner());
+        for addr in addrs {
+            queues.remove(addr);
+        }
     }
 
     fn idle(&self) -> Duration {

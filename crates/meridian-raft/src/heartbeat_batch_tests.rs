@@ -283,3 +283,18 @@ async fn an_idle_peer_s_sender_ends_and_the_next_heartbeat_starts_another() {
     assert_eq!(t.pool.heartbeats.peers(), vec![t.addr.clone()]);
     assert_eq!(t.peer.batched_items.load(Ordering::SeqCst), 4);
 }
+
+/// A peer that left the cluster: its queue and channel are dropped, and a later heartbeat to
+/// the address (a node that came back there) dials again.
+#[tokio::test]
+async fn a_forgotten_peer_s_queue_and_channel_are_dropped() {
+    let t = setup(FakePeer::default()).await;
+    beat(&t.pool, &t.addr, 0..2).await;
+    assert_eq!(t.pool.heartbeats.peers(), vec![t.addr.clone()]);
+    assert_eq!(t.pool.cached_channels(), 1);
+    t.pool.forget_addrs(std::slice::from_ref(&t.addr));
+    assert!(t.pool.heartbeats.peers().is_empty());
+    assert_eq!(t.pool.cached_channels(), 0);
+    beat(&t.pool, &t.addr, 0..2).await;
+    assert_eq!(t.peer.batched_items.load(Ordering::SeqCst), 4);
+}

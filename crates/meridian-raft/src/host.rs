@@ -98,7 +98,8 @@ pub struct MultiRaft {
     map_listener: std::sync::OnceLock<MapListener>,
     /// The cluster's nodes and their peer addresses (this node may be listed): whom the pings,
     /// the closed-timestamp side channel and the clock fence cover. Replaced whole when a
-    /// node joins ([`MultiRaft::set_peers`]).
+    /// node joins or is forgotten ([`MultiRaft::set_peers`], which drops the connections of
+    /// addresses no longer listed).
     peers: RwLock<Arc<Vec<(NodeId, String)>>>,
     /// Former members (`ShardMap::forgotten`): their messages are refused.
     forgotten: RwLock<Arc<Vec<NodeId>>>,
@@ -181,8 +182,20 @@ impl MultiRaft {
     }
 
     /// Replaces the cluster's node list (see the `peers` field); `peers` may include this node.
+    /// The cached connections and heartbeat queues of addresses no longer listed (a node that
+    /// left the cluster) are dropped (see [`PeerPool::forget_addrs`]).
     pub fn set_peers(&self, peers: Vec<(NodeId, String)>) {
-        *self.peers.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(peers);
+        let gone: Vec<String> = {
+            let mut current = self.peers.write().unwrap_or_else(|p| p.into_inner());
+            let gone = current
+                .iter()
+                .filter(|(_, addr)| !peers.iter().any(|(_, a)| a == addr))
+                .map(|(_, addr)| addr.clone())
+                .collect();
+            *current = Arc::new(peers);
+            gone
+        };
+        self.pool.forget_addrs(&gone);
     }
 
     /// Replaces the former members whose messages are refused.

@@ -146,6 +146,29 @@ impl PeerPool {
         *self.dial.write().unwrap_or_else(|p| p.into_inner()) = overrides;
     }
 
+    /// Drops the cached channel and heartbeat queue of each of `addrs` (peers that left the
+    /// cluster). Calls in flight hold their own clones of the channel and finish; a later call
+    /// to one of them dials again.
+    pub fn forget_addrs(&self, addrs: &[String]) {
+        if addrs.is_empty() {
+            return;
+        }
+        {
+            let mut channels = self.channels.lock().expect("peer pool lock poisoned");
+            for addr in addrs {
+                channels.remove(addr);
+            }
+        }
+        self.heartbeats.forget(addrs);
+        tracing::info!(peers = ?addrs, "dropped the connections of peers that left the cluster");
+    }
+
+    /// How many peer channels are cached (for tests).
+    #[cfg(test)]
+    pub(crate) fn cached_channels(&self) -> usize {
+        self.channels.lock().expect("peer pool lock poisoned").len()
+    }
+
     pub fn client(&self, addr: &str) -> Result<RaftTransportClient<Channel>, String> {
         let mut channels = self.channels.lock().expect("peer pool lock poisoned");
         let channel = match channels.get(addr) {
