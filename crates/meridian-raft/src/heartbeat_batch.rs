@@ -70,7 +70,7 @@
 
 use crate::network::{Msg, PeerPool};
 use crate::types::{AppendEntriesRequest, AppendEntriesResponse, RPCError, StreamAppendResult};
-use meridian_proto::raft::{HeartbeatBatch, HeartbeatItem, RaftRequest};
+use meridian_proto::raft::{HeartbeatBatch, HeartbeatItem};
 use openraft::errors::{NetworkError, Unreachable};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -353,12 +353,15 @@ async fn run_peer(
     let legacy = Arc::new(Legacy::default());
     let mut closed = false;
     loop {
+        let Some((idle, linger)) = pool
+            .upgrade()
+            .map(|p| (p.heartbeats.idle(), p.heartbeat_linger))
+        else {
+            return;
+        };
         let first = if closed {
             rx.recv().await
         } else {
-            let Some(idle) = pool.upgrade().map(|p| p.heartbeats.idle()) else {
-                return;
-            };
             match tokio::time::timeout(idle, rx.recv()).await {
                 Ok(first) => first,
                 Err(_) => {
@@ -370,9 +373,6 @@ async fn run_peer(
             }
         };
         let Some(first) = first else { return };
-        let Some(linger) = pool.upgrade().map(|p| p.heartbeat_linger) else {
-            return;
-        };
         if !first.now && !linger.is_zero() {
             tokio::select! {
                 _ = tokio::time::sleep(linger) => {}
@@ -513,22 +513,11 @@ async fn one_by_one(
 
 /// One heartbeat as a unary `Append` call; its answer as a batch item would carry it.
 async fn append(pool: &PeerPool, addr: &str, item: HeartbeatItem) -> ItemResult {
-    let mut client = pool.client(addr).map_err(unreachable)?;
-    let mut request = tonic::Request::new(RaftRequest {
-        shard_id: item.shard_id,
-        hlc: pool.clock.now().0,
-        from_node: pool.self_id,
-        payload: item.payload,
-    });
-    request.set_timeout(pool.rpc_timeout);
-    let reply = client
-        .append(request)
+    let hlc = pool.clock.now().0;
+    let reply = pool
+        .node_rpc(addr, "append", item.shard_id, hlc, item.payload)
         .await
-        .map_err(|s| match CallFailure::from(s) {
-            CallFailure::Unreachable(m) => unreachable(m),
-            CallFailure::Unimplemented(m) | CallFailure::Network(m) => network(m),
-        })?
-        .into_inner();
+        .map_err(crate::network::status_to_rpc_error)?;
     pool.merge_reply_clock(reply.hlc).map_err(network)?;
     Ok(reply.payload)
 }

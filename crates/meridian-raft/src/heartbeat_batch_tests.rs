@@ -5,7 +5,7 @@
 use super::*;
 use crate::types::{codec, TypeConfig, Vote};
 use meridian_proto::raft::raft_transport_server::{RaftTransport, RaftTransportServer};
-use meridian_proto::raft::{HeartbeatBatchReply, RaftReply, SnapshotChunk};
+use meridian_proto::raft::{HeartbeatBatchReply, RaftReply, RaftRequest, SnapshotChunk};
 use meridian_types::Clock;
 use std::sync::atomic::AtomicUsize;
 use tonic::{Request, Response, Status, Streaming};

@@ -284,15 +284,16 @@ impl PeerPool {
         Ok(reply)
     }
 
-    /// One node-level call with the RPC deadline, sending `hlc` (0: none); the peer's status
-    /// as it answered.
-    async fn node_rpc(
+    /// One unary call with the RPC deadline, sending `hlc` (0: none): a node-level one, or
+    /// (`"append"`) one shard's append, as `heartbeat_batch` sends a heartbeat to a peer that
+    /// does not know coalesced ones; the peer's status as it answered.
+    pub(crate) async fn node_rpc(
         &self,
         addr: &str,
         kind: &'static str,
         shard: u64,
         hlc: u64,
-        payload: Vec<u8>,
+        payload: impl Into<bytes::Bytes>,
     ) -> Result<RaftReply, tonic::Status> {
         let mut client = self.client(addr).map_err(tonic::Status::unavailable)?;
         let mut request =
@@ -303,6 +304,7 @@ impl PeerPool {
             "wake" => client.wake(request).await,
             "close_timestamps" => client.close_timestamps(request).await,
             "shard_map" => client.shard_map(request).await,
+            "append" => client.append(request).await,
             _ => client.quiesce(request).await,
         }?;
         Ok(reply.into_inner())
@@ -440,7 +442,7 @@ pub struct PeerConnection {
     heartbeats: Option<Arc<crate::heartbeat_batch::Urgent>>,
 }
 
-fn status_to_rpc_error(status: tonic::Status) -> RPCError {
+pub(crate) fn status_to_rpc_error(status: tonic::Status) -> RPCError {
     match status.code() {
         tonic::Code::Unavailable | tonic::Code::Unknown => {
             RPCError::Unreachable(Unreachable::new(&status))

@@ -498,7 +498,12 @@ impl MultiRaft {
 }
 
 /// Builds the envelope for a quiescence RPC.
-pub(crate) fn envelope(shard: u64, hlc: u64, from_node: NodeId, payload: Vec<u8>) -> RaftRequest {
+pub(crate) fn envelope(
+    shard: u64,
+    hlc: u64,
+    from_node: NodeId,
+    payload: impl Into<bytes::Bytes>,
+) -> RaftRequest {
     RaftRequest {
         shard_id: shard,
         hlc,
