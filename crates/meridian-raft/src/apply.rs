@@ -21,6 +21,15 @@
 //! read still holds, the writes apply at one timestamp; otherwise nothing is written and the
 //! result names the conflicting key.
 //!
+//! # Coalesced entries
+//! A [`Command::Batch`] (several proposals a leader put in one entry, see `proposals`) applies
+//! each member in order through the same [`ApplyBatch::apply`], with the entry's term: a
+//! member sees every earlier member in `pending`, is fenced, checked and deduplicated on its
+//! own, and its result is its own ([`CommandResult::batch`]). So a batch writes exactly what
+//! its members would have written as consecutive entries (`tests/batch_apply.rs` checks it).
+//! Only the batch's shape (size, members that are fenced data commands, no nesting) can
+//! refuse it whole.
+//!
 //! # Invariants
 //! - A command that fails [`Command::validate`] writes nothing and advances nothing but the
 //!   applied index (the caller's part).
@@ -238,6 +247,18 @@ impl<'a> ApplyBatch<'a> {
             } => self.resolve((txn, txn_ts), anchor, decision),
             Command::Gc { threshold, from } => self.gc(threshold, from),
             Command::GcRecords { from } => self.gc_records(from),
+            // Each member as if it had its own entry here (validate refuses a nested batch, so
+            // this recursion is one level deep).
+            Command::Batch { cmds } => {
+                let mut batch = Vec::with_capacity(cmds.len());
+                for member in cmds {
+                    batch.push(self.apply(member, entry_term)?);
+                }
+                Ok(CommandResult {
+                    batch,
+                    ..Default::default()
+                })
+            }
         }
     }
 

@@ -61,6 +61,8 @@ pub struct ShardReplica {
     /// Requests waiting on a quorum round of this shard (see [`ShardReplica::ensure_linearizable`]):
     /// while any wait, its heartbeats skip `heartbeat_batch`'s linger.
     pub(crate) urgent: Arc<crate::heartbeat_batch::Urgent>,
+    /// As leader: the queue that coalesces this shard's proposals (see `proposals`).
+    pub proposer: Arc<crate::proposals::Proposer>,
 }
 
 impl ShardReplica {
@@ -109,6 +111,11 @@ pub struct MultiRaft {
     pub map_gossip: crate::map_gossip::MapGossip,
     /// Warns when a peer's round trip leaves heartbeats no time to be answered.
     pub rtt_watch: crate::rtt_watch::RttWatch,
+    /// Entries a shard leader keeps in flight before its proposals queue and coalesce (see
+    /// `proposals`; 0 = off); the server sets it from its configuration.
+    pub proposals_in_flight: Arc<std::sync::atomic::AtomicUsize>,
+    /// Every shard's proposal counters (the node's metrics).
+    pub propose_stats: Arc<crate::proposals::ProposeStats>,
 }
 
 /// Peers with a message of one kind in flight: at most one each, so a slow peer costs one
@@ -177,6 +184,10 @@ impl MultiRaft {
             client_addr: std::sync::OnceLock::new(),
             map_gossip: Default::default(),
             rtt_watch: crate::rtt_watch::RttWatch::new(raft_config.heartbeat_interval),
+            proposals_in_flight: Arc::new(std::sync::atomic::AtomicUsize::new(
+                crate::proposals::DEFAULT_IN_FLIGHT,
+            )),
+            propose_stats: Default::default(),
             raft_config,
         }))
     }
@@ -284,9 +295,15 @@ impl MultiRaft {
             self.clock.clone(),
             issued.clone(),
         );
+        let proposer = Arc::new(crate::proposals::Proposer::new(
+            raft.clone(),
+            self.proposals_in_flight.clone(),
+            self.propose_stats.clone(),
+        ));
         let replica = Arc::new(ShardReplica {
             shard,
             raft,
+            proposer,
             sm,
             quiet: crate::quiesce::Quiet::new(self.node_id),
             rest: Default::default(),
@@ -787,6 +804,12 @@ impl RaftTransport for TransportService {
             )));
         }
         let cmd: Command = decode_payload(&req)?;
+        // Only a leader's own proposer coalesces, and only data writes (see `proposals`).
+        if matches!(cmd, Command::Batch { .. }) {
+            return self.reply(Err::<CommandResult, String>(
+                "peers may not propose a coalesced batch".into(),
+            ));
+        }
         let result = match replica.raft.client_write(cmd).await {
             Ok(resp) => Ok(resp.data),
             Err(e) => Err(write_error_text(&e)),

@@ -68,8 +68,9 @@
 //!
 //! # Invariants
 //! - An issued timestamp stays tracked until its proposal's `client_write` returned (applied,
-//!   or failed as a whole): the `Kv` service runs the proposal in a task that owns the
-//!   [`IssueGuard`], so a caller that gives up does not untrack a live proposal.
+//!   or failed as a whole): the `Kv` service hands the [`IssueGuard`] to the shard's proposer
+//!   (see `proposals`), which drops it only once the entry carrying the proposal has an
+//!   outcome, so a caller that gives up does not untrack a live proposal.
 //! - Issued timestamps are HLC readings (strictly increasing); none is issued in a term before
 //!   the physical clock passed that term's start mark. The mark is never set before this node
 //!   leads the term; `begin_term` ignores a term older than the one begun, and an issue whose

@@ -52,6 +52,7 @@ pub mod log_store;
 pub mod log_writer;
 pub mod map_gossip;
 pub mod network;
+pub mod proposals;
 pub mod quiesce;
 pub mod resolutions;
 pub mod rest;

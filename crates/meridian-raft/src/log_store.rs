@@ -49,6 +49,35 @@ use std::sync::Arc;
 /// [`LogStore::entries_stream`]); `try_get_log_entries` is never cut short by it.
 pub const MAX_ENTRIES_PER_READ: usize = 4_096;
 
+/// Most encoded bytes one replication read (one AppendEntries) or apply piece holds, unless
+/// its first entry alone is larger: a quarter of the largest message, so a read of large
+/// entries (a big `BatchPut`, a coalesced entry of many writes) never makes an append the
+/// transport cannot send.
+pub const MAX_BYTES_PER_READ: usize = meridian_types::limits::MAX_MESSAGE_BYTES / 4;
+
+/// How much one read may return: entries and encoded bytes (at least one entry regardless).
+#[derive(Clone, Copy, Debug)]
+struct ReadLimit {
+    entries: usize,
+    bytes: usize,
+}
+
+const PIECE: ReadLimit = ReadLimit {
+    entries: MAX_ENTRIES_PER_READ,
+    bytes: MAX_BYTES_PER_READ,
+};
+
+impl ReadLimit {
+    /// Whether `out` (holding `bytes`) may take one more entry of `next` bytes.
+    fn admits(limit: Option<ReadLimit>, out: &[Entry], bytes: usize, next: usize) -> bool {
+        match limit {
+            None => true,
+            Some(_) if out.is_empty() => true,
+            Some(l) => out.len() < l.entries && bytes.saturating_add(next) <= l.bytes,
+        }
+    }
+}
+
 /// Most times a read restarts because a truncation ran during it.
 const MAX_READ_RETRIES: usize = 1_000;
 
@@ -208,18 +237,19 @@ fn consistent_read<T>(
     )))
 }
 
-/// Reads the entries of `[first, end)` (`end` = `None`: to the end of the log), at most
-/// `limit` of them, from the tail and RocksDB (see the module docs). Absence is tolerated only
-/// before the first entry found (purged) and after the last (not appended yet); a gap between
-/// two entries is an error, never a short read.
+/// Reads the entries of `[first, end)` (`end` = `None`: to the end of the log), within
+/// `limit`, from the tail and RocksDB (see the module docs); and whether the limit cut the
+/// read short (more entries may follow). Absence is tolerated only before the first entry
+/// found (purged) and after the last (not appended yet); a gap between two entries is an
+/// error, never a short read.
 fn read_range(
     engine: &dyn Engine,
     tail: &std::sync::Mutex<Tail>,
     shard: ShardId,
     first: u64,
     end: Option<u64>,
-    limit: Option<usize>,
-) -> io::Result<Vec<Entry>> {
+    limit: Option<ReadLimit>,
+) -> io::Result<(Vec<Entry>, bool)> {
     consistent_read(tail, first, end, |unwritten, stale_from| {
         // The tail is a suffix of the log: RocksDB supplies only what lies below its first
         // entry in range, and below the first pending truncation (the rest there is stale).
@@ -227,14 +257,19 @@ fn read_range(
             .into_iter()
             .flatten()
             .min();
-        let mut out = match rocks_end {
-            Some(e) if e <= first => Vec::new(),
+        let (mut out, mut bytes, cut) = match rocks_end {
+            Some(e) if e <= first => (Vec::new(), 0, false),
             _ => read_written(engine, shard, first, rocks_end, limit)?,
         };
+        if cut {
+            return Ok((out, true));
+        }
         for entry in unwritten.into_values() {
-            if limit.is_some_and(|l| out.len() >= l) {
-                break;
+            let size = limit.map_or(0, |_| codec::encoded_len(&entry));
+            if !ReadLimit::admits(limit, &out, bytes, size) {
+                return Ok((out, true));
             }
+            bytes = bytes.saturating_add(size);
             if let Some(prev) = out.last() {
                 if entry.log_id.index != prev.log_id.index + 1 {
                     return Err(hole(shard, prev.log_id.index, entry.log_id.index));
@@ -242,7 +277,7 @@ fn read_range(
             }
             out.push(entry);
         }
-        Ok(out)
+        Ok((out, false))
     })
 }
 
@@ -256,23 +291,29 @@ fn hole(shard: ShardId, prev: u64, next: u64) -> io::Error {
     )
 }
 
-/// The entries RocksDB holds in `[first, end)`, at most `limit`, checked for holes.
+/// The entries RocksDB holds in `[first, end)` within `limit`, checked for holes, with their
+/// encoded bytes and whether the limit cut the read short.
 fn read_written(
     engine: &dyn Engine,
     shard: ShardId,
     first: u64,
     end: Option<u64>,
-    limit: Option<usize>,
-) -> io::Result<Vec<Entry>> {
+    limit: Option<ReadLimit>,
+) -> io::Result<(Vec<Entry>, usize, bool)> {
     let start_key = keys::raft_log_key(shard, first);
     let end_key = match end {
         Some(e) => keys::raft_log_key(shard, e),
         None => keys::raft_log_range(shard).1,
     };
     let mut out = Vec::new();
+    let mut bytes = 0usize;
     let mut prev: Option<u64> = None;
     for item in engine.scan(Cf::RaftLog, &start_key, Some(&end_key), false) {
         let (k, v) = item.map_err(io_err)?;
+        if !ReadLimit::admits(limit, &out, bytes, v.len()) {
+            return Ok((out, bytes, true));
+        }
+        bytes = bytes.saturating_add(v.len());
         let (_, index) = keys::decode_raft_log_key(&k).map_err(io_err)?;
         let entry: Entry = codec::decode(&v)?;
         if entry.log_id.index != index {
@@ -291,11 +332,8 @@ fn read_written(
         }
         prev = Some(index);
         out.push(entry);
-        if limit.is_some_and(|l| out.len() >= l) {
-            break;
-        }
     }
-    Ok(out)
+    Ok((out, bytes, false))
 }
 
 fn bounds(range: &impl RangeBounds<u64>) -> (u64, Option<u64>) {
@@ -321,27 +359,21 @@ impl RaftLogReader<TypeConfig> for LogStore {
     ) -> io::Result<Vec<Entry>> {
         let (first, end) = bounds(&range);
         let (shard, engine, tail) = (self.shard, self.engine.clone(), self.tail.clone());
-        blocking(move || read_range(&*engine, &tail, shard, first, end, None)).await
+        blocking(move || read_range(&*engine, &tail, shard, first, end, None).map(|(e, _)| e)).await
     }
 
-    /// Replication reads: at most [`MAX_ENTRIES_PER_READ`] entries, never none when the range
-    /// holds some (openraft sends the rest in later requests).
+    /// Replication reads: at most [`MAX_ENTRIES_PER_READ`] entries and [`MAX_BYTES_PER_READ`],
+    /// never none when the range holds some (openraft sends the rest in later requests).
     async fn limited_get_log_entries(&mut self, start: u64, end: u64) -> io::Result<Vec<Entry>> {
         let (shard, engine, tail) = (self.shard, self.engine.clone(), self.tail.clone());
         blocking(move || {
-            read_range(
-                &*engine,
-                &tail,
-                shard,
-                start,
-                Some(end),
-                Some(MAX_ENTRIES_PER_READ),
-            )
+            read_range(&*engine, &tail, shard, start, Some(end), Some(PIECE)).map(|(e, _)| e)
         })
         .await
     }
 
-    /// The apply path: the whole range, read [`MAX_ENTRIES_PER_READ`] entries at a time so a
+    /// The apply path: the whole range, read [`MAX_ENTRIES_PER_READ`] entries (or
+    /// [`MAX_BYTES_PER_READ`]) at a time so a
     /// replica catching up on a long log does not hold it all in memory. Committed entries
     /// never change, so reading them in pieces sees the same log as one read would.
     async fn entries_stream<RB>(
@@ -364,29 +396,20 @@ impl RaftLogReader<TypeConfig> for LogStore {
                 if end.is_some_and(|e| from >= e) {
                     return None;
                 }
-                let read = blocking(move || {
-                    read_range(
-                        &*engine,
-                        &tail,
-                        shard,
-                        from,
-                        end,
-                        Some(MAX_ENTRIES_PER_READ),
-                    )
-                })
-                .await;
-                let read = read.and_then(|chunk| match chunk.first() {
+                let read =
+                    blocking(move || read_range(&*engine, &tail, shard, from, end, Some(PIECE)))
+                        .await;
+                let read = read.and_then(|(chunk, cut)| match chunk.first() {
                     Some(e) if continued && e.log_id.index != from => Err(io::Error::new(
                         io::ErrorKind::InvalidData,
                         format!("shard {shard}: the raft log has a hole: entry {from} is missing"),
                     )),
-                    _ => Ok(chunk),
+                    _ => Ok((chunk, cut)),
                 });
                 match read {
-                    Ok(chunk) if chunk.is_empty() => None,
-                    Ok(chunk) => {
+                    Ok((chunk, _)) if chunk.is_empty() => None,
+                    Ok((chunk, full)) => {
                         let after = chunk.last().map(|e| e.log_id.index + 1);
-                        let full = chunk.len() >= MAX_ENTRIES_PER_READ;
                         let items: Vec<io::Result<Entry>> = chunk.into_iter().map(Ok).collect();
                         let next = full.then_some(after).flatten().map(|a| (a, true));
                         Some((futures::stream::iter(items), next))

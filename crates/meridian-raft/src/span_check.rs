@@ -59,7 +59,11 @@ pub fn outside_span(cmd: &Command, span: &Span) -> Option<String> {
         } => {
             reads_outside(reads, ranges).or_else(|| writes.iter().find_map(|(k, _)| key_outside(k)))
         }
-        Command::Resolve { .. } | Command::Gc { .. } | Command::GcRecords { .. } => None,
+        // A batch's members are checked one by one as each is applied.
+        Command::Resolve { .. }
+        | Command::Gc { .. }
+        | Command::GcRecords { .. }
+        | Command::Batch { .. } => None,
     }
 }
 

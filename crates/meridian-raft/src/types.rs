@@ -142,7 +142,17 @@ pub enum Command {
     /// "Collecting records"). Like [`Command::Gc`], it starts an apply batch of its own and is
     /// never fenced. Appended last (bincode variant indices).
     GcRecords { from: Option<RequestId> },
+    /// Several proposals of one leader coalesced into one entry (see `proposals`): each
+    /// member is applied, checked and deduplicated exactly as if it had its own entry at this
+    /// place in the log, in order, and answers for itself ([`CommandResult::batch`]). Members
+    /// are fenced data commands (`Closed` or `Fenced` around a `Write`, `Cas` or `Txn`); at
+    /// most [`MAX_PROPOSAL_BATCH`] of them. A node from before this variant cannot decode it
+    /// (see `proposals`, "Compatibility"). Appended last (bincode variant indices).
+    Batch { cmds: Vec<Command> },
 }
+
+/// The most members one [`Command::Batch`] may carry.
+pub const MAX_PROPOSAL_BATCH: usize = 256;
 
 /// What one [`Command::Gc`] page did.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -233,7 +243,7 @@ impl Command {
                 let inner = std::mem::replace(&mut **cmd, Command::placeholder());
                 **cmd = inner.with_ts(new_ts);
             }
-            Command::Gc { .. } | Command::GcRecords { .. } => {}
+            Command::Gc { .. } | Command::GcRecords { .. } | Command::Batch { .. } => {}
         }
         self
     }
@@ -263,6 +273,7 @@ impl Command {
                 Command::Gc { .. } | Command::GcRecords { .. } => {
                     Err("a GC command is never fenced".into())
                 }
+                Command::Batch { .. } => Err("a batch inside a fenced command".into()),
                 ref inner => inner.validate(),
             },
             Command::Write {
@@ -391,6 +402,33 @@ impl Command {
                 Ok(())
             }
             Command::GcRecords { .. } => Ok(()),
+            // Each member is validated when it is applied (one bad member rejects only
+            // itself); here only the batch's shape.
+            Command::Batch { cmds } => {
+                if cmds.is_empty() {
+                    return Err("an empty batch".into());
+                }
+                if cmds.len() > MAX_PROPOSAL_BATCH {
+                    return Err(format!(
+                        "{} members, over MAX_PROPOSAL_BATCH ({MAX_PROPOSAL_BATCH})",
+                        cmds.len()
+                    ));
+                }
+                for cmd in cmds {
+                    let (Command::Fenced { cmd: inner, .. } | Command::Closed { cmd: inner, .. }) =
+                        cmd
+                    else {
+                        return Err(format!("a batch member that is not fenced: {cmd}"));
+                    };
+                    if !matches!(
+                        **inner,
+                        Command::Write { .. } | Command::Cas { .. } | Command::Txn { .. }
+                    ) {
+                        return Err(format!("a batch member of another kind: {cmd}"));
+                    }
+                }
+                Ok(())
+            }
             Command::Gc { threshold, from } => {
                 if *threshold > MAX_COMMAND_TS {
                     return Err(format!("GC threshold {threshold} is above MAX_COMMAND_TS"));
@@ -566,6 +604,7 @@ impl std::fmt::Display for Command {
                 from.as_ref().map(|(k, ts)| (k.len(), ts))
             ),
             Command::GcRecords { from } => write!(f, "GcRecords(from={from:?})"),
+            Command::Batch { cmds } => write!(f, "Batch({} members)", cmds.len()),
         }
     }
 }
@@ -609,6 +648,12 @@ pub struct CommandResult {
     pub gc: Option<GcResult>,
     /// A [`Command::GcRecords`]: what its page did.
     pub gc_records: Option<GcRecordsResult>,
+    /// A [`Command::Batch`]: each member's result, in order (empty if the batch itself was
+    /// rejected: then `rejected` says why, for every member). Read only by the leader's own
+    /// proposer, never sent: skipped in the encoding, so the `Propose` RPC's reply (a
+    /// bincode `CommandResult`) keeps the format older nodes decode.
+    #[serde(skip)]
+    pub batch: Vec<CommandResult>,
 }
 
 openraft::declare_raft_types!(
@@ -675,6 +720,14 @@ pub mod codec {
         options()
             .serialize(value)
             .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
+    }
+
+    /// The bytes [`encode`] would produce, without encoding; `usize::MAX` for a value over
+    /// the message limit (which [`encode`] refuses).
+    pub fn encoded_len<T: Serialize>(value: &T) -> usize {
+        options()
+            .serialized_size(value)
+            .map_or(usize::MAX, |n| usize::try_from(n).unwrap_or(usize::MAX))
     }
 
     /// Decodes `bytes`, rejecting trailing garbage and oversized length prefixes.

@@ -8,7 +8,7 @@
 
 use bytes::Bytes;
 use futures::StreamExt;
-use meridian_raft::log_store::{LogStore, MAX_ENTRIES_PER_READ};
+use meridian_raft::log_store::{LogStore, MAX_BYTES_PER_READ, MAX_ENTRIES_PER_READ};
 use meridian_raft::log_writer::LogWriter;
 use meridian_raft::types::{Entry, IOFlushed};
 use meridian_raft::{Command, TypeConfig};
@@ -22,12 +22,16 @@ use std::sync::Arc;
 
 const SHARD: ShardId = ShardId(3);
 
-fn entry(index: u64) -> Entry {
+/// An entry whose value is `value_len` bytes.
+fn sized_entry(index: u64, value_len: usize) -> Entry {
     Entry {
         log_id: openraft::testing::log_id::<TypeConfig>(1, 1, index),
         payload: EntryPayload::Normal(Command::Write {
             ts: index,
-            puts: vec![(Bytes::from(format!("k{index}")), Bytes::from_static(b"v"))],
+            puts: vec![(
+                Bytes::from(format!("k{index}")),
+                Bytes::from(vec![b'v'; value_len]),
+            )],
             deletes: Vec::new(),
             request: None,
         }),
@@ -36,6 +40,11 @@ fn entry(index: u64) -> Entry {
 
 /// A store holding entries `1..=count` (written to the engine and synced), and its engine.
 async fn store_with(count: u64) -> (LogStore, Arc<dyn Engine>) {
+    store_of(count, 1).await
+}
+
+/// [`store_with`] of entries with `value_len`-byte values.
+async fn store_of(count: u64, value_len: usize) -> (LogStore, Arc<dyn Engine>) {
     let engine: Arc<dyn Engine> = Arc::new(MemoryEngine::new());
     let writer = Arc::new(LogWriter::start(engine.clone()));
     let mut store = LogStore::new(SHARD, engine.clone(), writer);
@@ -45,7 +54,10 @@ async fn store_with(count: u64) -> (LogStore, Arc<dyn Engine>) {
         let end = (start + 999).min(count);
         let (tx, rx) = TypeConfig::oneshot();
         store
-            .append((start..=end).map(entry), IOFlushed::signal(tx))
+            .append(
+                (start..=end).map(|i| sized_entry(i, value_len)),
+                IOFlushed::signal(tx),
+            )
             .await
             .expect("append");
         flushed.push(rx);
@@ -101,6 +113,49 @@ async fn limited_reads_are_bounded_but_never_empty() {
         .expect("read");
     assert!(!got.is_empty() && got.len() <= MAX_ENTRIES_PER_READ);
     assert_eq!(indexes(&got), (1..=got.len() as u64).collect::<Vec<_>>());
+}
+
+/// Large entries: a replication read stops at [`MAX_BYTES_PER_READ`] (one append the
+/// transport can send), still never empty, and the apply stream still yields every entry
+/// though its pieces end by bytes rather than by count.
+#[tokio::test]
+async fn reads_of_large_entries_are_bounded_by_bytes_and_the_apply_stream_misses_none() {
+    let value = 300 * 1024;
+    let count = 40u64;
+    let (mut store, _) = store_of(count, value).await;
+    let got = store
+        .limited_get_log_entries(1, count + 1)
+        .await
+        .expect("read");
+    let bytes: usize = got
+        .iter()
+        .map(meridian_raft::types::codec::encoded_len)
+        .sum();
+    assert!(
+        !got.is_empty() && bytes <= MAX_BYTES_PER_READ && got.len() < count as usize,
+        "{} entries, {bytes} bytes",
+        got.len()
+    );
+    assert_eq!(
+        got.len(),
+        MAX_BYTES_PER_READ / (value + 64),
+        "as many as fit, not fewer"
+    );
+    let streamed: Vec<u64> = store
+        .entries_stream(1..count + 1)
+        .await
+        .map(|e| e.expect("entry").log_id.index)
+        .collect()
+        .await;
+    assert_eq!(streamed, (1..=count).collect::<Vec<_>>());
+
+    let (mut store, _) = store_of(2, MAX_BYTES_PER_READ + 1).await;
+    let got = store.limited_get_log_entries(1, 3).await.expect("read");
+    assert_eq!(
+        indexes(&got),
+        vec![1],
+        "an entry over the budget goes alone"
+    );
 }
 
 #[tokio::test]

@@ -33,9 +33,13 @@
 //! rpc_timeout_ms = 2000
 //! quiesce = true               # idle shards stop heartbeats and election timers
 //! rest_followers = true        # followers that hear their leader stop their election tickers
+//! proposals_in_flight = 2      # a shard leader's entries in flight before writes coalesce (0 = off)
 //! ```
 
 use meridian_types::limits::MAX_INITIAL_SHARDS;
+
+/// The highest `raft.proposals_in_flight` accepted.
+pub const MAX_PROPOSALS_IN_FLIGHT: usize = 1_024;
 use meridian_types::NodeId;
 use serde::Deserialize;
 use std::net::SocketAddr;
@@ -168,6 +172,9 @@ pub struct RaftSection {
     pub quiesce: bool,
     /// Followers that hear their leader stop their election tickers (meridian-raft `rest`).
     pub rest_followers: bool,
+    /// Entries a shard leader keeps in flight before further writes queue and coalesce into
+    /// one entry (meridian-raft `proposals`); 0 = off, every write its own entry.
+    pub proposals_in_flight: usize,
 }
 
 impl RaftSection {
@@ -197,6 +204,7 @@ impl Default for RaftSection {
             snapshot_every_entries: 50_000,
             quiesce: true,
             rest_followers: true,
+            proposals_in_flight: meridian_raft::proposals::DEFAULT_IN_FLIGHT,
         }
     }
 }
@@ -315,6 +323,11 @@ pub struct StartArgs {
     /// restarts them before an election could be due); default true.
     #[arg(long)]
     pub rest_followers: Option<bool>,
+    /// Raft entries a shard leader keeps in flight before further writes to the shard queue
+    /// and coalesce into one entry; 0 = off (every write its own entry: set it while a rolling
+    /// upgrade still runs nodes that predate coalescing). Default 2.
+    #[arg(long)]
+    pub proposals_in_flight: Option<usize>,
     /// Dial overrides for peers, comma-separated `id=host:port`: this node reaches peer `id` at
     /// that address instead of its `initial_cluster` address (e.g. a `meridian-wan` link that
     /// adds the WAN delay between two regions).
@@ -435,6 +448,9 @@ impl NodeConfig {
         }
         if let Some(v) = args.rest_followers {
             file.raft.rest_followers = v;
+        }
+        if let Some(v) = args.proposals_in_flight {
+            file.raft.proposals_in_flight = v;
         }
         Self::validate(file)
     }
@@ -606,6 +622,12 @@ impl NodeConfig {
         }
         if r.rpc_timeout_ms == 0 {
             return Err(err("raft.rpc_timeout_ms", "must be > 0"));
+        }
+        if r.proposals_in_flight > MAX_PROPOSALS_IN_FLIGHT {
+            return Err(err(
+                "raft.proposals_in_flight",
+                format!("must be at most {MAX_PROPOSALS_IN_FLIGHT} (0 = coalescing off)"),
+            ));
         }
         let mut peer_dial = std::collections::BTreeMap::new();
         for (i, entry) in file.peer_dial.unwrap_or_default().iter().enumerate() {

@@ -9,6 +9,7 @@ use crate::admission::Admitted;
 use crate::error::{Result, ServerError};
 use crate::kv::KvService;
 use meridian_raft::issued::{Footprint, IssueKind};
+use meridian_raft::proposals::{ProposeError, MAX_QUEUED};
 use meridian_raft::{Command, CommandResult, ShardReplica};
 use meridian_types::{ShardId, Timestamp};
 use openraft::type_config::async_runtime::WatchReceiver;
@@ -40,7 +41,6 @@ impl KvService {
         cmd: Command,
         permit: Admitted,
     ) -> Result<CommandResult> {
-        use openraft::errors::{ClientWriteError, RaftError};
         // Timestamps are issued only by a node that knows it leads (see `issued`: a candidate
         // must not issue before it was elected).
         let (mut term, mut leader, several_voters) = {
@@ -89,41 +89,39 @@ impl KvService {
             closed_ts,
             cmd: Box::new(cmd.with_ts(issued.ts)),
         };
-        // The task owns the issued timestamp and the admission permit until the proposal
-        // settles, so a request that is dropped (its client went away) neither untracks a
-        // proposal still in the log nor frees its place in the node's budgets early.
-        let raft = replica.raft.clone();
-        let written = tokio::spawn(async move {
-            let written = raft.client_write(cmd).await;
-            drop((issued, permit));
-            written
-        })
-        .await
-        .map_err(|e| ServerError::Ambiguous(format!("shard {shard}: proposal task: {e}")))?;
-        match written {
+        // The shard's proposer keeps the issued timestamp and the admission permit until the
+        // proposal settles, so a request that is dropped (its client went away) neither
+        // untracks a proposal still in the log nor frees its place in the node's budgets
+        // early. Under load it coalesces this proposal with others of the shard into one
+        // entry (see `meridian_raft::proposals`); each still answers for itself.
+        let answer = replica
+            .proposer
+            .propose(cmd, Box::new((issued, permit)))
+            .await
+            .map_err(|_| ServerError::Ambiguous(format!("shard {shard}: proposal task ended")))?;
+        match answer {
             // Issued in another term than it was appended in: not applied.
-            Ok(resp) if resp.data.fenced => Err(self.node.not_leader(shard, None).await),
+            Ok(result) if result.fenced => Err(self.node.not_leader(shard, None).await),
             // Another transaction's lock is in the way: nothing was written.
-            Ok(resp) if resp.data.locked.is_some() => Err(ServerError::Locked(
-                resp.data.locked.expect("checked just above"),
+            Ok(result) if result.locked.is_some() => Err(ServerError::Locked(
+                result.locked.expect("checked just above"),
             )),
-            Ok(resp) => match resp.data.rejected {
+            Ok(result) => match result.rejected {
                 // The service validated the command, so only a bug lands here.
                 Some(reason) => Err(ServerError::Internal(format!(
                     "shard {shard}: command rejected at apply: {reason}"
                 ))),
-                None => Ok(resp.data),
+                None => Ok(result),
             },
             // Rejected before its entry was appended: safe to send elsewhere.
-            Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f))) => {
-                Err(self.node.not_leader(shard, f.leader_id).await)
-            }
-            Err(RaftError::APIError(ClientWriteError::LogEntryDiscarded(_))) => {
-                Err(ServerError::Ambiguous(format!(
-                    "shard {shard}: the leader changed after the write was appended; it may still commit"
-                )))
-            }
-            Err(e) => Err(ServerError::Ambiguous(format!("shard {shard}: {e}"))),
+            Err(ProposeError::NotLeader(leader)) => Err(self.node.not_leader(shard, leader).await),
+            Err(ProposeError::Busy) => Err(ServerError::Unavailable(format!(
+                "shard {shard}: {MAX_QUEUED} proposals already wait; not proposed"
+            ))),
+            Err(ProposeError::Discarded) => Err(ServerError::Ambiguous(format!(
+                "shard {shard}: the leader changed after the write was appended; it may still commit"
+            ))),
+            Err(ProposeError::Failed(e)) => Err(ServerError::Ambiguous(format!("shard {shard}: {e}"))),
         }
     }
 

@@ -8,6 +8,8 @@
 //! - the Raft log writer (the node-wide thread that merges every shard's appends into one
 //!   RocksDB write and one WAL sync): writes, items, syncs, flushes, time writing and syncing,
 //!   queue depth — items per sync is the batching the write path gets;
+//! - proposals: writes proposed as a shard leader and the Raft entries they went out in
+//!   (meridian-raft `proposals`: coalescing under load), and those refused for a full queue;
 //! - admission: client requests and bytes in flight against the node's budgets;
 //! - clocks: each peer's measured offset and its uncertainty (what `clock_fence` judges);
 //! - the process: resident memory and CPU time (from `/proc/self`).
@@ -216,6 +218,31 @@ pub fn render(node: &Node, admission: &Admission) -> String {
 
     let writer = node.host.writer.stats();
     let load = |v: &std::sync::atomic::AtomicU64| v.load(Ordering::Relaxed) as f64;
+    let proposals = &node.host.propose_stats;
+    for (name, help, value) in [
+        (
+            "proposals",
+            "Writes this node proposed as a shard leader (alone or coalesced).",
+            load(&proposals.proposals),
+        ),
+        (
+            "entries",
+            "Raft entries those writes went out in (proposals / entries = coalescing).",
+            load(&proposals.entries),
+        ),
+        (
+            "refused",
+            "Writes refused because their shard's proposal queue was full (not proposed).",
+            load(&proposals.refused),
+        ),
+    ] {
+        out.one(
+            &format!("meridian_proposal_{name}_total"),
+            "counter",
+            help,
+            value,
+        );
+    }
     for (name, help, value) in [
         (
             "writes",

@@ -256,6 +256,10 @@ impl Node {
             config.data_dir.clone(),
         )
         .map_err(|e| anyhow::anyhow!(e))?;
+        host.proposals_in_flight.store(
+            config.raft.proposals_in_flight,
+            std::sync::atomic::Ordering::Relaxed,
+        );
         let node = Arc::new(Node {
             cluster_id: id,
             engine,
