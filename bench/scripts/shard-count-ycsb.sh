@@ -61,15 +61,10 @@ trap 'stop_cluster; rm -rf "$WORK"' EXIT INT TERM
 
 declare -A OPS=()
 for n in $SHARDS; do
-  loopback_cluster "$BASE_PORT"
+  # shellcheck disable=SC2086 # NODE_ARGS is a list of flags
+  start_loopback_cluster "$WORK/meridian" "$BASE_PORT" "$WORK/n$n" "$n" \
+    --heartbeat-interval-ms "$HEARTBEAT_MS" --election-timeout-min-ms "$ELECTION_MIN_MS" $NODE_ARGS
   endpoints=$ENDPOINTS
-  mkdir -p "$WORK/n$n"
-  for id in 1 2 3; do
-    # shellcheck disable=SC2086 # NODE_ARGS is a list of flags
-    start_loopback_node "$WORK/meridian" "$id" "$BASE_PORT" "$WORK/n$n" --initial-shards "$n" \
-      --heartbeat-interval-ms "$HEARTBEAT_MS" --election-timeout-min-ms "$ELECTION_MIN_MS" $NODE_ARGS
-    PIDS+=("$NODE_PID")
-  done
   say "$n shards: waiting for every shard to elect a leader"
   wait_every_shard_led "$WORK/meridian" "$endpoints" 300 \
     || { echo "cluster with $n shards did not get ready" >&2; exit 1; }

@@ -37,3 +37,35 @@ wait_every_shard_led() {
   done
   return 1
 }
+
+# start_loopback_cluster BIN BASE DIR SHARDS [extra start args...]: starts nodes 1..3 with
+# SHARDS data shards and appends their PIDs to the caller's PIDS array; sets CLUSTER and
+# ENDPOINTS. With METRICS_BASE set, node i serves metrics on 127.0.0.1:METRICS_BASE+i. Does
+# not wait: see wait_every_shard_led.
+start_loopback_cluster() {
+  local bin=$1 base=$2 dir=$3 shards=$4 id metrics
+  shift 4
+  loopback_cluster "$base"
+  mkdir -p "$dir"
+  for id in 1 2 3; do
+    metrics=()
+    [[ -n "${METRICS_BASE:-}" ]] && metrics=(--metrics-addr "127.0.0.1:$((METRICS_BASE + id))")
+    start_loopback_node "$bin" "$id" "$base" "$dir" --initial-shards "$shards" "${metrics[@]}" "$@"
+    PIDS+=("$NODE_PID")
+  done
+}
+
+# metric_sum NAME: the sum of metric NAME (an exact series name) over nodes 1..3's metrics
+# endpoints (METRICS_BASE+i), scraped with bash's /dev/tcp; 0 where a node does not answer.
+metric_sum() {
+  local name=$1 id total=0 value
+  for id in 1 2 3; do
+    value=$(
+      exec 3<>"/dev/tcp/127.0.0.1/$((METRICS_BASE + id))" 2>/dev/null || exit 0
+      printf 'GET /metrics HTTP/1.1\r\nHost: bench\r\nConnection: close\r\n\r\n' >&3
+      timeout 5 cat <&3 | awk -v n="$name" '$1 == n {print $2}'
+    )
+    total=$(awk -v a="$total" -v b="${value:-0}" 'BEGIN {print a + b}')
+  done
+  echo "$total"
+}
