@@ -54,21 +54,7 @@ done
 
 METRICS_BASE=$((BASE_PORT + 200))
 cd "$ROOT"
-if [[ -z "$BIN_DIR" ]]; then
-  ensure_build_deps
-  say "building meridian and meridian-ycsb (release)"
-  cargo build --release --locked -p meridian-cli -p meridian-bench
-  BIN_DIR="$CARGO_TARGET_DIR/release"
-fi
-WORK="$(mktemp -d /var/tmp/meridian-node-args-ycsb.XXXXXX)"
-cp "$BIN_DIR/meridian" "$BIN_DIR/meridian-ycsb" "$WORK/"
-PIDS=()
-stop_cluster() {
-  for pid in "${PIDS[@]:-}"; do [[ -n "$pid" ]] && kill "$pid" 2>/dev/null || true; done
-  for pid in "${PIDS[@]:-}"; do [[ -n "$pid" ]] && wait "$pid" 2>/dev/null || true; done
-  PIDS=()
-}
-trap 'stop_cluster; rm -rf "$WORK"' EXIT INT TERM
+ycsb_workdir node-args-ycsb
 
 # figure FILE METRIC FIELD: a value from a YCSB report ("" if absent).
 figure() {

@@ -43,21 +43,7 @@ while [[ $# -gt 0 ]]; do
 done
 
 cd "$ROOT"
-if [[ -z "$BIN_DIR" ]]; then
-  ensure_build_deps
-  say "building meridian and meridian-ycsb (release)"
-  cargo build --release --locked -p meridian-cli -p meridian-bench
-  BIN_DIR="$CARGO_TARGET_DIR/release"
-fi
-WORK="$(mktemp -d /var/tmp/meridian-shard-ycsb.XXXXXX)"
-cp "$BIN_DIR/meridian" "$BIN_DIR/meridian-ycsb" "$WORK/"
-PIDS=()
-stop_cluster() {
-  for pid in "${PIDS[@]:-}"; do [[ -n "$pid" ]] && kill "$pid" 2>/dev/null || true; done
-  for pid in "${PIDS[@]:-}"; do [[ -n "$pid" ]] && wait "$pid" 2>/dev/null || true; done
-  PIDS=()
-}
-trap 'stop_cluster; rm -rf "$WORK"' EXIT INT TERM
+ycsb_workdir shard-ycsb
 
 declare -A OPS=()
 for n in $SHARDS; do

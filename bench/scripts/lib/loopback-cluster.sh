@@ -1,4 +1,4 @@
-# shellcheck shell=bash disable=SC2034  # sets CLUSTER, ENDPOINTS and NODE_PID for the caller
+# shellcheck shell=bash disable=SC2034  # sets CLUSTER, ENDPOINTS, NODE_PID, WORK and PIDS for the caller
 # Shared by the bench/scripts/*.sh cluster benchmarks (sourced, not run): a 3-node loopback
 # cluster of real `meridian start` processes. Node i (1..3) serves clients on BASE+i and peers
 # on BASE+100+i, in region "region<i>", data under DIR/node<i>, log in DIR/node<i>.log.
@@ -68,4 +68,28 @@ metric_sum() {
     total=$(awk -v a="$total" -v b="${value:-0}" 'BEGIN {print a + b}')
   done
   echo "$total"
+}
+
+# ycsb_workdir NAME: builds `meridian` and `meridian-ycsb` unless BIN_DIR names a directory
+# holding them, copies both into a fresh WORK directory (/var/tmp/meridian-NAME.XXXXXX), and
+# sets PIDS=() with a trap that stops every node in PIDS (stop_cluster) and removes WORK.
+ycsb_workdir() {
+  if [[ -z "${BIN_DIR:-}" ]]; then
+    ensure_build_deps
+    say "building meridian and meridian-ycsb (release)"
+    cargo build --release --locked -p meridian-cli -p meridian-bench
+    BIN_DIR="$CARGO_TARGET_DIR/release"
+  fi
+  WORK="$(mktemp -d "/var/tmp/meridian-$1.XXXXXX")"
+  cp "$BIN_DIR/meridian" "$BIN_DIR/meridian-ycsb" "$WORK/"
+  PIDS=()
+  trap 'stop_cluster; rm -rf "$WORK"' EXIT INT TERM
+}
+
+# stop_cluster: stops (and waits for) every node in PIDS, then empties it.
+stop_cluster() {
+  local pid
+  for pid in "${PIDS[@]:-}"; do [[ -n "$pid" ]] && kill "$pid" 2>/dev/null || true; done
+  for pid in "${PIDS[@]:-}"; do [[ -n "$pid" ]] && wait "$pid" 2>/dev/null || true; done
+  PIDS=()
 }

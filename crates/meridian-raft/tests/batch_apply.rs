@@ -4,16 +4,17 @@
 //! member sequences (writes, deletes, CASes, transaction commits, retries, fenced and invalid
 //! members) cut into random batches; and a control that the comparison sees member order.
 
+mod common;
+
 use bytes::Bytes;
 use meridian_raft::state_machine::ShardStateMachine;
 use meridian_raft::types::{Entry, MAX_PROPOSAL_BATCH};
 use meridian_raft::{Command, CommandResult, Expect, ReadCheck, RequestId, TypeConfig};
 use meridian_storage::{mvcc, Engine, MemoryEngine};
-use meridian_types::{Clock, ShardId, Timestamp};
+use meridian_types::{ShardId, Timestamp};
 use openraft::EntryPayload;
 use proptest::prelude::*;
 use std::sync::Arc;
-use std::time::Duration;
 
 const SHARD: ShardId = ShardId(5);
 const KEYS: [&str; 3] = ["a", "b", "c"];
@@ -135,15 +136,7 @@ fn entry_at(index: u64, cmd: Command) -> Entry {
 }
 
 fn open(engine: &Arc<dyn Engine>, dir: &std::path::Path) -> ShardStateMachine {
-    let clock = Arc::new(Clock::new(Duration::from_millis(500)));
-    ShardStateMachine::open(
-        SHARD,
-        meridian_storage::keys::Span::user(),
-        engine.clone(),
-        clock,
-        dir.to_path_buf(),
-    )
-    .expect("open")
+    common::open_shard(SHARD, engine, dir)
 }
 
 /// What every key reads as at the end, and the shard's closed timestamp.

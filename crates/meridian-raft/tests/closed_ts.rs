@@ -2,16 +2,17 @@
 //! timestamp with the batch it is applied in, a side-channel offer waits for its index, and
 //! what was closed survives a snapshot install (which replaces the rest of the lock table).
 
+mod common;
+
 use bytes::Bytes;
 use meridian_raft::state_machine::ShardStateMachine;
 use meridian_raft::types::Entry;
 use meridian_raft::{Command, TypeConfig};
 use meridian_storage::{Engine, MemoryEngine};
-use meridian_types::{Clock, ShardId};
+use meridian_types::ShardId;
 use openraft::storage::RaftStateMachine;
 use openraft::{EntryPayload, RaftSnapshotBuilder};
 use std::sync::Arc;
-use std::time::Duration;
 
 const SHARD: ShardId = ShardId(5);
 
@@ -40,15 +41,7 @@ fn blank(index: u64) -> Entry {
 }
 
 fn open(engine: &Arc<dyn Engine>, dir: &std::path::Path) -> ShardStateMachine {
-    let clock = Arc::new(Clock::new(Duration::from_millis(500)));
-    ShardStateMachine::open(
-        SHARD,
-        meridian_storage::keys::Span::user(),
-        engine.clone(),
-        clock,
-        dir.to_path_buf(),
-    )
-    .expect("open")
+    common::open_shard(SHARD, engine, dir)
 }
 
 /// Only an entry applied in the term it was closed in raises the closed timestamp, and an

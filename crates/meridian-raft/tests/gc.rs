@@ -2,16 +2,17 @@
 //! before it whatever the apply batching, its threshold survives a reopen and travels with a
 //! snapshot, and its pages resume where the previous one stopped.
 
+mod common;
+
 use bytes::Bytes;
 use meridian_raft::state_machine::ShardStateMachine;
 use meridian_raft::types::Entry;
 use meridian_raft::{Command, CommandResult, GcResult, TypeConfig};
 use meridian_storage::{keys, mvcc, Cf, Engine, MemoryEngine};
-use meridian_types::{Clock, ShardId, Timestamp};
+use meridian_types::{ShardId, Timestamp};
 use openraft::storage::RaftStateMachine;
 use openraft::{EntryPayload, RaftSnapshotBuilder};
 use std::sync::Arc;
-use std::time::Duration;
 
 const SHARD: ShardId = ShardId(5);
 
@@ -48,15 +49,7 @@ async fn apply(sm: &mut ShardStateMachine, entries: Vec<Entry>) -> Vec<CommandRe
 }
 
 fn open(engine: &Arc<dyn Engine>, dir: &std::path::Path) -> ShardStateMachine {
-    let clock = Arc::new(Clock::new(Duration::from_millis(500)));
-    ShardStateMachine::open(
-        SHARD,
-        meridian_storage::keys::Span::user(),
-        engine.clone(),
-        clock,
-        dir.to_path_buf(),
-    )
-    .expect("open")
+    common::open_shard(SHARD, engine, dir)
 }
 
 /// Every stored entry of the shard's data, raw: its shard-local keys, then its span's.

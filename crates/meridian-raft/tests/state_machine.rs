@@ -2,6 +2,8 @@
 //! restart from persisted state, snapshot files moving data between engines, retried writes
 //! applied once, bad commands rejected without a panic, and crash-atomic snapshot install.
 
+mod common;
+
 use bytes::Bytes;
 use meridian_raft::state_machine::ShardStateMachine;
 use meridian_raft::types::Entry;
@@ -60,15 +62,7 @@ async fn apply(sm: &mut ShardStateMachine, entries: Vec<Entry>) {
 }
 
 fn open(engine: &Arc<dyn Engine>, dir: &std::path::Path) -> ShardStateMachine {
-    let clock = Arc::new(Clock::new(Duration::from_millis(500)));
-    ShardStateMachine::open(
-        SHARD,
-        meridian_storage::keys::Span::user(),
-        engine.clone(),
-        clock,
-        dir.to_path_buf(),
-    )
-    .expect("open")
+    common::open_shard(SHARD, engine, dir)
 }
 
 fn read(engine: &Arc<dyn Engine>, key: &str) -> Option<(Timestamp, Vec<u8>)> {
