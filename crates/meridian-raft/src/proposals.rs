@@ -36,9 +36,12 @@
 //! version runs with coalescing off (`proposals_in_flight = 0`: every proposal alone, as
 //! before) until every node runs this one.
 //!
+//! Every data command the `Kv` service proposes is coalesced: `Write`, `Cas`, `Txn`, and a
+//! 2PC `Prepare` or `Resolve` (apply handles each member as it handles consecutive entries of
+//! one apply call, which already share one RocksDB batch). GC pages never are (each starts an
+//! apply batch of its own), nor is what a peer forwards to the metadata shard.
+//!
 //! # Not done yet
-//! - Only `Write`, `Cas` and `Txn` (single-shard commands) are coalesced; a 2PC `Prepare` or
-//!   `Resolve` goes alone, outside the queue and the in-flight count.
 //! - The limit is static (a node setting), not adapted to the shard's load or round trip.
 
 use crate::types::{Command, CommandResult, NodeId, Raft, MAX_PROPOSAL_BATCH};
@@ -310,13 +313,17 @@ fn take_batch(waiting: &mut VecDeque<Waiting>) -> Vec<Waiting> {
     batch
 }
 
-/// Whether `cmd` may be coalesced (see the module's "Not done yet"): only a fenced `Write`,
-/// `Cas` or `Txn`, the shape [`Command::validate`] accepts in a batch.
+/// Whether `cmd` may be coalesced: a fenced data command, the shape [`Command::validate`]
+/// accepts in a batch.
 fn coalescable(cmd: &Command) -> bool {
     match cmd {
         Command::Closed { cmd: inner, .. } | Command::Fenced { cmd: inner, .. } => matches!(
             **inner,
-            Command::Write { .. } | Command::Cas { .. } | Command::Txn { .. }
+            Command::Write { .. }
+                | Command::Cas { .. }
+                | Command::Txn { .. }
+                | Command::Prepare { .. }
+                | Command::Resolve { .. }
         ),
         _ => false,
     }

@@ -72,7 +72,7 @@ fn a_batch_takes_the_longest_prefix_that_fits() {
 }
 
 #[test]
-fn only_fenced_single_shard_writes_coalesce() {
+fn only_fenced_data_commands_coalesce() {
     assert!(coalescable(&closed(write("key", 10))));
     let cas = Command::Cas {
         ts: 1,

@@ -145,7 +145,8 @@ pub enum Command {
     /// Several proposals of one leader coalesced into one entry (see `proposals`): each
     /// member is applied, checked and deduplicated exactly as if it had its own entry at this
     /// place in the log, in order, and answers for itself ([`CommandResult::batch`]). Members
-    /// are fenced data commands (`Closed` or `Fenced` around a `Write`, `Cas` or `Txn`); at
+    /// are fenced data commands (`Closed` or `Fenced` around a `Write`, `Cas`, `Txn`, `Prepare`
+    /// or `Resolve`); at
     /// most [`MAX_PROPOSAL_BATCH`] of them. A node from before this variant cannot decode it
     /// (see `proposals`, "Compatibility"). Appended last (bincode variant indices).
     Batch { cmds: Vec<Command> },
@@ -422,7 +423,11 @@ impl Command {
                     };
                     if !matches!(
                         **inner,
-                        Command::Write { .. } | Command::Cas { .. } | Command::Txn { .. }
+                        Command::Write { .. }
+                            | Command::Cas { .. }
+                            | Command::Txn { .. }
+                            | Command::Prepare { .. }
+                            | Command::Resolve { .. }
                     ) {
                         return Err(format!("a batch member of another kind: {cmd}"));
                     }

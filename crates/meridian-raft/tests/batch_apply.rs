@@ -1,12 +1,15 @@
 //! A coalesced entry ([`Command::Batch`]) applies exactly as its members would, each in an
 //! entry of its own at that place in the log: the same results (commit timestamps, CAS
 //! mismatches, fences, duplicates, rejections) and the same data. A property test over random
-//! member sequences (writes, deletes, CASes, transaction commits, retries, fenced and invalid
-//! members) cut into random batches; and a control that the comparison sees member order.
+//! member sequences (writes, deletes, CASes, transaction commits, 2PC prepares and
+//! resolutions, retries, fenced and invalid members) cut into random batches, comparing every
+//! result, every key's newest version, the closed timestamp and the prepared locks; and a
+//! control that the comparison sees member order.
 
 mod common;
 
 use bytes::Bytes;
+use meridian_raft::locks::Decision;
 use meridian_raft::state_machine::ShardStateMachine;
 use meridian_raft::types::{Entry, MAX_PROPOSAL_BATCH};
 use meridian_raft::{Command, CommandResult, Expect, ReadCheck, RequestId, TypeConfig};
@@ -46,6 +49,20 @@ enum Op {
         write: usize,
         ts: u64,
         seq: Option<u64>,
+    },
+    /// A 2PC prepare of transaction `txn` locking `key` (its anchor if `anchor`).
+    Prepare {
+        key: usize,
+        txn: u64,
+        anchor: bool,
+        ts: u64,
+    },
+    /// A 2PC resolution of transaction `txn`: commit at `commit`, or abort.
+    Resolve {
+        txn: u64,
+        commit: Option<u64>,
+        anchor: bool,
+        ts: u64,
     },
     /// An empty write: fails validation, so apply rejects this member alone.
     Invalid {
@@ -94,6 +111,44 @@ fn member(op: &Op, term: u64, closed_ts: u64) -> Command {
             writes: vec![(key(write), Some(Bytes::from(format!("txn{ts}"))))],
             request: seq.map(|seq| RequestId { client_id: 9, seq }),
         },
+        Op::Prepare {
+            key: k,
+            txn,
+            anchor,
+            ts,
+        } => Command::Prepare {
+            ts: *ts,
+            txn: RequestId {
+                client_id: 4,
+                seq: *txn,
+            },
+            txn_ts: 1,
+            rank: meridian_types::TxnRank::default(),
+            anchor: key(k),
+            is_anchor: *anchor,
+            reads: vec![],
+            ranges: vec![],
+            writes: vec![(key(k), Some(Bytes::from(format!("p{ts}"))))],
+            participants: vec![Bytes::from("elsewhere")],
+        },
+        Op::Resolve {
+            txn,
+            commit,
+            anchor,
+            ts,
+        } => Command::Resolve {
+            ts: *ts,
+            txn: RequestId {
+                client_id: 4,
+                seq: *txn,
+            },
+            txn_ts: 1,
+            anchor: *anchor,
+            decision: match commit {
+                Some(c) => Decision::Commit(*c),
+                None => Decision::Abort,
+            },
+        },
         Op::Invalid { ts } => Command::Write {
             ts: *ts,
             puts: vec![],
@@ -119,6 +174,10 @@ fn op() -> impl Strategy<Value = Op> {
         2 => (0..KEYS.len(), proptest::option::of(1u64..45), 0..KEYS.len(), ts.clone(),
               proptest::option::of(0u64..4))
             .prop_map(|(read, version, write, ts, seq)| Op::Txn { read, version, write, ts, seq }),
+        2 => (0..KEYS.len(), 0u64..3, proptest::bool::ANY, ts.clone())
+            .prop_map(|(key, txn, anchor, ts)| Op::Prepare { key, txn, anchor, ts }),
+        2 => (0u64..3, proptest::option::of(1u64..45), proptest::bool::ANY, ts.clone())
+            .prop_map(|(txn, commit, anchor, ts)| Op::Resolve { txn, commit, anchor, ts }),
         1 => ts.prop_map(|ts| Op::Invalid { ts }),
     ]
 }
@@ -140,8 +199,9 @@ fn open(engine: &Arc<dyn Engine>, dir: &std::path::Path) -> ShardStateMachine {
 }
 
 /// What every key reads as at the end, and the shard's closed timestamp.
-/// Every key's newest `(version, value)` and the shard's closed timestamp.
-type State = (Vec<Option<(u64, Vec<u8>)>>, u64);
+/// Every key's newest `(version, value)`, the shard's closed timestamp, and its prepared
+/// transactions `(seq, prepare_ts)`.
+type State = (Vec<Option<(u64, Vec<u8>)>>, u64, Vec<(u64, u64)>);
 
 fn state(engine: &Arc<dyn Engine>, sm: &ShardStateMachine) -> State {
     let keys = KEYS
@@ -152,7 +212,11 @@ fn state(engine: &Arc<dyn Engine>, sm: &ShardStateMachine) -> State {
                 .map(|(ts, v)| (ts.0, v))
         })
         .collect();
-    (keys, sm.closed_ts())
+    let table = sm.locks();
+    let table = table.read().unwrap();
+    let mut locks: Vec<(u64, u64)> = table.txns().map(|(id, l)| (id.seq, l.prepare_ts)).collect();
+    locks.sort();
+    (keys, sm.closed_ts(), locks)
 }
 
 /// Applies `cmds` one entry each, or cut into batches at `cuts` (each a batch of
@@ -345,6 +409,19 @@ async fn a_malformed_batch_is_rejected_whole() {
         },
         Command::Batch {
             cmds: vec![put(), unfenced],
+        },
+        Command::Batch {
+            cmds: vec![
+                put(),
+                Command::Closed {
+                    term: TERM,
+                    closed_ts: 0,
+                    cmd: Box::new(Command::Gc {
+                        threshold: 1,
+                        from: None,
+                    }),
+                },
+            ],
         },
         Command::Closed {
             term: TERM,
