@@ -37,6 +37,12 @@
 //!   in between), and recording a request happens under the same lock as the check.
 //! - `Verdict::Deliver` is returned only if the credited send time is at most `slack` after
 //!   the answered request's send time; replies to requests this guard never saw end the stream.
+//! - The two sides end together: when the reply side ends on a verdict or openraft drops it,
+//!   the gate closes and wakes the request side, which drops openraft's request stream and
+//!   ends the request body at once. openraft's request stream holds its replication state's
+//!   lock while it waits for entries, and its next stream needs that lock: a request side
+//!   left waiting (as before 2026-12-05) stalled a shard whose leader had nothing new to
+//!   send, until the connection died (`bench/results/2026-12-05/replication-stall`).
 //!
 //! # Not done
 //! A reply whose request was lost by the transport (encoding failure) would shift the pairing:
@@ -170,10 +176,34 @@ struct GateState<L> {
     credit: AppendCredit<L>,
     /// A delivered reply openraft has not finished handling (see the module invariants).
     in_hand: bool,
-    /// The stream ended on a verdict: the request side sends nothing more.
+    /// The stream ended on a verdict, or openraft dropped the reply side: the request side
+    /// sends nothing more and drops openraft's request stream.
     closed: bool,
-    /// The request side, waiting for `in_hand` to clear.
+    /// The request side's last waker whenever it returned `Pending` (waiting for `in_hand`
+    /// to clear, or for openraft's next request): closing wakes it, so it ends even while
+    /// openraft has nothing to send.
     waiting: Option<Waker>,
+}
+
+impl<L> GateState<L> {
+    /// Ends the request side: marks the gate closed and wakes the request side, which then
+    /// drops openraft's request stream and ends the request body.
+    fn close(&mut self) {
+        self.closed = true;
+        if let Some(waker) = self.waiting.take() {
+            waker.wake();
+        }
+    }
+}
+
+/// Closes the gate when openraft drops the reply side (after a conflict, an error, a clean end
+/// or a cancelled session): see [`Gate::replies`].
+struct CloseOnDrop<L>(Arc<Mutex<GateState<L>>>);
+
+impl<L> Drop for CloseOnDrop<L> {
+    fn drop(&mut self) {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).close();
+    }
 }
 
 /// The two ends of one append stream, sharing one [`AppendCredit`] (see the module docs).
@@ -195,37 +225,56 @@ impl<L: Ord + Clone + Send + 'static> Gate<L> {
 
     /// Wraps the request stream: each request's `(prev, last]` (from `range`) is recorded
     /// under the gate's lock in the same poll that produces it, and none is produced while a
-    /// reply is in hand.
+    /// reply is in hand. Once the gate closes, the next poll (closing wakes it) drops `input`
+    /// and ends the stream.
+    ///
+    /// Dropping `input` at once matters: openraft's request stream holds its replication
+    /// state's lock while it waits for new entries, and its replication loop needs that lock
+    /// to start the next stream. An ended reply stream whose request side lingered (not woken,
+    /// so never ending the HTTP/2 body) stalled a shard's replication until the connection
+    /// died (`bench/results/2026-12-05/replication-stall`).
     pub fn requests<R, S>(
         &self,
-        mut input: S,
+        input: S,
         range: impl Fn(&R) -> (Option<L>, Option<L>) + Send + 'static,
     ) -> impl Stream<Item = R> + Send + 'static
     where
         S: Stream<Item = R> + Unpin + Send + 'static,
     {
         let state = self.state.clone();
+        let mut input = Some(input);
         futures::stream::poll_fn(move |cx| {
             let mut st = state.lock().unwrap_or_else(|p| p.into_inner());
-            if st.closed {
+            let Some(stream) = input.as_mut().filter(|_| !st.closed) else {
+                input = None;
                 return Poll::Ready(None);
+            };
+            if !st.in_hand {
+                let polled = stream.poll_next_unpin(cx);
+                match &polled {
+                    Poll::Ready(Some(request)) => {
+                        let (prev, last) = range(request);
+                        st.credit.sent(prev, last, Instant::now());
+                        return polled;
+                    }
+                    Poll::Ready(None) => {
+                        input = None;
+                        return polled;
+                    }
+                    Poll::Pending => {}
+                }
             }
-            if st.in_hand {
+            if !st.waiting.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
                 st.waiting = Some(cx.waker().clone());
-                return Poll::Pending;
             }
-            let polled = input.poll_next_unpin(cx);
-            if let Poll::Ready(Some(request)) = &polled {
-                let (prev, last) = range(request);
-                st.credit.sent(prev, last, Instant::now());
-            }
-            polled
+            Poll::Pending
         })
     }
 
     /// Wraps the reply stream: each reply is judged before it is delivered, and the stream
     /// ends (after logging `on_end(early)`) instead of delivering one that would credit too
-    /// late a send time.
+    /// late a send time. Ending it, or openraft dropping it for any reason, closes the gate
+    /// (the request side ends too; see [`Gate::requests`]).
     pub fn replies<T, S>(
         &self,
         mut replies: S,
@@ -236,7 +285,9 @@ impl<L: Ord + Clone + Send + 'static> Gate<L> {
         S: Stream<Item = T> + Unpin + Send + 'static,
     {
         let state = self.state.clone();
+        let closer = CloseOnDrop(self.state.clone());
         futures::stream::poll_fn(move |cx| {
+            let _closes_when_dropped = &closer;
             {
                 let mut st = state.lock().unwrap_or_else(|p| p.into_inner());
                 if st.closed {
@@ -266,10 +317,7 @@ impl<L: Ord + Clone + Send + 'static> Gate<L> {
                     Poll::Ready(Some(item))
                 }
                 Verdict::EndStream { early } => {
-                    st.closed = true;
-                    if let Some(waker) = st.waiting.take() {
-                        waker.wake();
-                    }
+                    st.close();
                     drop(st);
                     on_end(early);
                     Poll::Ready(None)
@@ -417,5 +465,106 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// openraft's request stream as the gate sees it: it takes `lock` (as openraft's holds its
+    /// replication state) before its first request and keeps it while it waits for the next
+    /// one, which comes from `tx`; the lock is free again only once the stream is dropped.
+    fn openraft_like_requests(
+        lock: Arc<tokio::sync::Mutex<()>>,
+    ) -> (
+        tokio::sync::mpsc::UnboundedSender<(u64, u64)>,
+        impl Stream<Item = (u64, u64)> + Unpin + Send + 'static,
+    ) {
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        let stream = futures::stream::unfold((rx, None), move |(mut rx, guard)| {
+            let lock = lock.clone();
+            async move {
+                let guard = match guard {
+                    Some(guard) => guard,
+                    None => lock.lock_owned().await,
+                };
+                let request = rx.recv().await?;
+                Some((request, (rx, Some(guard))))
+            }
+        });
+        (tx, Box::pin(stream))
+    }
+
+    /// The request side wrapped by a gate and consumed by its own task, as the HTTP/2 body is.
+    fn consumed_requests(
+        gate: &Gate<u64>,
+        lock: &Arc<tokio::sync::Mutex<()>>,
+    ) -> (
+        tokio::sync::mpsc::UnboundedSender<(u64, u64)>,
+        tokio::task::JoinHandle<()>,
+    ) {
+        let (tx, input) = openraft_like_requests(lock.clone());
+        let mut requests = gate.requests(input, |r: &(u64, u64)| (Some(r.0), Some(r.1)));
+        let body = tokio::spawn(async move { while requests.next().await.is_some() {} });
+        (tx, body)
+    }
+
+    /// Once the gate closes, the request side ends and drops openraft's stream (its lock is
+    /// free) even though openraft has nothing more to send.
+    async fn assert_request_side_ends(
+        lock: &Arc<tokio::sync::Mutex<()>>,
+        body: tokio::task::JoinHandle<()>,
+    ) {
+        tokio::time::timeout(Duration::from_secs(2), body)
+            .await
+            .expect("the request side ended")
+            .unwrap();
+        assert!(lock.try_lock().is_ok(), "openraft's stream was dropped");
+    }
+
+    /// A reply the gate refuses (a late credit) ends the reply side, and the request side ends
+    /// with it though openraft has nothing more to send (the 2026-12-05 replication stall).
+    #[tokio::test]
+    async fn a_refused_reply_ends_the_request_side_too() {
+        let gate = Gate::<u64>::new(SLACK);
+        let lock = Arc::new(tokio::sync::Mutex::new(()));
+        let (tx, body) = consumed_requests(&gate, &lock);
+        tx.send((0, 5)).unwrap();
+        tokio::time::sleep(SLACK * 3).await;
+        // A commit-only request sent well after the first: a reply to the first would be
+        // credited with its send time.
+        tx.send((5, 5)).unwrap();
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert!(
+            lock.try_lock().is_err(),
+            "openraft's stream waits, holding its lock"
+        );
+        let mut replies = gate.replies(
+            futures::stream::iter([Some(5u64)]).chain(futures::stream::pending()),
+            |r: &Option<u64>| ReplyKind::Acked(r),
+            |_| {},
+        );
+        assert_eq!(
+            replies.next().await,
+            None,
+            "the late credit ends the reply side"
+        );
+        assert_request_side_ends(&lock, body).await;
+        drop(tx);
+    }
+
+    /// openraft dropping the reply side (after a conflict, an error or a cancelled session)
+    /// ends the request side as well.
+    #[tokio::test]
+    async fn dropping_the_reply_side_ends_the_request_side() {
+        let gate = Gate::<u64>::new(SLACK);
+        let lock = Arc::new(tokio::sync::Mutex::new(()));
+        let (tx, body) = consumed_requests(&gate, &lock);
+        tx.send((0, 5)).unwrap();
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let replies = gate.replies(
+            futures::stream::pending::<Option<u64>>(),
+            |r: &Option<u64>| ReplyKind::Acked(r),
+            |_| {},
+        );
+        drop(replies);
+        assert_request_side_ends(&lock, body).await;
+        drop(tx);
     }
 }
