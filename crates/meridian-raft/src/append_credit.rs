@@ -284,10 +284,10 @@ impl<L: Ord + Clone + Send + 'static> Gate<L> {
     where
         S: Stream<Item = T> + Unpin + Send + 'static,
     {
-        let state = self.state.clone();
+        // The closure owns the state through the closer, so dropping the stream closes it.
         let closer = CloseOnDrop(self.state.clone());
         futures::stream::poll_fn(move |cx| {
-            let _closes_when_dropped = &closer;
+            let state = &closer.0;
             {
                 let mut st = state.lock().unwrap_or_else(|p| p.into_inner());
                 if st.closed {

@@ -129,20 +129,18 @@ impl Proposer {
     pub fn propose(self: &Arc<Self>, cmd: Command, keep: Keep) -> oneshot::Receiver<Proposed> {
         let (reply, answer) = oneshot::channel();
         let limit = self.limit.load(Ordering::Relaxed);
-        let bytes = match coalescable(&cmd) {
-            true if limit > 0 => crate::types::codec::encoded_len(&cmd),
-            _ => {
-                let me = self.clone();
-                let alone = Waiting {
-                    cmd,
-                    bytes: 0,
-                    reply,
-                    keep,
-                };
-                tokio::spawn(async move { me.send(vec![alone]).await });
-                return answer;
-            }
-        };
+        if limit == 0 || !coalescable(&cmd) {
+            let me = self.clone();
+            let alone = Waiting {
+                cmd,
+                bytes: 0,
+                reply,
+                keep,
+            };
+            tokio::spawn(async move { me.send(vec![alone]).await });
+            return answer;
+        }
+        let bytes = crate::types::codec::encoded_len(&cmd);
         let start = {
             let mut queue = self.lock();
             if queue.waiting.len() >= MAX_QUEUED {
