@@ -903,6 +903,17 @@ mod tests {
     }
 
     #[test]
+    fn proposals_in_flight_defaults_to_two_and_is_bounded() {
+        let mut a = test_args();
+        assert_eq!(NodeConfig::load(&a).unwrap().raft.proposals_in_flight, 2);
+        a.proposals_in_flight = Some(0);
+        assert_eq!(NodeConfig::load(&a).unwrap().raft.proposals_in_flight, 0);
+        a.proposals_in_flight = Some(MAX_PROPOSALS_IN_FLIGHT + 1);
+        let e = NodeConfig::load(&a).unwrap_err().to_string();
+        assert!(e.contains("raft.proposals_in_flight"), "{e}");
+    }
+
+    #[test]
     fn election_timeout_min_at_or_above_max_is_rejected() {
         let mut a = test_args();
         a.election_timeout_min_ms = Some(600);
