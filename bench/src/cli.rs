@@ -39,6 +39,9 @@ pub enum Command {
     Load(PhaseArgs),
     /// Run `operationcount` operations of the workload mix (YCSB `run`).
     Run(PhaseArgs),
+    /// Write `recordcount` records into Meridian in per-shard batches, fast: the same keys and
+    /// record encoding as `load`, but not a YCSB measurement (records/s only).
+    BulkLoad(crate::bulk_load::BulkLoadArgs),
     /// Start each store fresh (3-node Meridian, 3-member etcd, embedded RocksDB), load it, run
     /// workloads A, B, C, F, D, reload and run E, and write a side-by-side report.
     Compare(CompareArgs),
@@ -118,6 +121,8 @@ pub enum CliOutcome {
     Economy(String),
     /// `geo`: the report was written to `--out` and printed.
     Geo,
+    /// `bulk-load`: what it wrote (also printed to stdout).
+    BulkLoad(crate::bulk_load::BulkLoadSummary),
 }
 
 impl CliOutcome {
@@ -125,7 +130,10 @@ impl CliOutcome {
     pub fn into_report(self) -> Option<Report> {
         match self {
             CliOutcome::Phase(report) => Some(report),
-            CliOutcome::Comparison(_) | CliOutcome::Economy(_) | CliOutcome::Geo => None,
+            CliOutcome::Comparison(_)
+            | CliOutcome::Economy(_)
+            | CliOutcome::Geo
+            | CliOutcome::BulkLoad(_) => None,
         }
     }
 }
@@ -193,6 +201,10 @@ where
         Command::Geo(args) => {
             crate::geo::run(args).await?;
             return Ok(CliOutcome::Geo);
+        }
+        Command::BulkLoad(args) => {
+            let summary = crate::bulk_load::run(&args).await?;
+            return Ok(CliOutcome::BulkLoad(summary));
         }
     };
     let outcome = execute_phase(phase, &args, Properties::new()).await?;

@@ -5,6 +5,8 @@
 //! # Layout
 //!
 //! - [`cli`]: the `meridian-ycsb` command line (`load` / `run` / `compare`), the whole binary.
+//! - [`bulk_load`]: `bulk-load`, which writes a table's records in per-shard batches (for
+//!   experiments that need a large data set, not a measured load).
 //! - [`compare`]: `compare`, which starts Meridian, etcd and RocksDB in turn, runs workloads
 //!   A-F on each and writes `results.json`, `results.md` and `chart.svg`.
 //! - [`client`]: client threads, throttling (`--target`), status lines and progress bar.
@@ -22,6 +24,7 @@
 //! the acknowledged insert counter, operation order in the chooser and the report's text are
 //! YCSB's. Deviations are listed in the module that makes them and in `bench/README.md`.
 
+pub mod bulk_load;
 pub mod cli;
 pub mod client;
 pub mod compare;

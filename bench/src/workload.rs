@@ -101,6 +101,8 @@ pub struct CoreWorkload {
     insertion_retry_limit: u32,
     insertion_retry_interval: Duration,
     record_count: u64,
+    insert_start: u64,
+    insert_count: u64,
 }
 
 /// One client thread's generators and RNG.
@@ -257,7 +259,14 @@ impl CoreWorkload {
             )?,
             insertion_retry_interval: Duration::from_secs(retry_interval_secs),
             record_count,
+            insert_start,
+            insert_count,
         })
+    }
+
+    /// The key numbers `load` inserts: `insertstart .. insertstart + insertcount`.
+    pub fn insert_range(&self) -> std::ops::Range<u64> {
+        self.insert_start..self.insert_start.saturating_add(self.insert_count)
     }
 
     /// Checks that the transaction phase can choose keys at all.

@@ -107,6 +107,8 @@ pub use client::{fetch_status, Client, KeyValue, Versioned};
 pub use config::{ClientConfig, ReadConsistency};
 pub use error::{Error, LeaderHint, LockInfo, Result};
 pub use meridian_proto::kv as proto;
+/// The size limits every call is checked against before it is sent.
+pub use meridian_types::limits;
 pub use meridian_types::{Constraints, Timestamp, TxnPriority, TxnRank};
 pub use routing::{NodeRoute, ShardMap, ShardRoute};
 pub use stale::{StaleRead, StaleSnapshot};

@@ -1,0 +1,117 @@
+//! `meridian-ycsb bulk-load` against a real 3-node loopback cluster: every record of the range
+//! is written once, under the key `load` would use, with a value `run` can decode; and a `run`
+//! of reads finds every record it asks for.
+
+mod common;
+
+use std::time::Duration;
+
+use meridian_bench::cli::{run_cli, CliOutcome};
+use meridian_bench::record;
+use meridian_cli::local_cluster::{LocalCluster, LocalClusterConfig};
+use meridian_client::{Client, ClientConfig};
+
+const BASE_PORT: u16 = 30_800;
+const RECORDS: u64 = 3_000;
+
+fn args(parts: &[&str]) -> Vec<String> {
+    parts.iter().map(|s| s.to_string()).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bulk_load_writes_every_record_that_run_then_reads() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let cluster = LocalCluster::start(LocalClusterConfig::new(
+        common::meridian_binary(),
+        3,
+        BASE_PORT,
+        dir.path(),
+    ))
+    .expect("starting the cluster");
+    cluster
+        .wait_ready(Duration::from_secs(60))
+        .await
+        .expect("every shard led");
+    let endpoints = cluster.endpoints().join(",");
+
+    let outcome = run_cli(args(&[
+        "meridian-ycsb",
+        "bulk-load",
+        "-p",
+        &format!("recordcount={RECORDS}"),
+        "-p",
+        "fieldcount=2",
+        "-p",
+        "fieldlength=16",
+        "--endpoints",
+        &endpoints,
+        "--batch",
+        "400",
+        "--concurrency",
+        "3",
+        "--status-interval",
+        "1",
+    ]))
+    .await
+    .unwrap_or_else(|error| panic!("bulk-load failed: {error:#}"));
+    let CliOutcome::BulkLoad(summary) = outcome else {
+        panic!("bulk-load returns its summary");
+    };
+    assert_eq!(summary.records, RECORDS);
+
+    // Exactly the records `load` would name, each once, each a 2-field record.
+    let client = Client::connect(ClientConfig::new(cluster.endpoints()))
+        .await
+        .expect("client");
+    let mut found = 0u64;
+    let mut start = bytes::Bytes::from_static(b"user");
+    loop {
+        let page = client
+            .scan(start.clone(), None, 500, false)
+            .await
+            .expect("scan");
+        let Some(last) = page.last() else { break };
+        start = {
+            let mut next = last.key.to_vec();
+            next.push(0);
+            next.into()
+        };
+        for kv in &page {
+            assert!(kv.key.starts_with(b"user"), "unexpected key {:?}", kv.key);
+            let fields = record::decode(&kv.value, None).expect("a YCSB record");
+            assert_eq!(fields.len(), 2);
+            found += 1;
+        }
+    }
+    assert_eq!(found, RECORDS, "keys in the cluster");
+
+    // A run of reads over the same key space finds every record it asks for.
+    let run = run_cli(args(&[
+        "meridian-ycsb",
+        "run",
+        "-p",
+        &format!("recordcount={RECORDS}"),
+        "-p",
+        "fieldcount=2",
+        "-p",
+        "operationcount=500",
+        "-p",
+        "readproportion=1",
+        "-p",
+        "updateproportion=0",
+        "--threads",
+        "4",
+        "--db",
+        "meridian",
+        "--endpoints",
+        &endpoints,
+    ]))
+    .await
+    .expect("run")
+    .into_report()
+    .expect("a run report");
+    let text = run.render_text();
+    assert!(text.contains("[READ], Return=OK, 500"), "{text}");
+    assert!(!text.contains("NOT_FOUND"), "{text}");
+    cluster.stop_all(Duration::from_secs(10));
+}
