@@ -12,9 +12,10 @@
 # 1, 2, 3), wait 2 s, start it again on the same data, and time from that start until
 #   status: the node answers `cluster status` through its own client port (every replica is
 #           open and its gRPC server serves);
-#   read:   the node itself serves a loaded key: an exact-staleness read (1 s) asked of it
-#           with its own region is answered `served_by=V` (its replica has caught up past
-#           that timestamp and reads its own RocksDB).
+#   read:   the node itself serves a loaded key: an exact-staleness read (5 s, past the
+#           default 3 s closed-timestamp lag) asked of it with its own region is answered
+#           `served_by=V` with the value (its replica has caught up past that timestamp and
+#           reads its own RocksDB; before that the client falls back to the leader).
 # Polls every 50 ms; every wait is bounded (120 s). The writes were acknowledged before the
 # kill and were not flushed on purpose: RocksDB replays its WAL on open, as after a crash.
 # --bin-dir runs the `meridian` and `meridian-ycsb` found there instead of building them.
@@ -67,7 +68,7 @@ status_through() {
 read_served_by() {
   local id=$1 out
   out="$("$BIN" kv get "$KEY" --endpoints "127.0.0.1:$((BASE_PORT + id))" --region "region$id" \
-    --exact-staleness-ms 1000 --timeout-ms 1000 2>&1)" || return 1
+    --exact-staleness-ms 5000 --timeout-ms 1000 2>&1)" || return 1
   grep -q "served_by=$id\b" <<<"$out" && ! grep -q "(not found)" <<<"$out"
 }
 
@@ -87,6 +88,7 @@ for size in $SIZES; do
   sizes=""
   for id in 1 2 3; do sizes+=" node$id=$(bytes_h "$(du -sb "$dir/node$id" | cut -f1)")"; done
   echo "size $size: bulk load $rate records/s; data on disk:$sizes"
+  sleep 6 # so a read 5 s in the past sees the loaded records
   for round in $(seq 1 "$ROUNDS"); do
     victim=$(( (round - 1) % 3 + 1 ))
     kill -9 "${PIDS[$((victim - 1))]}"

@@ -307,15 +307,20 @@ pub struct EngineOptions {
     pub block_cache_bytes: usize,
     /// Memtable size per column family before it is flushed to an SST file.
     pub write_buffer_bytes: usize,
+    /// Most bytes of live WAL: past it, RocksDB flushes the families whose unflushed writes
+    /// keep the oldest WAL file alive. A crash replays the whole live WAL on open, so this
+    /// bounds restart time whatever the data size (see `rocks`).
+    pub max_wal_bytes: u64,
 }
 
 impl Default for EngineOptions {
     /// Sized for a small node (and for many nodes on one test machine): 128 MiB of block
-    /// cache, 32 MiB memtables.
+    /// cache, 32 MiB memtables, 128 MiB of live WAL.
     fn default() -> Self {
         EngineOptions {
             block_cache_bytes: 128 * 1024 * 1024,
             write_buffer_bytes: 32 * 1024 * 1024,
+            max_wal_bytes: 128 * 1024 * 1024,
         }
     }
 }

@@ -16,6 +16,7 @@ fn rocks_engine_conforms() {
     let opts = EngineOptions {
         block_cache_bytes: 8 << 20,
         write_buffer_bytes: 4 << 20,
+        ..EngineOptions::default()
     };
     conformance::run_all(|| {
         let dir = tempfile::tempdir().expect("tempdir");

@@ -203,6 +203,7 @@ fn rocks() -> &'static (RocksEngine, tempfile::TempDir) {
         let opts = EngineOptions {
             block_cache_bytes: 8 << 20,
             write_buffer_bytes: 4 << 20,
+            ..EngineOptions::default()
         };
         (RocksEngine::open(dir.path(), &opts).unwrap(), dir)
     })
