@@ -77,13 +77,18 @@ wait "$RUN_PID" || { echo "the YCSB run failed:" >&2; tail -20 "$WORK/run.err" >
 
 echo "# RSS of each node over a ${MINUTES}-minute YCSB $WORKLOAD run at $TARGET ops/s ($SHARDS shards, $RECORDS records), $(date -u +%FT%TZ)"
 for col in 2 3 4; do
+  # A sample of 0 means the node's process was gone: reported, not taken as its minimum.
   awk -F, -v col="$col" -v node=$((col - 1)) 'NR > 1 && $1 >= 60 {
-      v = $col; if (!base) base = v; if (!min || v < min) min = v; if (v > max) max = v; last = v
+      v = $col
+      if (v == 0) { gone++; next }
+      if (!base) base = v; if (!min || v < min) min = v; if (v > max) max = v; last = v
     }
     END {
+      if (!base) { printf "node %d: no sample after the first minute\n", node; exit }
       up = 100 * (max - base) / base; down = 100 * (base - min) / base
-      printf "node %d: RSS at 1 min %.0f MiB, min %.0f, max %.0f, last %.0f MiB; largest deviation +%.1f%% / -%.1f%%\n",
-        node, base / 1024, min / 1024, max / 1024, last / 1024, up, down
+      printf "node %d: RSS at 1 min %.0f MiB, min %.0f, max %.0f, last %.0f MiB; largest deviation +%.1f%% / -%.1f%%%s\n",
+        node, base / 1024, min / 1024, max / 1024, last / 1024, up, down,
+        gone ? sprintf("; GONE in %d samples", gone) : ""
     }' <<<"$csv"
 done
 grep -E '^\[OVERALL\]|^\[(READ|UPDATE)\], (Operations|99thPercentileLatency)' "$WORK/run.txt"

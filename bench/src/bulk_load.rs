@@ -14,9 +14,11 @@
 //!   it covered and how many records were written before it (the client has already retried
 //!   what it may); `batch_put` is atomic per shard only, so part of that batch may be written.
 //!   Running the same command again rewrites the same keys (new versions, same shape).
-//! - Workers (`--concurrency`) take the next chunk of key numbers from one counter, so the
-//!   records written are a prefix-free set of whole chunks in any order; progress goes to
-//!   stderr every `--status-interval` seconds.
+//! - Workers (`--concurrency`) take the next chunk of `--batch` key numbers from one counter,
+//!   in any order; a chunk whose records pass `MAX_BATCH_BYTES` goes out as several
+//!   `batch_put`s. Values come from a generator seeded per chunk, so the same seed writes the
+//!   same values whatever the concurrency. Progress goes to stderr every `--status-interval`
+//!   seconds.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -24,7 +26,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use bytes::Bytes;
-use meridian_client::limits::MAX_BATCH_KEYS;
+use meridian_client::limits::{MAX_BATCH_BYTES, MAX_BATCH_KEYS};
 use meridian_client::Client;
 use rand::rngs::StdRng;
 use rand::SeedableRng;
@@ -51,7 +53,8 @@ pub struct BulkLoadArgs {
     /// Meridian client endpoints, comma separated (`host:port`).
     #[arg(long, value_delimiter = ',', required = true)]
     pub endpoints: Vec<String>,
-    /// Records per `batch_put` (1..=1000, the client's `MAX_BATCH_KEYS`).
+    /// Records per `batch_put` (1..=1000, the client's `MAX_BATCH_KEYS`); a batch is also cut
+    /// before it would carry more than `MAX_BATCH_BYTES` (8 MiB) of keys and values.
     #[arg(long, default_value_t = MAX_BATCH_KEYS)]
     pub batch: usize,
     /// Batches in flight at once (1..=256).
@@ -63,7 +66,8 @@ pub struct BulkLoadArgs {
     /// Seconds between progress lines on stderr.
     #[arg(long, default_value_t = 10)]
     pub status_interval: u64,
-    /// Seed of the record values (property `seed` if set, else 0).
+    /// Seed of the record values (property `seed` if set, else 0): the same seed and range
+    /// write the same values, whatever `--concurrency`.
     #[arg(long)]
     pub seed: Option<u64>,
 }
@@ -146,7 +150,7 @@ pub async fn run(args: &BulkLoadArgs) -> anyhow::Result<BulkLoadSummary> {
     let written = Arc::new(AtomicU64::new(0));
     let started = Instant::now();
     let mut workers = tokio::task::JoinSet::new();
-    for worker in 0..args.concurrency {
+    for _ in 0..args.concurrency {
         let (client, workload, next, written) = (
             client.clone(),
             workload.clone(),
@@ -154,9 +158,8 @@ pub async fn run(args: &BulkLoadArgs) -> anyhow::Result<BulkLoadSummary> {
             written.clone(),
         );
         let (range, batch) = (range.clone(), args.batch);
-        let rng = StdRng::seed_from_u64(seed.wrapping_add(worker as u64));
         workers.spawn(async move {
-            load_chunks(&client, &workload, rng, &range, batch, &next, &written).await
+            load_chunks(&client, &workload, seed, &range, batch, &next, &written).await
         });
     }
 
@@ -205,17 +208,18 @@ pub async fn run(args: &BulkLoadArgs) -> anyhow::Result<BulkLoadSummary> {
     Ok(summary)
 }
 
-/// One worker: takes chunks from `next` until the range is used up.
+/// One worker: takes chunks from `next` until the range is used up. Each chunk's values come
+/// from a generator seeded with `seed` and the chunk's first key number, so a key's value does
+/// not depend on which worker wrote it.
 async fn load_chunks(
     client: &Client,
     workload: &CoreWorkload,
-    rng: StdRng,
+    seed: u64,
     range: &std::ops::Range<u64>,
     batch: usize,
     next: &AtomicU64,
     written: &AtomicU64,
 ) -> anyhow::Result<()> {
-    let mut state = workload.thread_state(rng);
     let table = workload.table().to_string();
     loop {
         let start = next.fetch_add(batch as u64, Ordering::Relaxed);
@@ -223,21 +227,44 @@ async fn load_chunks(
         if keys.is_empty() {
             return Ok(());
         }
+        let mut state = workload.thread_state(StdRng::seed_from_u64(seed ^ keys.start));
         let mut entries: Vec<(Bytes, Bytes)> = Vec::with_capacity((keys.end - keys.start) as usize);
+        let mut bytes = 0usize;
+        let mut first = keys.start;
         for number in keys.clone() {
             let key = meridian_key(&table, &workload.key_name(number));
-            let value = record::encode(&workload.build_values(&mut state))?;
-            entries.push((key, Bytes::from(value)));
+            let value = Bytes::from(record::encode(&workload.build_values(&mut state))?);
+            let size = key.len() + value.len();
+            // A batch_put carries at most MAX_BATCH_BYTES of keys and values: send what is
+            // gathered before this record would pass it.
+            if !entries.is_empty() && bytes + size > MAX_BATCH_BYTES {
+                put(client, std::mem::take(&mut entries), first..number, written).await?;
+                bytes = 0;
+                first = number;
+            }
+            bytes += size;
+            entries.push((key, value));
         }
-        let count = entries.len() as u64;
-        client.batch_put(entries).await.with_context(|| {
-            format!(
-                "batch_put of key numbers {}..{} failed (part of it may be written)",
-                keys.start, keys.end
-            )
-        })?;
-        written.fetch_add(count, Ordering::Relaxed);
+        put(client, entries, first..keys.end, written).await?;
     }
+}
+
+/// Writes `entries` (the records of key numbers `numbers`) and counts them once acknowledged.
+async fn put(
+    client: &Client,
+    entries: Vec<(Bytes, Bytes)>,
+    numbers: std::ops::Range<u64>,
+    written: &AtomicU64,
+) -> anyhow::Result<()> {
+    let count = entries.len() as u64;
+    client.batch_put(entries).await.with_context(|| {
+        format!(
+            "batch_put of key numbers {}..{} failed (part of it may be written)",
+            numbers.start, numbers.end
+        )
+    })?;
+    written.fetch_add(count, Ordering::Relaxed);
+    Ok(())
 }
 
 #[cfg(test)]

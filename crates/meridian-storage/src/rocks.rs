@@ -23,7 +23,7 @@
 //!   MVCC always passes them sorted.
 //! - **A bounded WAL, so restart does not grow with the data.** RocksDB keeps every WAL file
 //!   that holds an unflushed write of *any* family and replays them all when it opens after a
-//!   crash. Raft metadata is written rarely between busy data writes, so by default its small
+//!   crash. Raft metadata is written lightly among busy data writes, so by default its small
 //!   memtable pinned the WAL up to 4 × the families' memtables (1.9 GB seen after a bulk load
 //!   of 4M records; a SIGKILLed node holding 10M records took 6 s to serve again, 0.8 s at
 //!   1M). `max_total_wal_size` = [`EngineOptions::max_wal_bytes`] (128 MiB by default) makes
