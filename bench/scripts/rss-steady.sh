@@ -8,8 +8,10 @@
 # Starts a fresh 3-node loopback cluster (--initial-shards N, 100 ms heartbeats), bulk-loads
 # RECORDS YCSB records (`meridian-ycsb bulk-load`, 10 x 100 B fields), then runs the workload
 # for MINUTES at a fixed TARGET ops/s (`meridian-ycsb run --target`), sampling every node's
-# VmRSS from /proc every SAMPLE seconds. Writes the samples as CSV (elapsed_s,node1_kib,...)
-# to --out (default: print only) and prints, per node, RSS at the first sample after the
+# VmRSS from /proc every SAMPLE seconds, with what RocksDB says it holds (block cache,
+# memtables, table readers: the nodes' meridian_storage_memory_bytes). Writes the samples as
+# CSV (elapsed_s, then per node rss_kib, block_cache_kib, memtables_kib, table_readers_kib) to
+# --out (default: print only) and prints, per node, RSS at the first sample after the
 # first minute, the minimum, the maximum and the last, and the largest deviation from that
 # first sample in percent; then the YCSB run's own summary (throughput and p99s) so a run that
 # fell behind its target is visible.
@@ -45,6 +47,7 @@ done
 OUT_ABS=""
 [[ -n "$OUT" ]] && OUT_ABS="$(realpath -m "$OUT")"
 
+METRICS_BASE=$((BASE_PORT + 200))
 cd "$ROOT"
 ycsb_workdir rss-steady
 BIN="$WORK/meridian"
@@ -63,11 +66,22 @@ say "running workload $WORKLOAD at $TARGET ops/s for $MINUTES min ($operations o
 RUN_PID=$!
 
 rss_kib() { awk '/^VmRSS:/ {print $2}' "/proc/$1/status" 2>/dev/null || echo 0; }
-csv="elapsed_s,node1_kib,node2_kib,node3_kib"
+KINDS=(block_cache memtables table_readers)
+csv="elapsed_s"
+for id in 1 2 3; do
+  csv+=",node${id}_rss_kib"
+  for kind in "${KINDS[@]}"; do csv+=",node${id}_${kind}_kib"; done
+done
 started=$(date +%s)
 while kill -0 "$RUN_PID" 2>/dev/null; do
   row="$(( $(date +%s) - started ))"
-  for pid in "${PIDS[@]}"; do row+=",$(rss_kib "$pid")"; done
+  for id in 1 2 3; do
+    row+=",$(rss_kib "${PIDS[$((id - 1))]}")"
+    for kind in "${KINDS[@]}"; do
+      bytes="$(metric_at "$id" "meridian_storage_memory_bytes{kind=\"$kind\"}")"
+      row+=",$(awk -v b="${bytes:-0}" 'BEGIN {printf "%.0f", b / 1024}')"
+    done
+  done
   csv+=$'\n'"$row"
   # Sleep in short steps so the end of the run is noticed promptly.
   for _ in $(seq 1 "$SAMPLE_S"); do kill -0 "$RUN_PID" 2>/dev/null || break; sleep 1; done
@@ -76,9 +90,10 @@ wait "$RUN_PID" || { echo "the YCSB run failed:" >&2; tail -20 "$WORK/run.err" >
 [[ -n "$OUT_ABS" ]] && printf '%s\n' "$csv" >"$OUT_ABS"
 
 echo "# RSS of each node over a ${MINUTES}-minute YCSB $WORKLOAD run at $TARGET ops/s ($SHARDS shards, $RECORDS records), $(date -u +%FT%TZ)"
-for col in 2 3 4; do
+for node in 1 2 3; do
+  col=$(( 2 + (node - 1) * 4 ))
   # A sample of 0 means the node's process was gone: reported, not taken as its minimum.
-  awk -F, -v col="$col" -v node=$((col - 1)) 'NR > 1 && $1 >= 60 {
+  awk -F, -v col="$col" -v node="$node" 'NR > 1 && $1 >= 60 {
       v = $col
       if (v == 0) { gone++; next }
       if (!base) base = v; if (!min || v < min) min = v; if (v > max) max = v; last = v
@@ -89,6 +104,15 @@ for col in 2 3 4; do
       printf "node %d: RSS at 1 min %.0f MiB, min %.0f, max %.0f, last %.0f MiB; largest deviation +%.1f%% / -%.1f%%%s\n",
         node, base / 1024, min / 1024, max / 1024, last / 1024, up, down,
         gone ? sprintf("; GONE in %d samples", gone) : ""
+    }' <<<"$csv"
+  # What RocksDB held at the first sample after a minute and at the last.
+  awk -F, -v col="$col" -v node="$node" 'NR > 1 && $1 >= 60 {
+      if (!seen) { b0 = $(col + 1); m0 = $(col + 2); t0 = $(col + 3); seen = 1 }
+      b1 = $(col + 1); m1 = $(col + 2); t1 = $(col + 3)
+    }
+    END {
+      if (seen) printf "node %d: RocksDB block cache %.0f -> %.0f MiB, memtables %.0f -> %.0f MiB, table readers %.0f -> %.0f MiB\n",
+        node, b0 / 1024, b1 / 1024, m0 / 1024, m1 / 1024, t0 / 1024, t1 / 1024
     }' <<<"$csv"
 done
 grep -E '^\[OVERALL\]|^\[(READ|UPDATE)\], (Operations|99thPercentileLatency)' "$WORK/run.txt"

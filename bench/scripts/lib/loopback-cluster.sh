@@ -55,16 +55,23 @@ start_loopback_cluster() {
   done
 }
 
-# metric_sum NAME: the sum of metric NAME (an exact series name) over nodes 1..3's metrics
-# endpoints (METRICS_BASE+i), scraped with bash's /dev/tcp; 0 where a node does not answer.
+# metric_at ID NAME: metric NAME (an exact series name) of node ID's metrics endpoint
+# (METRICS_BASE+ID), scraped with bash's /dev/tcp; empty if the node does not answer.
+metric_at() {
+  local id=$1 name=$2
+  (
+    exec 3<>"/dev/tcp/127.0.0.1/$((METRICS_BASE + id))" 2>/dev/null || exit 0
+    printf 'GET /metrics HTTP/1.1\r\nHost: bench\r\nConnection: close\r\n\r\n' >&3
+    timeout 5 cat <&3 | awk -v n="$name" '$1 == n {print $2}'
+  )
+}
+
+# metric_sum NAME: the sum of metric NAME over nodes 1..3 (metric_at); 0 where a node does not
+# answer.
 metric_sum() {
   local name=$1 id total=0 value
   for id in 1 2 3; do
-    value=$(
-      exec 3<>"/dev/tcp/127.0.0.1/$((METRICS_BASE + id))" 2>/dev/null || exit 0
-      printf 'GET /metrics HTTP/1.1\r\nHost: bench\r\nConnection: close\r\n\r\n' >&3
-      timeout 5 cat <&3 | awk -v n="$name" '$1 == n {print $2}'
-    )
+    value=$(metric_at "$id" "$name")
     total=$(awk -v a="$total" -v b="${value:-0}" 'BEGIN {print a + b}')
   done
   echo "$total"

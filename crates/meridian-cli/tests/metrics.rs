@@ -53,6 +53,13 @@ async fn scenario() {
             "node {node} hosts every shard and the metadata shard"
         );
         assert!(sample(samples, "meridian_process_resident_memory_bytes") > 1e6);
+        // Every kind is exported; a node that has written its shards' state holds memtables.
+        for kind in ["block_cache", "block_cache_pinned", "table_readers"] {
+            assert!(
+                samples.contains_key(&format!("meridian_storage_memory_bytes{{kind=\"{kind}\"}}"))
+            );
+        }
+        assert!(sample(samples, "meridian_storage_memory_bytes{kind=\"memtables\"}") > 0.0);
         assert!(samples.contains_key(&format!(
             "meridian_node_info{{node_id=\"{node}\",region=\"{}\",zone=\"a\"}}",
             cluster.spec(node as u64).unwrap().region

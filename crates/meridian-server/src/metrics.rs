@@ -343,6 +343,18 @@ pub fn render(node: &Node, admission: &Admission) -> String {
         &uncertainties,
     );
 
+    let memory = node.engine.memory();
+    out.metric(
+        "meridian_storage_memory_bytes",
+        "gauge",
+        "Memory RocksDB holds, by kind: block cache (pinned: held by readers), memtables, table readers (index and filter blocks, not in the block cache).",
+        &[
+            ("kind=\"block_cache\"".to_string(), memory.block_cache as f64),
+            ("kind=\"block_cache_pinned\"".to_string(), memory.block_cache_pinned as f64),
+            ("kind=\"memtables\"".to_string(), memory.memtables as f64),
+            ("kind=\"table_readers\"".to_string(), memory.table_readers as f64),
+        ],
+    );
     if let Some(rss) = resident_bytes() {
         out.one(
             "meridian_process_resident_memory_bytes",

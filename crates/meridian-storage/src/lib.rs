@@ -43,4 +43,4 @@ pub use engine::{
 };
 pub use error::{Error, Result};
 pub use memory::MemoryEngine;
-pub use rocks::{RocksEngine, STORAGE_FORMAT_VERSION};
+pub use rocks::{EngineMemory, RocksEngine, STORAGE_FORMAT_VERSION};

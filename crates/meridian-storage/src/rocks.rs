@@ -77,6 +77,19 @@ pub const STORAGE_FORMAT_VERSION: u32 = 8;
 
 /// Bloom filter bits per key on the point-lookup families.
 const BLOOM_BITS_PER_KEY: f64 = 10.0;
+/// Memory RocksDB holds, in bytes ([`RocksEngine::memory`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct EngineMemory {
+    /// Blocks in the shared LRU block cache (bounded by `EngineOptions::block_cache_bytes`).
+    pub block_cache: u64,
+    /// Of those, blocks pinned by readers (iterators, table readers).
+    pub block_cache_pinned: u64,
+    /// Active, immutable and pinned memtables of every family.
+    pub memtables: u64,
+    /// Open SST files' index and filter blocks, which are not charged to the block cache.
+    pub table_readers: u64,
+}
+
 /// Background flush + compaction threads.
 const MAX_BACKGROUND_JOBS: i32 = 2;
 
@@ -91,7 +104,7 @@ pub struct RocksEngine {
     write_opts_nosync: WriteOptions,
     flush_opts: FlushOptions,
     ingest_opts: IngestExternalFileOptions,
-    _block_cache: Cache,
+    block_cache: Cache,
 }
 
 impl std::fmt::Debug for RocksEngine {
@@ -161,11 +174,29 @@ impl RocksEngine {
             write_opts_nosync,
             flush_opts,
             ingest_opts,
-            _block_cache: cache,
+            block_cache: cache,
         };
         engine.check_format_version()?;
         tracing::info!(path = %dir.display(), version = STORAGE_FORMAT_VERSION, "opened storage");
         Ok(engine)
+    }
+
+    /// What RocksDB holds in memory, by kind, summed over the column families. A family
+    /// whose property cannot be read counts 0.
+    pub fn memory(&self) -> EngineMemory {
+        let sum = |name: &rocksdb::properties::PropName| -> u64 {
+            Cf::ALL
+                .iter()
+                .filter_map(|&cf| self.handle(cf).ok())
+                .filter_map(|h| self.db.property_int_value_cf(h, name).ok().flatten())
+                .sum()
+        };
+        EngineMemory {
+            block_cache: self.block_cache.get_usage() as u64,
+            block_cache_pinned: self.block_cache.get_pinned_usage() as u64,
+            memtables: sum(rocksdb::properties::SIZE_ALL_MEM_TABLES),
+            table_readers: sum(rocksdb::properties::ESTIMATE_TABLE_READERS_MEM),
+        }
     }
 
     /// The data directory.

@@ -174,3 +174,36 @@ fn a_rarely_written_family_does_not_pin_the_wal() {
     assert_eq!(e.get(Cf::RaftMeta, b"rare").unwrap(), Some(b"1".to_vec()));
     assert_eq!(e.get(Cf::Data, b"k00399-063").unwrap(), Some(value));
 }
+
+/// `memory()` reports what RocksDB holds: memtables after writes, table readers once they are
+/// flushed to SST files, block cache after reads of those files.
+#[test]
+fn memory_is_reported_by_kind() {
+    let dir = tempfile::tempdir().unwrap();
+    let e = RocksEngine::open(dir.path(), &opts()).unwrap();
+    let empty = e.memory();
+    let mut b = WriteBatch::new();
+    for i in 0..2_000u32 {
+        b.put(Cf::Data, format!("key{i:05}").into_bytes(), vec![7u8; 512]);
+    }
+    e.write(b, false).unwrap();
+    let written = e.memory();
+    assert!(
+        written.memtables > empty.memtables + 1_000_000,
+        "{empty:?} -> {written:?}"
+    );
+    e.flush().unwrap();
+    for i in (0..2_000u32).step_by(7) {
+        assert!(e
+            .get(Cf::Data, format!("key{i:05}").as_bytes())
+            .unwrap()
+            .is_some());
+    }
+    let flushed = e.memory();
+    assert!(flushed.table_readers > 0, "{flushed:?}");
+    assert!(flushed.block_cache > 0, "{flushed:?}");
+    assert!(
+        flushed.memtables < written.memtables,
+        "{written:?} -> {flushed:?}"
+    );
+}
