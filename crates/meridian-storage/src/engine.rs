@@ -309,7 +309,7 @@ pub struct EngineOptions {
     pub write_buffer_bytes: usize,
     /// Most bytes of live WAL: past it, RocksDB flushes the families whose unflushed writes
     /// keep the oldest WAL file alive. A crash replays the whole live WAL on open, so this
-    /// bounds restart time whatever the data size (see `rocks`).
+    /// bounds that replay whatever the data size (see `rocks`).
     pub max_wal_bytes: u64,
 }
 

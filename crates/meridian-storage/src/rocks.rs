@@ -21,7 +21,7 @@
 //! - **MultiGet** ([`Engine::multi_get`]) is RocksDB's batched MultiGet. It checks whether the
 //!   keys are sorted and, if so, passes `sorted_input = true` so RocksDB skips its own sort;
 //!   MVCC always passes them sorted.
-//! - **A bounded WAL, so restart does not grow with the data.** RocksDB keeps every WAL file
+//! - **A bounded WAL, so the replay after a crash does not grow with the data.** RocksDB keeps every WAL file
 //!   that holds an unflushed write of *any* family and replays them all when it opens after a
 //!   crash. Raft metadata is written lightly among busy data writes, so by default its small
 //!   memtable pinned the WAL up to 4 × the families' memtables (1.9 GB seen after a bulk load
@@ -29,7 +29,8 @@
 //!   1M). `max_total_wal_size` = [`EngineOptions::max_wal_bytes`] (128 MiB by default) makes
 //!   RocksDB flush the families that pin the oldest file once the WAL passes it. (Open still
 //!   writes what it replayed to L0 files before it returns: `avoid_flush_during_recovery` is
-//!   not exposed by the `rocksdb` crate.)
+//!   not exposed by the `rocksdb` crate.) Restart still grows with the data, less: 0.3 s at 1M
+//!   records, 0.9–1.4 s at 10M (`bench/results/2026-12-05/restart-data-size.md`).
 //! - **Format marker**: `open` writes (fresh dir) or checks (existing dir)
 //!   [`STORAGE_FORMAT_VERSION`] under [`keys::FORMAT_VERSION_KEY`]. A directory with another
 //!   version, or with data but no marker, is refused with [`Error::Incompatible`]: the node
@@ -77,6 +78,7 @@ pub const STORAGE_FORMAT_VERSION: u32 = 8;
 
 /// Bloom filter bits per key on the point-lookup families.
 const BLOOM_BITS_PER_KEY: f64 = 10.0;
+
 /// Memory RocksDB holds, in bytes ([`RocksEngine::memory`]).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct EngineMemory {
