@@ -9,9 +9,12 @@
 # RECORDS YCSB records (`meridian-ycsb bulk-load`, 10 x 100 B fields), then runs the workload
 # for MINUTES at a fixed TARGET ops/s (`meridian-ycsb run --target`), sampling every node's
 # VmRSS from /proc every SAMPLE seconds, with what RocksDB says it holds (block cache,
-# memtables, table readers: the nodes' meridian_storage_memory_bytes). Writes the samples as
-# CSV (elapsed_s, then per node rss_kib, block_cache_kib, memtables_kib, table_readers_kib) to
-# --out (default: print only) and prints, per node, RSS at the first sample after the
+# memtables, table readers: the nodes' meridian_storage_memory_bytes), what the allocator
+# says (meridian_heap_bytes: held by the program, resident in its mappings) and the anonymous
+# part of RSS (RssAnon: heap, stacks, RocksDB's caches; the rest is mapped files). Writes the
+# samples as CSV (elapsed_s, then per node rss_kib, block_cache_kib, memtables_kib,
+# table_readers_kib, heap_allocated_kib, heap_resident_kib, rss_anon_kib) to --out (default:
+# print only) and prints, per node, RSS at the first sample after the
 # first minute, the minimum, the maximum and the last, and the largest deviation from that
 # first sample in percent; then the YCSB run's own summary (throughput and p99s) so a run that
 # fell behind its target is visible.
@@ -65,22 +68,32 @@ say "running workload $WORKLOAD at $TARGET ops/s for $MINUTES min ($operations o
   --endpoints "$ENDPOINTS" --status-interval 60 >"$WORK/run.txt" 2>"$WORK/run.err" &
 RUN_PID=$!
 
-rss_kib() { awk '/^VmRSS:/ {print $2}' "/proc/$1/status" 2>/dev/null || echo 0; }
-KINDS=(block_cache memtables table_readers)
+# $1 = pid, $2 = field of /proc/PID/status (VmRSS, RssAnon: heap and other private memory).
+status_kib() { awk -v f="$2:" '$1 == f {print $2}' "/proc/$1/status" 2>/dev/null || echo 0; }
+# Column name and the node metric it samples (a metric a node does not export reads 0).
+COLUMNS=(block_cache memtables table_readers heap_allocated heap_resident)
+METRICS=('meridian_storage_memory_bytes{kind="block_cache"}'
+  'meridian_storage_memory_bytes{kind="memtables"}'
+  'meridian_storage_memory_bytes{kind="table_readers"}'
+  'meridian_heap_bytes{kind="allocated"}'
+  'meridian_heap_bytes{kind="resident"}')
+PER_NODE=$(( ${#COLUMNS[@]} + 2 ))
 csv="elapsed_s"
 for id in 1 2 3; do
   csv+=",node${id}_rss_kib"
-  for kind in "${KINDS[@]}"; do csv+=",node${id}_${kind}_kib"; done
+  for column in "${COLUMNS[@]}"; do csv+=",node${id}_${column}_kib"; done
+  csv+=",node${id}_rss_anon_kib"
 done
 started=$(date +%s)
 while kill -0 "$RUN_PID" 2>/dev/null; do
   row="$(( $(date +%s) - started ))"
   for id in 1 2 3; do
-    row+=",$(rss_kib "${PIDS[$((id - 1))]}")"
-    for kind in "${KINDS[@]}"; do
-      bytes="$(metric_at "$id" "meridian_storage_memory_bytes{kind=\"$kind\"}")"
+    row+=",$(status_kib "${PIDS[$((id - 1))]}" VmRSS)"
+    for metric in "${METRICS[@]}"; do
+      bytes="$(metric_at "$id" "$metric")"
       row+=",$(awk -v b="${bytes:-0}" 'BEGIN {printf "%.0f", b / 1024}')"
     done
+    row+=",$(status_kib "${PIDS[$((id - 1))]}" RssAnon)"
   done
   csv+=$'\n'"$row"
   # Sleep in short steps so the end of the run is noticed promptly.
@@ -91,7 +104,7 @@ wait "$RUN_PID" || { echo "the YCSB run failed:" >&2; tail -20 "$WORK/run.err" >
 
 echo "# RSS of each node over a ${MINUTES}-minute YCSB $WORKLOAD run at $TARGET ops/s ($SHARDS shards, $RECORDS records), $(date -u +%FT%TZ)"
 for node in 1 2 3; do
-  col=$(( 2 + (node - 1) * 4 ))
+  col=$(( 2 + (node - 1) * PER_NODE ))
   # A sample of 0 means the node's process was gone: reported, not taken as its minimum.
   awk -F, -v col="$col" -v node="$node" 'NR > 1 && $1 >= 60 {
       v = $col
@@ -105,14 +118,17 @@ for node in 1 2 3; do
         node, base / 1024, min / 1024, max / 1024, last / 1024, up, down,
         gone ? sprintf("; GONE in %d samples", gone) : ""
     }' <<<"$csv"
-  # What RocksDB held at the first sample after a minute and at the last.
-  awk -F, -v col="$col" -v node="$node" 'NR > 1 && $1 >= 60 {
-      if (!seen) { b0 = $(col + 1); m0 = $(col + 2); t0 = $(col + 3); seen = 1 }
-      b1 = $(col + 1); m1 = $(col + 2); t1 = $(col + 3)
+  # Every other column at the first sample after a minute and at the last.
+  awk -F, -v col="$col" -v node="$node" -v names="${COLUMNS[*]} rss_anon" 'NR > 1 && $1 >= 60 {
+      n = split(names, name, " ")
+      for (i = 1; i <= n; i++) { if (!seen) first[i] = $(col + i); last[i] = $(col + i) }
+      seen = 1
     }
     END {
-      if (seen) printf "node %d: RocksDB block cache %.0f -> %.0f MiB, memtables %.0f -> %.0f MiB, table readers %.0f -> %.0f MiB\n",
-        node, b0 / 1024, b1 / 1024, m0 / 1024, m1 / 1024, t0 / 1024, t1 / 1024
+      if (!seen) exit
+      line = sprintf("node %d (MiB, first -> last):", node)
+      for (i = 1; i <= n; i++) line = line sprintf(" %s %.0f -> %.0f%s", name[i], first[i] / 1024, last[i] / 1024, i < n ? "," : "")
+      print line
     }' <<<"$csv"
 done
 grep -E '^\[OVERALL\]|^\[(READ|UPDATE)\], (Operations|99thPercentileLatency)' "$WORK/run.txt"

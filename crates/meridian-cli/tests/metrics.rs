@@ -53,6 +53,13 @@ async fn scenario() {
             "node {node} hosts every shard and the metadata shard"
         );
         assert!(sample(samples, "meridian_process_resident_memory_bytes") > 1e6);
+        // The binary allocates with jemalloc and exports its figures, nested as they must be.
+        let heap = |kind: &str| sample(samples, &format!("meridian_heap_bytes{{kind=\"{kind}\"}}"));
+        let (allocated, active, resident) = (heap("allocated"), heap("active"), heap("resident"));
+        assert!(
+            allocated > 1e6 && active >= allocated && resident >= active && heap("metadata") > 0.0,
+            "node {node}: heap allocated {allocated}, active {active}, resident {resident}"
+        );
         // Every kind is exported; a node that has written its shards' state holds memtables.
         for kind in ["block_cache", "block_cache_pinned", "table_readers"] {
             assert!(

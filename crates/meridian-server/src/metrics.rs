@@ -12,7 +12,10 @@
 //!   (meridian-raft `proposals`: coalescing under load), and those refused for a full queue;
 //! - admission: client requests and bytes in flight against the node's budgets;
 //! - clocks: each peer's measured offset and its uncertainty (what `clock_fence` judges);
-//! - the process: resident memory and CPU time (from `/proc/self`).
+//! - the process: resident memory and CPU time (from `/proc/self`), and, when the binary
+//!   installed an allocator that reports them ([`set_heap_stats`]), the allocator's own
+//!   figures: bytes the program holds against bytes the allocator keeps resident, so heap
+//!   fragmentation shows apart from growth.
 //!
 //! # Why a hand-written HTTP responder
 //! One endpoint, one verb, a text body: a 100-line HTTP/1.1 responder is smaller than an HTTP
@@ -32,7 +35,7 @@ use meridian_raft::transport_stats::PeerMessage;
 use openraft::type_config::async_runtime::WatchReceiver;
 use std::fmt::Write as _;
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -44,6 +47,28 @@ pub const REQUEST_DEADLINE: Duration = Duration::from_secs(5);
 pub const MAX_REQUEST_BYTES: usize = 8 * 1024;
 /// Connections served at once.
 pub const MAX_CONNECTIONS: usize = 16;
+
+/// What the process's allocator reports, in bytes (jemalloc's `stats.*` in the `meridian`
+/// binary; see `meridian_cli::heap`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct HeapStats {
+    /// Held by the program (allocated and not freed).
+    pub allocated: u64,
+    /// In pages the allocator has handed out: `allocated` plus fragmentation within them.
+    pub active: u64,
+    /// Resident in the allocator's mappings: `active`, free pages not yet returned, metadata.
+    pub resident: u64,
+    /// The allocator's own bookkeeping.
+    pub metadata: u64,
+}
+
+static HEAP_STATS: OnceLock<fn() -> Option<HeapStats>> = OnceLock::new();
+
+/// Installs the function `/metrics` calls for [`HeapStats`] (once per process; later calls are
+/// ignored). Without one, no heap figures are exported.
+pub fn set_heap_stats(stats: fn() -> Option<HeapStats>) {
+    let _ = HEAP_STATS.set(stats);
+}
 
 /// Serves `GET /metrics` on `listener` until `stop` turns true.
 pub async fn serve(
@@ -355,6 +380,19 @@ pub fn render(node: &Node, admission: &Admission) -> String {
             ("kind=\"table_readers\"".to_string(), memory.table_readers as f64),
         ],
     );
+    if let Some(heap) = HEAP_STATS.get().and_then(|stats| stats()) {
+        out.metric(
+            "meridian_heap_bytes",
+            "gauge",
+            "The allocator's figures: held by the program (allocated), in pages handed out (active), resident in its mappings (resident), its bookkeeping (metadata).",
+            &[
+                ("kind=\"allocated\"".to_string(), heap.allocated as f64),
+                ("kind=\"active\"".to_string(), heap.active as f64),
+                ("kind=\"resident\"".to_string(), heap.resident as f64),
+                ("kind=\"metadata\"".to_string(), heap.metadata as f64),
+            ],
+        );
+    }
     if let Some(rss) = resident_bytes() {
         out.one(
             "meridian_process_resident_memory_bytes",
