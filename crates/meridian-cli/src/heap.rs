@@ -1,38 +1,90 @@
-//! The node's memory allocator: jemalloc, for every allocation in the process.
+//! The node's memory allocators: jemalloc for Rust's allocations, glibc (tamed) for RocksDB's.
 //!
-//! # Why not glibc's malloc
-//! Measured (`bench/scripts/rss-steady.sh`, YCSB A at a fixed 1,500 ops/s on a 3-node
-//! cluster, `bench/results/2026-12-06/rss-allocator.md`): with glibc's malloc each node's RSS
-//! grew from ~400 MiB to ~1 GiB within ten minutes while everything RocksDB accounts for
-//! (block cache, memtables, table readers) stayed flat; the growth was all anonymous memory.
-//! The same binaries with jemalloc preloaded (every allocation) stayed within a few tens of
-//! MiB. glibc gives each
-//! thread that contends an arena of its own (up to eight per core) and returns freed memory
-//! to the kernel only from the top of each heap; a node's many short-lived allocations
-//! (Raft entries, gRPC buffers, RocksDB's C++ objects) spread over tokio's workers, the
-//! blocking pool and RocksDB's threads, so freed memory stayed resident. jemalloc bounds
-//! fragmentation per size class and returns unused pages on a timer (RocksDB's and TiKV's
-//! documentation recommend it for the same reason).
+//! # The problem
+//! Measured with `bench/scripts/rss-steady.sh` (YCSB A at a fixed 1,500 ops/s on a 3-node
+//! cluster; `bench/results/2026-12-06/rss-allocator.md`): with glibc's malloc for everything,
+//! each node's RSS grew from ~400 MiB to ~1 GiB within ten minutes while everything RocksDB
+//! accounts for (block cache, memtables, table readers) stayed flat; the growth was anonymous
+//! memory. The same binary with Debian's jemalloc preloaded for every allocation stayed within
+//! a few tens of MiB. This is the known fragmentation of glibc's malloc under RocksDB's block
+//! cache churn: glibc gives threads that contend arenas of their own (up to eight per core) and
+//! returns freed memory to the kernel only from the top of each heap, so blocks freed by cache
+//! evictions stay resident between live ones.
 //!
-//! # How
-//! The `meridian` binary sets [`tikv_jemallocator::Jemalloc`] as Rust's global allocator.
-//! [`stats`] reads jemalloc's own figures for `/metrics` (`meridian_heap_bytes`, installed by
-//! `meridian start` with `meridian_server::metrics::set_heap_stats`).
-//!
-//! jemalloc is linked *prefixed*: it does not replace `malloc`, so RocksDB's C++ allocations
-//! and every C library's stay on glibc. Unprefixed (`malloc` itself replaced) deadlocks under
-//! libfaketime, which the Jepsen harness preloads for clock faults: jemalloc's first arena
-//! reads the clock while holding its init lock, libfaketime's first `clock_gettime` resolves
-//! symbols with `dlsym`, and `dlsym` allocates.
+//! # What the node does
+//! - Rust's allocations go to jemalloc: the `meridian` binary sets
+//!   [`tikv_jemallocator::Jemalloc`] as the global allocator, and [`stats`] feeds its figures
+//!   to `/metrics` (`meridian_heap_bytes`, through `meridian_server::metrics::set_heap_stats`).
+//!   Under load the Rust heap holds ~60 MiB, resident within ~15% of that.
+//! - jemalloc is linked *prefixed*: it does not replace `malloc`, so RocksDB's C++
+//!   allocations stay on glibc. Unprefixed (`malloc` itself replaced) deadlocks at start under
+//!   libfaketime, which the Jepsen harness preloads for clock faults: jemalloc's first arena
+//!   reads the clock while holding its init lock, and libfaketime's first `clock_gettime`
+//!   resolves symbols with `dlsym`, which allocates.
+//! - For glibc, `meridian start` caps the arenas at [`GLIBC_ARENAS`] ([`limit_glibc_arenas`];
+//!   an operator's `MALLOC_ARENA_MAX` wins) and a thread calls `malloc_trim(0)` every
+//!   [`TRIM_PERIOD`] ([`spawn_glibc_trimmer`]), which returns whole free pages from inside
+//!   every arena.
 //!
 //! # Not done yet
-//! No tuning (arenas, decay times) and no heap profiling endpoint; both need measurements first.
+//! - RocksDB's memory on jemalloc (a RocksDB built with it, or a jemalloc that coexists with
+//!   libfaketime, e.g. by moving the Jepsen clock faults off libfaketime).
+//! - jemalloc tuning (arenas, decay times) and a heap profiling endpoint.
 
 use meridian_server::metrics::HeapStats;
+use std::time::Duration;
 use tikv_jemalloc_ctl::{epoch, stats};
 
+/// glibc arenas the node allows (RocksDB's allocations; see the module docs).
+pub const GLIBC_ARENAS: i32 = 2;
+
+/// Caps glibc's malloc at [`GLIBC_ARENAS`] arenas, unless `MALLOC_ARENA_MAX` is set (glibc
+/// reads it itself; the operator's choice wins). Call before any thread starts: arenas are
+/// created as threads first contend. Returns the cap set, if any.
+pub fn limit_glibc_arenas() -> Option<i32> {
+    if std::env::var_os("MALLOC_ARENA_MAX").is_some() {
+        return None;
+    }
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    {
+        // SAFETY: mallopt only sets a tunable of glibc's allocator; M_ARENA_MAX takes effect
+        // for arenas created later and never moves memory already allocated.
+        let ok = unsafe { nix::libc::mallopt(nix::libc::M_ARENA_MAX, GLIBC_ARENAS) };
+        (ok == 1).then_some(GLIBC_ARENAS)
+    }
+    #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+    None
+}
+
+/// How often the node hands glibc's free pages back to the kernel ([`spawn_glibc_trimmer`]).
+pub const TRIM_PERIOD: Duration = Duration::from_secs(10);
+
+/// Starts a thread that calls glibc's `malloc_trim(0)` every `period`: it returns to the
+/// kernel the whole free pages inside every arena, which glibc otherwise returns only from
+/// the top of each heap. Each call holds one arena's lock at a time while it walks that
+/// arena's free chunks.
+pub fn spawn_glibc_trimmer(period: Duration) -> std::io::Result<()> {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    std::thread::Builder::new()
+        .name("malloc-trim".into())
+        .spawn(move || loop {
+            std::thread::sleep(period);
+            let started = std::time::Instant::now();
+            // SAFETY: malloc_trim only releases free memory; it is thread-safe (it takes
+            // each arena's lock in turn).
+            unsafe { nix::libc::malloc_trim(0) };
+            tracing::debug!(
+                took_us = started.elapsed().as_micros() as u64,
+                "malloc_trim"
+            );
+        })?;
+    #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+    let _ = period;
+    Ok(())
+}
+
 /// jemalloc's figures now (its statistics are cached; advancing the epoch refreshes them).
-/// `None` if jemalloc cannot be asked (not the allocator in use, or built without stats).
+/// `None` if jemalloc cannot be asked (built without statistics).
 pub fn stats() -> Option<HeapStats> {
     epoch::advance().ok()?;
     Some(HeapStats {

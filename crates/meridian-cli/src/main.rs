@@ -8,8 +8,8 @@ use std::io::IsTerminal;
 use std::process::ExitCode;
 use tracing_subscriber::EnvFilter;
 
-/// Rust's allocations go to jemalloc (RocksDB's C++ ones stay on glibc; see
-/// `meridian_cli::heap` for the measurement that chose it and why it is not wider).
+/// Rust's allocations go to jemalloc (RocksDB's C++ ones stay on glibc, with its arenas capped
+/// by `meridian start`; see `meridian_cli::heap` for the measurements behind both).
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
@@ -66,6 +66,16 @@ fn main() -> ExitCode {
         Command::Start(_) => "info,openraft=warn,uhlc=error",
         _ => "warn",
     });
+    if let Command::Start(_) = cli.command {
+        // Before the runtime starts any thread (see `meridian_cli::heap`).
+        if let Some(arenas) = meridian_cli::heap::limit_glibc_arenas() {
+            tracing::info!(arenas, "glibc malloc arenas capped (RocksDB's allocations)");
+        }
+        if let Err(error) = meridian_cli::heap::spawn_glibc_trimmer(meridian_cli::heap::TRIM_PERIOD)
+        {
+            tracing::warn!(%error, "cannot start the malloc_trim thread");
+        }
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
