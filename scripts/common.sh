@@ -58,10 +58,24 @@ find_libclang_dir() {
   [[ -n "$lib" ]] && dirname "$lib"
 }
 
+# prune_stale_binaries: in the shared target directory's release/deps, deletes every
+# executable (test binaries, `name-<hash>`) but the newest of each name. Each change to the
+# dependency graph links a new generation beside the old ones (hundreds of MB each with debug
+# line tables); left alone they filled this machine's disk (79 GB) and made the linker fail.
+prune_stale_binaries() {
+  local deps="${CARGO_TARGET_DIR:-/var/tmp/meridian-target}/release/deps"
+  [[ -d "$deps" ]] || return 0
+  find "$deps" -maxdepth 1 -type f -perm -u+x ! -name '*.*' -printf '%T@ %f\n' |
+    sort -rn |
+    awk '{ name = $2; sub(/-[0-9a-f]+$/, "", name); if (seen[name]++) print $2 }' |
+    while read -r stale; do rm -f "$deps/$stale"; done
+}
+
 ensure_build_deps() {
   command -v cargo >/dev/null || { echo "error: cargo (Rust toolchain) is required" >&2; exit 1; }
   # libclang: bindgen for librocksdb-sys. protoc: tonic-prost-build. g++: RocksDB itself.
-  ensure_packages protoc:protobuf-compiler g++:g++
+  # make: tikv-jemalloc-sys builds jemalloc with configure and make.
+  ensure_packages protoc:protobuf-compiler g++:g++ make:make
   if [[ -z "$(find_libclang_dir)" ]]; then
     apt_install libclang-dev
   fi

@@ -33,7 +33,12 @@ export MERIDIAN_BENCH_ETCD="http://127.0.0.1:$ETCD_PORT"
 
 say "building and running the test suite (release profile, shared with the demo)"
 cd "$ROOT"
-cargo nextest run --workspace --release --locked --no-fail-fast "$@"
+prune_stale_binaries
+status=0
+cargo nextest run --workspace --release --locked --no-fail-fast "$@" || status=$?
+# The run linked this generation's binaries: older ones of the same names go.
+prune_stale_binaries
+((status == 0)) || exit "$status"
 
 if [[ "${MERIDIAN_SKIP_DOCKER:-0}" != 1 ]]; then
   say "running the container cluster test (docker/test.sh: images, compose up, kill, recover)"

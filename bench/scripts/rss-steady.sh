@@ -84,23 +84,26 @@ for id in 1 2 3; do
   for column in "${COLUMNS[@]}"; do csv+=",node${id}_${column}_kib"; done
   csv+=",node${id}_rss_anon_kib"
 done
+# The CSV grows sample by sample, so a run that dies keeps what it measured.
+[[ -n "$OUT_ABS" ]] && printf '%s\n' "$csv" >"$OUT_ABS"
 started=$(date +%s)
 while kill -0 "$RUN_PID" 2>/dev/null; do
   row="$(( $(date +%s) - started ))"
   for id in 1 2 3; do
     row+=",$(status_kib "${PIDS[$((id - 1))]}" VmRSS)"
     for metric in "${METRICS[@]}"; do
-      bytes="$(metric_at "$id" "$metric")"
+      # A node slower than metric_at's 5 s reads as 0 for this sample instead of ending the run.
+      bytes="$(metric_at "$id" "$metric")" || bytes=""
       row+=",$(awk -v b="${bytes:-0}" 'BEGIN {printf "%.0f", b / 1024}')"
     done
     row+=",$(status_kib "${PIDS[$((id - 1))]}" RssAnon)"
   done
   csv+=$'\n'"$row"
+  [[ -n "$OUT_ABS" ]] && printf '%s\n' "$row" >>"$OUT_ABS"
   # Sleep in short steps so the end of the run is noticed promptly.
   for _ in $(seq 1 "$SAMPLE_S"); do kill -0 "$RUN_PID" 2>/dev/null || break; sleep 1; done
 done
 wait "$RUN_PID" || { echo "the YCSB run failed:" >&2; tail -20 "$WORK/run.err" >&2; exit 1; }
-[[ -n "$OUT_ABS" ]] && printf '%s\n' "$csv" >"$OUT_ABS"
 
 echo "# RSS of each node over a ${MINUTES}-minute YCSB $WORKLOAD run at $TARGET ops/s ($SHARDS shards, $RECORDS records), $(date -u +%FT%TZ)"
 for node in 1 2 3; do

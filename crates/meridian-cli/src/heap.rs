@@ -6,16 +6,16 @@
 //! each node's RSS grew from ~400 MiB to ~1 GiB within ten minutes while everything RocksDB
 //! accounts for (block cache, memtables, table readers) stayed flat; the growth was anonymous
 //! memory. The same binary with Debian's jemalloc preloaded for every allocation stayed within
-//! a few tens of MiB. This is the known fragmentation of glibc's malloc under RocksDB's block
-//! cache churn: glibc gives threads that contend arenas of their own (up to eight per core) and
-//! returns freed memory to the kernel only from the top of each heap, so blocks freed by cache
-//! evictions stay resident between live ones.
+//! a few tens of MiB. So the growth was glibc's malloc holding freed memory
+//! (glibc gives threads that contend arenas of their own, up to eight per core, and returns
+//! freed memory to the kernel only from the top of each heap); which of RocksDB's allocations
+//! leave it behind was not profiled.
 //!
 //! # What the node does
 //! - Rust's allocations go to jemalloc: the `meridian` binary sets
 //!   [`tikv_jemallocator::Jemalloc`] as the global allocator, and [`stats`] feeds its figures
 //!   to `/metrics` (`meridian_heap_bytes`, through `meridian_server::metrics::set_heap_stats`).
-//!   Under load the Rust heap holds ~60 MiB, resident within ~15% of that.
+//!   Under load the Rust heap holds ~60 MiB, ~70 MiB resident.
 //! - jemalloc is linked *prefixed*: it does not replace `malloc`, so RocksDB's C++
 //!   allocations stay on glibc. Unprefixed (`malloc` itself replaced) deadlocks at start under
 //!   libfaketime, which the Jepsen harness preloads for clock faults: jemalloc's first arena
@@ -24,7 +24,7 @@
 //! - For glibc, `meridian start` caps the arenas at [`GLIBC_ARENAS`] ([`limit_glibc_arenas`];
 //!   an operator's `MALLOC_ARENA_MAX` wins) and a thread calls `malloc_trim(0)` every
 //!   [`TRIM_PERIOD`] ([`spawn_glibc_trimmer`]), which returns whole free pages from inside
-//!   every arena.
+//!   every arena. The trim cannot be turned off yet.
 //!
 //! # Not done yet
 //! - RocksDB's memory on jemalloc (a RocksDB built with it, or a jemalloc that coexists with
@@ -38,11 +38,14 @@ use tikv_jemalloc_ctl::{epoch, stats};
 /// glibc arenas the node allows (RocksDB's allocations; see the module docs).
 pub const GLIBC_ARENAS: i32 = 2;
 
-/// Caps glibc's malloc at [`GLIBC_ARENAS`] arenas, unless `MALLOC_ARENA_MAX` is set (glibc
-/// reads it itself; the operator's choice wins). Call before any thread starts: arenas are
-/// created as threads first contend. Returns the cap set, if any.
+/// Caps glibc's malloc at [`GLIBC_ARENAS`] arenas, unless the operator set a cap
+/// (`MALLOC_ARENA_MAX`, or `glibc.malloc.arena_max` in `GLIBC_TUNABLES`: glibc reads both
+/// itself, and the operator's choice wins). Call before any thread starts: arenas are created
+/// as threads first contend. Returns the cap set, if any.
 pub fn limit_glibc_arenas() -> Option<i32> {
-    if std::env::var_os("MALLOC_ARENA_MAX").is_some() {
+    let tunables = std::env::var("GLIBC_TUNABLES").unwrap_or_default();
+    if std::env::var_os("MALLOC_ARENA_MAX").is_some() || tunables.contains("glibc.malloc.arena_max")
+    {
         return None;
     }
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
