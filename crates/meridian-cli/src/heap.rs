@@ -22,7 +22,7 @@
 //!   reads the clock while holding its init lock, and libfaketime's first `clock_gettime`
 //!   resolves symbols with `dlsym`, which allocates.
 //! - For glibc, `meridian start` caps the arenas at [`GLIBC_ARENAS`] ([`limit_glibc_arenas`];
-//!   an operator's `MALLOC_ARENA_MAX` wins) and a thread calls `malloc_trim(0)` every
+//!   an operator's `MALLOC_ARENA_MAX` or `GLIBC_TUNABLES` arena cap wins) and a thread calls `malloc_trim(0)` every
 //!   [`TRIM_PERIOD`] ([`spawn_glibc_trimmer`]), which returns whole free pages from inside
 //!   every arena. The trim cannot be turned off yet.
 //!
