@@ -98,6 +98,23 @@ async fn scenario() {
             i + 1
         );
         assert!(grew("meridian_log_writer_flushes_total"));
+        // Apply (every node) and replication (leaders) read new entries from the shards'
+        // in-memory tails, not from RocksDB.
+        let reads = |s: &BTreeMap<String, f64>, from: &str| {
+            sample(
+                s,
+                &format!("meridian_raft_log_reads_total{{from=\"{from}\"}}"),
+            )
+        };
+        let (memory, stored) = (
+            reads(a, "memory") - reads(b, "memory"),
+            reads(a, "rocksdb") - reads(b, "rocksdb"),
+        );
+        assert!(
+            memory >= 100.0 && memory > 10.0 * stored,
+            "node {}: log reads from memory {memory}, from RocksDB {stored}",
+            i + 1
+        );
         assert!(sample(a, "meridian_process_cpu_seconds_total") > 0.0);
         assert!(sample(a, "meridian_requests_in_flight_limit") > 0.0);
     }

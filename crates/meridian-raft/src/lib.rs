@@ -49,6 +49,7 @@ pub mod host;
 pub mod issued;
 pub mod locks;
 pub mod log_store;
+pub mod log_tail;
 pub mod log_writer;
 pub mod map_gossip;
 pub mod network;

@@ -9,14 +9,17 @@
 //! node's [`LogWriter`] and return at once; the writer thread merges every shard's queued
 //! batches into one write and one fsync, and reports appends flushed after the fsync.
 //! openraft requires appended entries to be readable as soon as `append` returns, so they also
-//! go into this store's in-memory *tail* until the writer has written them.
+//! go into this store's in-memory *tail* ([`crate::log_tail`]), which keeps them until the
+//! writer has written them and apply has read them (within per-shard bounds).
 //!
 //! # Reads see the tail, then RocksDB
-//! The tail is a suffix of the log (appends come in index order; the writer empties it from
-//! the front; a truncation cuts its end). A read takes the tail's entries of its range first,
-//! then reads from RocksDB only the part of the range below them. The writer removes an entry
-//! from the tail only after its batch is in RocksDB, so every appended entry is in one or the
-//! other at any moment of the read. Two
+//! The tail is a suffix of the log (appends come in index order; evictions and purges cut its
+//! front; a truncation cuts its end). A read whose first index the tail holds is answered from
+//! it alone, on the caller's task (no blocking-pool hand-off, no RocksDB iterator): the common
+//! case for replication and apply. Any other read runs on the blocking pool, takes the tail's
+//! entries of its range first, then reads from RocksDB only the part of the range below them.
+//! Only written entries leave the tail, so every appended entry is in one or the other at any
+//! moment of the read. Two
 //! things could make the two halves disagree, and are handled:
 //! - a truncation queued but not written: RocksDB still holds the truncated entries, so
 //!   entries at or above a pending truncation's start are ignored in RocksDB;
@@ -30,8 +33,10 @@
 //! covered by a snapshot (purge), or an older committed mark (recovery then waits for the
 //! cluster's commit).
 //!
-//! Reads and the vote run on tokio's blocking pool, never on the reactor.
+//! Reads of RocksDB and the vote run on tokio's blocking pool, never on the reactor. The
+//! writer's statistics count which reads the tail answered (`LogWriterStats::log_reads_*`).
 
+use crate::log_tail::{hole, ReadLimit, Tail};
 use crate::log_writer::{LogWork, LogWriter};
 use crate::types::{codec, Entry, IOFlushed, LogId, LogState, TypeConfig, Vote};
 use meridian_storage::keys::{self, MetaKind};
@@ -43,6 +48,7 @@ use std::collections::BTreeMap;
 use std::fmt::Debug;
 use std::io;
 use std::ops::{Bound, RangeBounds};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 /// Most entries one replication read returns, and the piece size of apply reads (see
@@ -55,28 +61,10 @@ pub const MAX_ENTRIES_PER_READ: usize = 4_096;
 /// transport cannot send.
 pub const MAX_BYTES_PER_READ: usize = meridian_types::limits::MAX_MESSAGE_BYTES / 4;
 
-/// How much one read may return: entries and encoded bytes (at least one entry regardless).
-#[derive(Clone, Copy, Debug)]
-struct ReadLimit {
-    entries: usize,
-    bytes: usize,
-}
-
 const PIECE: ReadLimit = ReadLimit {
     entries: MAX_ENTRIES_PER_READ,
     bytes: MAX_BYTES_PER_READ,
 };
-
-impl ReadLimit {
-    /// Whether `out` (holding `bytes`) may take one more entry of `next` bytes.
-    fn admits(limit: Option<ReadLimit>, out: &[Entry], bytes: usize, next: usize) -> bool {
-        match limit {
-            None => true,
-            Some(_) if out.is_empty() => true,
-            Some(l) => out.len() < l.entries && bytes.saturating_add(next) <= l.bytes,
-        }
-    }
-}
 
 /// Most times a read restarts because a truncation ran during it.
 const MAX_READ_RETRIES: usize = 1_000;
@@ -87,26 +75,6 @@ pub struct LogStore {
     engine: Arc<dyn Engine>,
     writer: Arc<LogWriter>,
     tail: Arc<std::sync::Mutex<Tail>>,
-}
-
-/// What this store has queued on the writer and RocksDB does not show yet.
-#[derive(Default)]
-struct Tail {
-    /// Appended entries not yet written to RocksDB, by index.
-    entries: BTreeMap<u64, Entry>,
-    /// First indexes of truncations queued but not yet written: RocksDB entries at or above
-    /// the lowest are stale.
-    truncations_pending: Vec<u64>,
-    /// Bumped by every truncation (see the module docs).
-    generation: u64,
-    /// The last purged log id, once this process has purged (RocksDB's copy may lag).
-    last_purged: Option<LogId>,
-}
-
-impl Tail {
-    fn stale_from(&self) -> Option<u64> {
-        self.truncations_pending.iter().copied().min()
-    }
 }
 
 fn lock(tail: &std::sync::Mutex<Tail>) -> std::sync::MutexGuard<'_, Tail> {
@@ -177,18 +145,37 @@ impl LogStore {
         Ok(())
     }
 
+    /// Reads `[first, end)` within `limit` (see [`read_range`]): from the tail alone, on this
+    /// task, when it holds `first`; else on the blocking pool from the tail and RocksDB.
+    async fn read(
+        &self,
+        first: u64,
+        end: Option<u64>,
+        limit: Option<ReadLimit>,
+    ) -> io::Result<(Vec<Entry>, bool)> {
+        let stats = self.writer.stats();
+        let from_memory = lock(&self.tail).read(self.shard, first, end, limit);
+        if let Some(read) = from_memory {
+            stats.log_reads_memory.fetch_add(1, Ordering::Relaxed);
+            return read;
+        }
+        stats.log_reads_stored.fetch_add(1, Ordering::Relaxed);
+        let (shard, engine, tail) = (self.shard, self.engine.clone(), self.tail.clone());
+        blocking(move || read_range(&*engine, &tail, shard, first, end, limit)).await
+    }
+
     /// The log's last entry: the tail's, else RocksDB's newest that no pending truncation
     /// covers.
     async fn last_entry(&self) -> io::Result<Option<Entry>> {
         let (shard, engine, tail) = (self.shard, self.engine.clone(), self.tail.clone());
         blocking(move || {
-            let last_unwritten = lock(&tail).entries.keys().next_back().copied();
+            let last_held = lock(&tail).last_index();
             consistent_read(
                 &tail,
-                last_unwritten.unwrap_or(u64::MAX),
+                last_held.unwrap_or(u64::MAX),
                 None,
-                |unwritten, stale_from| {
-                    if let Some((_, last)) = unwritten.into_iter().next_back() {
+                |held, stale_from| {
+                    if let Some((_, last)) = held.into_iter().next_back() {
                         return Ok(Some(last));
                     }
                     let (start, mut end) = keys::raft_log_range(shard);
@@ -216,18 +203,12 @@ fn consistent_read<T>(
     end: Option<u64>,
     mut read: impl FnMut(BTreeMap<u64, Entry>, Option<u64>) -> io::Result<T>,
 ) -> io::Result<T> {
-    let end = end.map_or(Bound::Unbounded, Bound::Excluded);
     for _ in 0..MAX_READ_RETRIES {
-        let (unwritten, stale_from, generation) = {
+        let (held, stale_from, generation) = {
             let t = lock(tail);
-            let copy: BTreeMap<u64, Entry> = t
-                .entries
-                .range((Bound::Included(first), end))
-                .map(|(i, e)| (*i, e.clone()))
-                .collect();
-            (copy, t.stale_from(), t.generation)
+            (t.copy_range(first, end), t.stale_from(), t.generation)
         };
-        let result = read(unwritten, stale_from)?;
+        let result = read(held, stale_from)?;
         if lock(tail).generation == generation {
             return Ok(result);
         }
@@ -250,10 +231,10 @@ fn read_range(
     end: Option<u64>,
     limit: Option<ReadLimit>,
 ) -> io::Result<(Vec<Entry>, bool)> {
-    consistent_read(tail, first, end, |unwritten, stale_from| {
+    consistent_read(tail, first, end, |held, stale_from| {
         // The tail is a suffix of the log: RocksDB supplies only what lies below its first
         // entry in range, and below the first pending truncation (the rest there is stale).
-        let rocks_end = [end, stale_from, unwritten.keys().next().copied()]
+        let rocks_end = [end, stale_from, held.keys().next().copied()]
             .into_iter()
             .flatten()
             .min();
@@ -264,7 +245,7 @@ fn read_range(
         if cut {
             return Ok((out, true));
         }
-        for entry in unwritten.into_values() {
+        for entry in held.into_values() {
             let size = limit.map_or(0, |_| codec::encoded_len(&entry));
             if !ReadLimit::admits(limit, &out, bytes, size) {
                 return Ok((out, true));
@@ -279,16 +260,6 @@ fn read_range(
         }
         Ok((out, false))
     })
-}
-
-fn hole(shard: ShardId, prev: u64, next: u64) -> io::Error {
-    io::Error::new(
-        io::ErrorKind::InvalidData,
-        format!(
-            "shard {shard}: the raft log has a hole: entry {} is missing (entry {prev} is followed by {next})",
-            prev + 1
-        ),
-    )
 }
 
 /// The entries RocksDB holds in `[first, end)` within `limit`, checked for holes, with their
@@ -358,24 +329,22 @@ impl RaftLogReader<TypeConfig> for LogStore {
         range: RB,
     ) -> io::Result<Vec<Entry>> {
         let (first, end) = bounds(&range);
-        let (shard, engine, tail) = (self.shard, self.engine.clone(), self.tail.clone());
-        blocking(move || read_range(&*engine, &tail, shard, first, end, None).map(|(e, _)| e)).await
+        self.read(first, end, None).await.map(|(e, _)| e)
     }
 
     /// Replication reads: at most [`MAX_ENTRIES_PER_READ`] entries and [`MAX_BYTES_PER_READ`],
     /// never none when the range holds some (openraft sends the rest in later requests).
     async fn limited_get_log_entries(&mut self, start: u64, end: u64) -> io::Result<Vec<Entry>> {
-        let (shard, engine, tail) = (self.shard, self.engine.clone(), self.tail.clone());
-        blocking(move || {
-            read_range(&*engine, &tail, shard, start, Some(end), Some(PIECE)).map(|(e, _)| e)
-        })
-        .await
+        self.read(start, Some(end), Some(PIECE))
+            .await
+            .map(|(e, _)| e)
     }
 
     /// The apply path: the whole range, read [`MAX_ENTRIES_PER_READ`] entries (or
     /// [`MAX_BYTES_PER_READ`]) at a time so a
     /// replica catching up on a long log does not hold it all in memory. Committed entries
-    /// never change, so reading them in pieces sees the same log as one read would.
+    /// never change, so reading them in pieces sees the same log as one read would. What a
+    /// piece returned may leave the tail (apply has it).
     async fn entries_stream<RB>(
         &mut self,
         range: RB,
@@ -385,20 +354,18 @@ impl RaftLogReader<TypeConfig> for LogStore {
     {
         use futures::StreamExt;
         let (first, end) = bounds(&range);
-        let (shard, engine, tail) = (self.shard, self.engine.clone(), self.tail.clone());
+        let (store, shard) = (self.clone(), self.shard);
         // State: the next index to read and whether it continues an earlier piece (then it
         // must be there: absence is tolerated only at the start of the whole range), or None
         // once done (or after an error).
         futures::stream::unfold(Some((first, false)), move |next| {
-            let (engine, tail) = (engine.clone(), tail.clone());
+            let store = store.clone();
             async move {
                 let (from, continued) = next?;
                 if end.is_some_and(|e| from >= e) {
                     return None;
                 }
-                let read =
-                    blocking(move || read_range(&*engine, &tail, shard, from, end, Some(PIECE)))
-                        .await;
+                let read = store.read(from, end, Some(PIECE)).await;
                 let read = read.and_then(|(chunk, cut)| match chunk.first() {
                     Some(e) if continued && e.log_id.index != from => Err(io::Error::new(
                         io::ErrorKind::InvalidData,
@@ -410,6 +377,9 @@ impl RaftLogReader<TypeConfig> for LogStore {
                     Ok((chunk, _)) if chunk.is_empty() => None,
                     Ok((chunk, full)) => {
                         let after = chunk.last().map(|e| e.log_id.index + 1);
+                        if let Some(after) = after {
+                            lock(&store.tail).applied_below(after);
+                        }
                         let items: Vec<io::Result<Entry>> = chunk.into_iter().map(Ok).collect();
                         let next = full.then_some(after).flatten().map(|a| (a, true));
                         Some((futures::stream::iter(items), next))
@@ -474,31 +444,24 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         let mut batch = WriteBatch::new();
         let mut appended = Vec::new();
         for entry in entries {
+            let encoded = codec::encode(&entry)?;
+            let bytes = encoded.len();
             batch.put(
                 Cf::RaftLog,
                 keys::raft_log_key(self.shard, entry.log_id.index),
-                codec::encode(&entry)?,
+                encoded,
             );
-            appended.push(entry);
+            appended.push((entry, bytes));
         }
-        let ids: Vec<LogId> = appended.iter().map(|e| e.log_id).collect();
+        let ids: Vec<LogId> = appended.iter().map(|(e, _)| e.log_id).collect();
         {
             let mut tail = lock(&self.tail);
-            for entry in appended {
-                tail.entries.insert(entry.log_id.index, entry);
+            for (entry, bytes) in appended {
+                tail.push(entry, bytes);
             }
         }
-        // Once written, an entry leaves the tail, unless a truncation and a new append have
-        // put another entry at its index since (that one has its own write queued).
         let tail = self.tail.clone();
-        let written = Box::new(move || {
-            let mut tail = lock(&tail);
-            for id in ids {
-                if tail.entries.get(&id.index).is_some_and(|e| e.log_id == id) {
-                    tail.entries.remove(&id.index);
-                }
-            }
-        });
+        let written = Box::new(move || lock(&tail).written(&ids));
         self.writer
             .submit(LogWork {
                 batch,
@@ -519,19 +482,9 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             keys::raft_log_key(self.shard, from),
             keys::raft_log_range(self.shard).1,
         );
-        {
-            let mut tail = lock(&self.tail);
-            tail.entries.split_off(&from);
-            tail.truncations_pending.push(from);
-            tail.generation += 1;
-        }
+        lock(&self.tail).truncate(from);
         let tail = self.tail.clone();
-        let written = Box::new(move || {
-            let mut tail = lock(&tail);
-            if let Some(i) = tail.truncations_pending.iter().position(|f| *f == from) {
-                tail.truncations_pending.swap_remove(i);
-            }
-        });
+        let written = Box::new(move || lock(&tail).truncation_written(from));
         self.writer
             .submit(LogWork {
                 batch,
@@ -549,11 +502,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             keys::raft_log_range(self.shard).0,
             keys::raft_log_key(self.shard, log_id.index + 1),
         );
-        {
-            let mut tail = lock(&self.tail);
-            tail.entries = tail.entries.split_off(&(log_id.index + 1));
-            tail.last_purged = Some(log_id);
-        }
+        lock(&self.tail).purge(log_id);
         self.queue(batch).await
     }
 }

@@ -12,8 +12,9 @@
 //! and return at once: Raft's core task never waits on RocksDB for them (a write stall used to
 //! stop its heartbeats). The thread takes everything queued so far (up to
 //! [`MAX_LOG_BATCH_ENTRIES`] items or [`MAX_LOG_WRITE_BYTES`]), merges the batches in queue
-//! order into ONE RocksDB write, runs each item's `written` hook (the log store drops the
-//! entries from its in-memory tail, which kept them readable meanwhile), then, if any item
+//! order into ONE RocksDB write, runs each item's `written` hook (the log store marks the
+//! entries written in its in-memory tail, which kept them readable meanwhile and may now let
+//! them go), then, if any item
 //! asked for durability, issues one `Engine::sync_wal` (RocksDB `FlushWAL(sync)`): RocksDB has
 //! one WAL per DB, so syncing it makes every earlier write durable, and the fsync runs outside
 //! RocksDB's write queue, so apply batches keep writing meanwhile. Only then are the appends
@@ -97,6 +98,11 @@ pub struct LogWriterStats {
     pub flushes: std::sync::atomic::AtomicU64,
     pub write_micros: std::sync::atomic::AtomicU64,
     pub sync_micros: std::sync::atomic::AtomicU64,
+    /// Raft log reads (replication, apply) of this node's shards answered from their
+    /// in-memory tails, on the caller's task (`log_tail`).
+    pub log_reads_memory: std::sync::atomic::AtomicU64,
+    /// Raft log reads that needed RocksDB (on the blocking pool).
+    pub log_reads_stored: std::sync::atomic::AtomicU64,
 }
 
 impl LogWriter {

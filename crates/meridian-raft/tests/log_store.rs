@@ -9,6 +9,7 @@
 use bytes::Bytes;
 use futures::StreamExt;
 use meridian_raft::log_store::{LogStore, MAX_BYTES_PER_READ, MAX_ENTRIES_PER_READ};
+use meridian_raft::log_tail::MAX_CACHED_ENTRIES;
 use meridian_raft::log_writer::LogWriter;
 use meridian_raft::types::{Entry, IOFlushed};
 use meridian_raft::{Command, TypeConfig};
@@ -18,6 +19,7 @@ use meridian_types::ShardId;
 use openraft::storage::RaftLogStorage;
 use openraft::type_config::TypeConfigExt;
 use openraft::{EntryPayload, RaftLogReader};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 const SHARD: ShardId = ShardId(3);
@@ -48,6 +50,12 @@ async fn store_of(count: u64, value_len: usize) -> (LogStore, Arc<dyn Engine>) {
     let engine: Arc<dyn Engine> = Arc::new(MemoryEngine::new());
     let writer = Arc::new(LogWriter::start(engine.clone()));
     let mut store = LogStore::new(SHARD, engine.clone(), writer);
+    append_written(&mut store, count, value_len).await;
+    (store, engine)
+}
+
+/// Appends entries `1..=count` and waits until they are written and synced.
+async fn append_written(store: &mut LogStore, count: u64, value_len: usize) {
     // Appended in runs, as a follower receives them.
     let mut flushed = Vec::new();
     for start in (1..=count).step_by(1_000) {
@@ -65,7 +73,16 @@ async fn store_of(count: u64, value_len: usize) -> (LogStore, Arc<dyn Engine>) {
     for rx in flushed {
         rx.await.expect("flush reported").expect("flushed");
     }
-    (store, engine)
+}
+
+/// Reads apply (the apply stream) of `range`, as indexes.
+async fn apply(store: &mut LogStore, range: std::ops::Range<u64>) -> Vec<u64> {
+    store
+        .entries_stream(range)
+        .await
+        .map(|e| e.expect("entry").log_id.index)
+        .collect()
+        .await
 }
 
 fn indexes(entries: &[Entry]) -> Vec<u64> {
@@ -161,6 +178,8 @@ async fn reads_of_large_entries_are_bounded_by_bytes_and_the_apply_stream_misses
 #[tokio::test]
 async fn a_hole_inside_the_range_is_an_error_not_a_short_read() {
     let (mut store, engine) = store_with(50).await;
+    // Applied, so the entries are read from RocksDB from now on (not the in-memory tail).
+    assert_eq!(apply(&mut store, 1..51).await, (1..=50).collect::<Vec<_>>());
     let mut batch = WriteBatch::new();
     batch.delete(Cf::RaftLog, keys::raft_log_key(SHARD, 20));
     engine.write(batch, true).unwrap();
@@ -174,4 +193,59 @@ async fn a_hole_inside_the_range_is_an_error_not_a_short_read() {
         indexes(&store.try_get_log_entries(21..=60).await.unwrap()),
         (21..=50).collect::<Vec<_>>()
     );
+}
+
+/// A read whose first entry the in-memory tail still holds is answered there (written but not
+/// yet applied); entries apply has read leave it, and reads of them go to RocksDB. The
+/// writer's statistics count which is which.
+#[tokio::test]
+async fn reads_come_from_memory_until_apply_has_read_the_entries() {
+    let engine: Arc<dyn Engine> = Arc::new(MemoryEngine::new());
+    let writer = Arc::new(LogWriter::start(engine.clone()));
+    let mut store = LogStore::new(SHARD, engine.clone(), writer.clone());
+    append_written(&mut store, 100, 10).await;
+    let counts = || {
+        let stats = writer.stats();
+        (
+            stats.log_reads_memory.load(Ordering::Relaxed),
+            stats.log_reads_stored.load(Ordering::Relaxed),
+        )
+    };
+    let all: Vec<u64> = (1..=100).collect();
+    assert_eq!(
+        indexes(&store.limited_get_log_entries(1, 101).await.unwrap()),
+        all
+    );
+    assert_eq!(counts(), (1, 0), "written, not applied: still in memory");
+    assert_eq!(apply(&mut store, 1..61).await, (1..=60).collect::<Vec<_>>());
+    assert_eq!(counts(), (2, 0));
+    assert_eq!(
+        indexes(&store.try_get_log_entries(1..=100).await.unwrap()),
+        all
+    );
+    assert_eq!(counts(), (2, 1), "1..=60 were applied: RocksDB has them");
+    assert_eq!(
+        indexes(&store.try_get_log_entries(61..=100).await.unwrap()),
+        (61..=100).collect::<Vec<_>>()
+    );
+    assert_eq!(counts(), (3, 1));
+}
+
+/// Past its bound, the tail keeps only the newest written entries: an older read needs
+/// RocksDB and still sees every entry.
+#[tokio::test]
+async fn the_tail_keeps_a_bounded_number_of_written_entries() {
+    let count = MAX_CACHED_ENTRIES as u64 + 500;
+    let engine: Arc<dyn Engine> = Arc::new(MemoryEngine::new());
+    let writer = Arc::new(LogWriter::start(engine.clone()));
+    let mut store = LogStore::new(SHARD, engine.clone(), writer.clone());
+    append_written(&mut store, count, 10).await;
+    let stored = || writer.stats().log_reads_stored.load(Ordering::Relaxed);
+    let newest = count - MAX_CACHED_ENTRIES as u64 + 1;
+    let got = store.try_get_log_entries(newest..=count).await.unwrap();
+    assert_eq!(got.len(), MAX_CACHED_ENTRIES);
+    assert_eq!(stored(), 0, "the newest MAX_CACHED_ENTRIES are in memory");
+    let got = store.try_get_log_entries(newest - 1..=count).await.unwrap();
+    assert_eq!(indexes(&got), (newest - 1..=count).collect::<Vec<_>>());
+    assert_eq!(stored(), 1);
 }

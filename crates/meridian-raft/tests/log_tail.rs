@@ -6,6 +6,7 @@
 //! write stall looks to the log store.
 
 use bytes::Bytes;
+use futures::StreamExt;
 use meridian_raft::log_store::LogStore;
 use meridian_raft::log_writer::LogWriter;
 use meridian_raft::types::{Entry, IOFlushed, LogId};
@@ -87,10 +88,18 @@ async fn unwritten_appends_are_readable_and_pending_truncations_hide_rocksdb() {
     let mut store = LogStore::new(SHARD, engine.clone(), writer);
     let _open = OpenOnDrop(engine.clone());
 
-    // Term 1 writes 1..=10 all the way to RocksDB.
+    // Term 1 writes 1..=10 all the way to RocksDB, and they are applied, so they leave the
+    // in-memory tail: reads of them go to RocksDB.
     append(&mut store, (1..=10).map(|i| entry(1, i)))
         .await
         .await;
+    let applied: Vec<Entry> = store
+        .entries_stream(1..11)
+        .await
+        .map(|e| e.expect("entry"))
+        .collect()
+        .await;
+    assert_eq!(log_ids(&applied), expected(&[(1, 1..=10)]));
 
     // A stall: nothing reaches RocksDB from here on until the gate opens.
     engine.hold_writes(true);

@@ -297,6 +297,15 @@ pub fn render(node: &Node, admission: &Admission) -> String {
             value,
         );
     }
+    out.metric(
+        "meridian_raft_log_reads_total",
+        "counter",
+        "Raft log reads for replication and apply, by where they were answered: the shard's in-memory tail (no hand-off) or RocksDB (on the blocking pool).",
+        &[
+            ("from=\"memory\"".to_string(), load(&writer.log_reads_memory)),
+            ("from=\"rocksdb\"".to_string(), load(&writer.log_reads_stored)),
+        ],
+    );
     out.one(
         "meridian_log_writer_write_seconds_total",
         "counter",
