@@ -21,10 +21,13 @@
 //!   libfaketime, which the Jepsen harness preloads for clock faults: jemalloc's first arena
 //!   reads the clock while holding its init lock, and libfaketime's first `clock_gettime`
 //!   resolves symbols with `dlsym`, which allocates.
-//! - For glibc, `meridian start` caps the arenas at [`GLIBC_ARENAS`] ([`limit_glibc_arenas`];
-//!   an operator's `MALLOC_ARENA_MAX` or `GLIBC_TUNABLES` arena cap wins) and a thread calls `malloc_trim(0)` every
-//!   [`TRIM_PERIOD`] ([`spawn_glibc_trimmer`]), which returns whole free pages from inside
-//!   every arena. The trim cannot be turned off yet.
+//! - For glibc, `meridian start` caps the arenas at [`GLIBC_ARENAS`] ([`limit_glibc_arenas`]),
+//!   pins the mmap threshold at [`GLIBC_MMAP_THRESHOLD`] ([`pin_glibc_mmap_threshold`]), so a
+//!   freed memtable's arena blocks go back to the kernel at once instead of waiting in the
+//!   heap, and a thread calls `malloc_trim(0)` every [`TRIM_PERIOD`] ([`spawn_glibc_trimmer`]),
+//!   which returns whole free pages from inside every arena. An operator's own setting of
+//!   either tunable (its `MALLOC_*` variable or `GLIBC_TUNABLES`) wins. The trim cannot be
+//!   turned off yet.
 //!
 //! # Not done yet
 //! - RocksDB's memory on jemalloc (a RocksDB built with it, or a jemalloc that coexists with
@@ -43,20 +46,51 @@ pub const GLIBC_ARENAS: i32 = 2;
 /// itself, and the operator's choice wins). Call before any thread starts: arenas are created
 /// as threads first contend. Returns the cap set, if any.
 pub fn limit_glibc_arenas() -> Option<i32> {
-    let tunables = std::env::var("GLIBC_TUNABLES").unwrap_or_default();
-    if std::env::var_os("MALLOC_ARENA_MAX").is_some() || tunables.contains("glibc.malloc.arena_max")
-    {
-        return None;
-    }
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    {
-        // SAFETY: mallopt only sets a tunable of glibc's allocator; M_ARENA_MAX takes effect
-        // for arenas created later and never moves memory already allocated.
-        let ok = unsafe { nix::libc::mallopt(nix::libc::M_ARENA_MAX, GLIBC_ARENAS) };
-        (ok == 1).then_some(GLIBC_ARENAS)
-    }
+    return set_unless_operator_did(
+        "MALLOC_ARENA_MAX",
+        "glibc.malloc.arena_max",
+        nix::libc::M_ARENA_MAX,
+        GLIBC_ARENAS,
+    );
     #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
     None
+}
+
+/// glibc allocations of at least this many bytes get a mapping of their own, returned to the
+/// kernel when freed ([`pin_glibc_mmap_threshold`]). glibc's default, made fixed.
+pub const GLIBC_MMAP_THRESHOLD: i32 = 128 * 1024;
+
+/// Pins glibc's mmap threshold at [`GLIBC_MMAP_THRESHOLD`], unless the operator set one
+/// (`MALLOC_MMAP_THRESHOLD_`, or `glibc.malloc.mmap_threshold` in `GLIBC_TUNABLES`). glibc
+/// otherwise raises the threshold to the size of each mapped block freed (up to 32 MiB), so
+/// after RocksDB frees its first memtable, the next memtables' arena blocks (up to 1 MiB
+/// each) come from the heap and stay there, free, until a trim. Setting it also fixes the
+/// trim threshold (glibc stops adjusting both). Returns the threshold set, if any.
+pub fn pin_glibc_mmap_threshold() -> Option<i32> {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    return set_unless_operator_did(
+        "MALLOC_MMAP_THRESHOLD_",
+        "glibc.malloc.mmap_threshold",
+        nix::libc::M_MMAP_THRESHOLD,
+        GLIBC_MMAP_THRESHOLD,
+    );
+    #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+    None
+}
+
+/// `mallopt(param, value)` unless the environment already sets it, by its own variable or in
+/// `GLIBC_TUNABLES` (which glibc applied at start). Returns `value` if it was set.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+fn set_unless_operator_did(variable: &str, tunable: &str, param: i32, value: i32) -> Option<i32> {
+    let tunables = std::env::var("GLIBC_TUNABLES").unwrap_or_default();
+    if std::env::var_os(variable).is_some() || tunables.contains(tunable) {
+        return None;
+    }
+    // SAFETY: mallopt only sets a tunable of glibc's allocator; the ones used here take effect
+    // for later allocations (and arenas) and never move memory already allocated.
+    let ok = unsafe { nix::libc::mallopt(param, value) };
+    (ok == 1).then_some(value)
 }
 
 /// How often the node hands glibc's free pages back to the kernel ([`spawn_glibc_trimmer`]).

@@ -71,6 +71,9 @@ fn main() -> ExitCode {
         if let Some(arenas) = meridian_cli::heap::limit_glibc_arenas() {
             tracing::info!(arenas, "glibc malloc arenas capped (RocksDB's allocations)");
         }
+        if let Some(bytes) = meridian_cli::heap::pin_glibc_mmap_threshold() {
+            tracing::info!(bytes, "glibc mmap threshold pinned (RocksDB's allocations)");
+        }
         if let Err(error) = meridian_cli::heap::spawn_glibc_trimmer(meridian_cli::heap::TRIM_PERIOD)
         {
             tracing::warn!(%error, "cannot start the malloc_trim thread");

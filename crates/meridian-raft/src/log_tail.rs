@@ -9,8 +9,10 @@
 //! it commits, which comes after the write on the leader (the quorum waits for the fsync)
 //! and usually after it on a follower too. Each of those reads went to the blocking pool (a
 //! thread hand-off each way) and through a RocksDB iterator. Now an entry stays until apply
-//! has read it, within [`MAX_CACHED_ENTRIES`] and [`MAX_CACHED_BYTES`] per shard, and a read
-//! whose first index is held here is answered on the caller's task, with no hand-off.
+//! has read it or the tail holds more than [`MAX_CACHED_ENTRIES`] entries or
+//! [`MAX_CACHED_BYTES`] (then written entries leave from the front), and a read whose first
+//! index is held here, or lies past the last, is answered on the caller's task, with no
+//! hand-off.
 //!
 //! # Invariants
 //! - The entries form a suffix of the log, contiguous by index: appends come in index order,
@@ -33,11 +35,13 @@ use std::collections::BTreeMap;
 use std::io;
 use std::ops::Bound;
 
-/// Most written entries one shard keeps for apply and replication.
+/// Past this many entries in a shard's tail (written or not), its written entries leave from
+/// the front even if apply has not read them. Unwritten entries are kept whatever the count.
 pub const MAX_CACHED_ENTRIES: usize = 1_024;
 
-/// Most encoded bytes of entries one shard keeps once they are written (unwritten entries are
-/// kept whatever their size).
+/// Past this many encoded bytes in a shard's tail (written or not), its written entries leave
+/// from the front even if apply has not read them. Unwritten entries are kept whatever their
+/// size.
 pub const MAX_CACHED_BYTES: usize = 1024 * 1024;
 
 /// How much one read may return: entries and encoded bytes (at least one entry regardless).
@@ -139,6 +143,10 @@ impl Tail {
     /// Drops the entries from `from` on; RocksDB's from there are stale until the truncation
     /// is written ([`Tail::truncation_written`]).
     pub fn truncate(&mut self, from: u64) {
+        // Raft never truncates an applied entry; were it to, the new entries there must not
+        // count as applied.
+        debug_assert!(from >= self.applied_below, "truncating applied entries");
+        self.applied_below = self.applied_below.min(from);
         let cut = self.entries.split_off(&from);
         self.bytes -= cut.values().map(|h| h.bytes).sum::<usize>();
         self.truncations_pending.push(from);
@@ -319,6 +327,65 @@ mod tests {
         assert_eq!(tail.bytes(), 20);
         tail.truncation_written(4);
         assert_eq!(tail.stale_from(), None);
+    }
+
+    /// A truncation of written entries apply has not read drops them and their bytes; the
+    /// entries appended in their place stay until written.
+    #[test]
+    fn truncating_written_entries_drops_them_and_their_bytes() {
+        let mut tail = Tail::default();
+        push_run(&mut tail, 1, 1..=8, 10);
+        tail.written(&ids(1, 1..=8));
+        tail.applied_below(4);
+        assert_eq!(held(&tail), (4..=8).collect::<Vec<_>>());
+        tail.truncate(6);
+        assert_eq!(held(&tail), vec![4, 5]);
+        assert_eq!(tail.bytes(), 20);
+        push_run(&mut tail, 2, 6..=7, 30);
+        assert_eq!(tail.bytes(), 80);
+        tail.applied_below(8);
+        assert_eq!(
+            held(&tail),
+            vec![6, 7],
+            "4 and 5 applied; 6 and 7 not written"
+        );
+        tail.written(&ids(2, 6..=7));
+        assert!(held(&tail).is_empty());
+        assert_eq!(tail.bytes(), 0);
+    }
+
+    /// Entries apply read before their write landed (a follower) leave once written; a burst
+    /// of unwritten entries pushes written ones out past the bound.
+    #[test]
+    fn applied_before_written_and_bursts_of_unwritten_entries() {
+        let mut tail = Tail::default();
+        push_run(&mut tail, 1, 1..=3, 10);
+        tail.applied_below(4);
+        assert_eq!(held(&tail), vec![1, 2, 3]);
+        tail.written(&ids(1, 1..=3));
+        assert!(held(&tail).is_empty());
+
+        let mut tail = Tail::default();
+        push_run(&mut tail, 1, 1..=10, 10);
+        tail.written(&ids(1, 1..=10));
+        let n = MAX_CACHED_ENTRIES as u64;
+        push_run(&mut tail, 1, 11..=n + 5, 10);
+        assert_eq!(held(&tail).len(), MAX_CACHED_ENTRIES);
+        assert_eq!(held(&tail)[0], 6, "written 1..=5 made room");
+    }
+
+    /// A purge of entries not yet written drops them; their write's hook then finds nothing.
+    #[test]
+    fn a_purge_before_the_write_lands() {
+        let mut tail = Tail::default();
+        push_run(&mut tail, 1, 1..=5, 10);
+        tail.purge(entry(1, 3).log_id);
+        assert_eq!(held(&tail), vec![4, 5]);
+        tail.written(&ids(1, 1..=5));
+        tail.applied_below(5);
+        assert_eq!(held(&tail), vec![5]);
+        assert_eq!(tail.bytes(), 10);
+        assert_eq!(tail.last_purged, Some(entry(1, 3).log_id));
     }
 
     /// Reads answer from memory only when their first index is held (or lies past the end).

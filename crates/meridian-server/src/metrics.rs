@@ -300,7 +300,7 @@ pub fn render(node: &Node, admission: &Admission) -> String {
     out.metric(
         "meridian_raft_log_reads_total",
         "counter",
-        "Raft log reads for replication and apply, by where they were answered: the shard's in-memory tail (no hand-off) or RocksDB (on the blocking pool).",
+        "Raft log reads (replication, apply, and openraft's other reads of entries), by where they were answered: the shard's in-memory tail (no hand-off) or RocksDB (on the blocking pool).",
         &[
             ("from=\"memory\"".to_string(), load(&writer.log_reads_memory)),
             ("from=\"rocksdb\"".to_string(), load(&writer.log_reads_stored)),
