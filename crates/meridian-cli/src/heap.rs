@@ -30,6 +30,9 @@
 //!   turned off yet.
 //!
 //! # Not done yet
+//! - Flat RSS: over 30 minutes of YCSB A at 1,500 ops/s, RSS still rose ~1.5-1.8 MiB a minute
+//!   (RocksDB's table readers, the Rust heap and glibc's unaccounted part each grew) and swung
+//!   with the memtables (`bench/results/2026-12-06/rss-allocator.md` §4).
 //! - RocksDB's memory on jemalloc (a RocksDB built with it, or a jemalloc that coexists with
 //!   libfaketime, e.g. by moving the Jepsen clock faults off libfaketime).
 //! - jemalloc tuning (arenas, decay times) and a heap profiling endpoint.
