@@ -8,8 +8,8 @@ use std::io::IsTerminal;
 use std::process::ExitCode;
 use tracing_subscriber::EnvFilter;
 
-/// Rust's allocations go to jemalloc (RocksDB's C++ ones stay on glibc, with its arenas capped
-/// by `meridian start`; see `meridian_cli::heap` for the measurements behind both).
+/// Rust's allocations go to jemalloc (RocksDB's C++ ones stay on glibc, which `meridian start`
+/// tunes and trims; see `meridian_cli::heap` for the measurements behind both).
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 

@@ -14,9 +14,10 @@
 //!
 //! # Reads see the tail, then RocksDB
 //! The tail is a suffix of the log (appends come in index order; evictions and purges cut its
-//! front; a truncation cuts its end). A read whose first index the tail holds is answered from
-//! it alone, on the caller's task (no blocking-pool hand-off, no RocksDB iterator): the common
-//! case for replication and apply. Any other read runs on the blocking pool, takes the tail's
+//! front; a truncation cuts its end). A read whose first index the tail holds (or lies past
+//! its last entry: nothing to read yet) is answered from it alone, on the caller's task (no
+//! blocking-pool hand-off, no RocksDB iterator): the common case for replication and apply.
+//! Any other read runs on the blocking pool, takes the tail's
 //! entries of its range first, then reads from RocksDB only the part of the range below them.
 //! Only written entries leave the tail, so every appended entry is in one or the other at any
 //! moment of the read. Two
