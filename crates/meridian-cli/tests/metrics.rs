@@ -90,6 +90,30 @@ async fn scenario() {
         .map(|s| sample(s, "meridian_raft_groups_led"))
         .sum();
     assert_eq!(led, f64::from(SHARDS + 1), "every group has one leader");
+    // A leader keeps one replication stream to each follower, on connections of their own.
+    let mut streams_in_cluster = 0.0;
+    for (i, a) in after.iter().enumerate() {
+        let node = i as u64 + 1;
+        let (mut streams, mut connections) = (0.0, 0.0);
+        for peer in (1..=3).filter(|&p| p != node) {
+            streams += sample(
+                a,
+                &format!("meridian_peer_replication_streams{{peer=\"{peer}\"}}"),
+            );
+            connections += sample(
+                a,
+                &format!("meridian_peer_replication_connections{{peer=\"{peer}\"}}"),
+            );
+        }
+        let led = sample(a, "meridian_raft_groups_led");
+        eprintln!("node {node}: leads {led} groups, {streams} replication streams on {connections} connections");
+        assert!(
+            streams <= 2.0 * led && connections <= 2.0,
+            "node {node}: {streams} streams on {connections} connections, leading {led} groups"
+        );
+        streams_in_cluster += streams;
+    }
+    assert!(streams_in_cluster > 0.0, "no replication stream is counted");
     for (i, (b, a)) in before.iter().zip(&after).enumerate() {
         let grew = |name: &str| sample(a, name) > sample(b, name);
         assert!(

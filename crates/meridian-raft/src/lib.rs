@@ -43,6 +43,8 @@ pub mod clock_fence;
 pub mod closed_ts;
 pub mod closed_ts_channel;
 pub mod dedup;
+#[cfg(test)]
+mod fake_peer;
 pub mod gc_survey;
 pub mod heartbeat_batch;
 pub mod host;
@@ -54,6 +56,7 @@ pub mod log_writer;
 pub mod map_gossip;
 pub mod network;
 pub mod peer_pool;
+pub mod peer_streams;
 pub mod proposals;
 pub mod quiesce;
 pub mod resolutions;

@@ -1,12 +1,16 @@
-//! The peer transport: every Raft group's traffic over one tonic service and one HTTP/2
-//! channel per peer node (the channels: [`PeerPool`], in `peer_pool`; the receiving side:
+//! The peer transport: every Raft group's traffic over one tonic service and a few HTTP/2
+//! connections per peer node (the channels: [`PeerPool`], in `peer_pool`; the receiving side:
 //! `transport`).
 //!
 //! ```text
-//!   shard 3 replication ─┐                          ┌─► shard 3's Raft
-//!   shard 5 replication ─┼─► PeerPool[node 2] ══════╪─► shard 5's Raft   (RaftTransport service,
-//!   shard 0 heartbeats  ─┘   (one Channel)          └─► shard 0's Raft    routed by shard_id)
+//!   shard 3 replication ─┐   PeerPool[node 2]       ┌─► shard 3's Raft
+//!   shard 5 replication ─┴─► stream lanes ══════════╪─► shard 5's Raft   (RaftTransport service,
+//!   shard 0 heartbeats  ───► control channel ═══════╧─► shard 0's Raft    routed by shard_id)
 //! ```
+//!
+//! Replication streams (one per shard and follower, long-lived) travel on their own
+//! connections, at most half the peer's stream limit on each (`peer_streams`); every other
+//! call (heartbeat batches, votes, snapshots, pings) shares one control channel per peer.
 //!
 //! Each message carries the shard id, the sender's node id and HLC timestamp, and the openraft
 //! message encoded with `types::codec`. The receiver merges the timestamp into its clock before
@@ -200,9 +204,11 @@ impl PeerConnection {
         let net = |e: &dyn std::fmt::Display| {
             StreamingError::Network(NetworkError::new(&Msg(e.to_string())))
         };
-        let mut client = self
+        // A snapshot streams the whole file: it takes a replication connection's slot, off
+        // the connection that carries pings and votes (see `peer_streams`).
+        let (mut client, _slot) = self
             .pool
-            .client(&self.addr)
+            .stream_client(&self.addr)
             .map_err(|e| StreamingError::Unreachable(Unreachable::new(&Msg(e))))?;
         let header = codec::encode(&SnapshotHeader {
             vote,
@@ -339,10 +345,14 @@ impl RaftNetworkV2<TypeConfig> for PeerConnection {
             return Box::pin(async move { Ok(self.coalesced(input, urgent)) });
         }
         Box::pin(async move {
-            let mut client = self
+            let (mut client, slot) = self
                 .pool
-                .client(&self.addr)
+                .stream_client(&self.addr)
                 .map_err(|e| RPCError::Unreachable(Unreachable::new(&Msg(e))))?;
+            // The stream's place on its connection, held by both sides: it is given back once
+            // openraft has dropped the replies and hyper the request body.
+            let slot = Arc::new(slot);
+            let body_slot = slot.clone();
             let shard = self.shard;
             let from_node = self.pool.self_id;
             let clock = self.pool.clock.clone();
@@ -355,16 +365,19 @@ impl RaftNetworkV2<TypeConfig> for PeerConnection {
             });
             // An unencodable request ends the stream (skipped, it would shift the pairing).
             let requests = input
-                .map(move |req| match codec::encode(&req) {
-                    Ok(payload) => Some(RaftRequest {
-                        shard_id: shard.0,
-                        hlc: clock.now().0,
-                        from_node,
-                        payload: payload.into(),
-                    }),
-                    Err(e) => {
-                        tracing::error!(%shard, error = %e, "cannot encode append request");
-                        None
+                .map(move |req| {
+                    let _slot = &body_slot;
+                    match codec::encode(&req) {
+                        Ok(payload) => Some(RaftRequest {
+                            shard_id: shard.0,
+                            hlc: clock.now().0,
+                            from_node,
+                            payload: payload.into(),
+                        }),
+                        Err(e) => {
+                            tracing::error!(%shard, error = %e, "cannot encode append request");
+                            None
+                        }
                     }
                 })
                 .take_while(|r| futures::future::ready(r.is_some()))
@@ -377,6 +390,7 @@ impl RaftNetworkV2<TypeConfig> for PeerConnection {
             let pool = self.pool.clone();
             let target = self.target;
             let replies = response.into_inner().map(move |item| {
+                let _slot = &slot;
                 let reply = item.map_err(status_to_rpc_error)?;
                 pool.merge_reply_clock(reply.hlc)
                     .map_err(|e| RPCError::Network(NetworkError::new(&Msg(e))))?;
@@ -463,3 +477,7 @@ pub fn clock_rejection(err: &meridian_types::ClockError) -> tonic::Status {
 
 /// The header the public API uses to carry HLC timestamps (re-exported for the server).
 pub const HLC_METADATA: &str = HLC_HEADER;
+
+#[cfg(test)]
+#[path = "network_tests.rs"]
+mod peer_tests;

@@ -1,7 +1,8 @@
 //! [`PeerPool`]: the node's connections to its peers, one lazily dialled HTTP/2 channel per
 //! peer node shared by every shard (see `network` for the openraft side), with the node-level
 //! calls made over it: pings (liveness and clock offsets), unary calls by address, heartbeat
-//! batches (`heartbeat_batch`), and forgetting the channels of nodes that left.
+//! batches (`heartbeat_batch`), and forgetting the channels of nodes that left. Replication
+//! streams travel on connections of their own (`peer_streams`).
 
 use crate::clock_fence::{ClockOffset, PeerOffsets};
 use crate::network::RateLimitedLog;
@@ -15,9 +16,12 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tonic::transport::Channel;
 
-/// One lazily connected HTTP/2 channel per peer node, shared by every shard.
+/// One lazily connected HTTP/2 channel per peer node shared by every shard, for every call but
+/// replication streams, which travel on connections of their own (`peer_streams`).
 pub struct PeerPool {
     channels: Mutex<HashMap<String, Channel>>,
+    /// The connections that carry replication streams, apart from `channels`.
+    streams: crate::peer_streams::StreamLanes,
     /// Peer address (as the membership names it) → the address to dial instead (a WAN proxy
     /// link); set once at startup.
     dial: std::sync::RwLock<HashMap<String, String>>,
@@ -50,6 +54,7 @@ impl PeerPool {
     ) -> Arc<PeerPool> {
         Arc::new(PeerPool {
             channels: Mutex::new(HashMap::new()),
+            streams: Default::default(),
             dial: std::sync::RwLock::new(HashMap::new()),
             last_seen: Mutex::new(HashMap::new()),
             client_addrs: Mutex::new(HashMap::new()),
@@ -84,6 +89,7 @@ impl PeerPool {
                 channels.remove(addr);
             }
         }
+        self.streams.forget(addrs);
         self.heartbeats.forget(addrs);
         tracing::info!(peers = ?addrs, "dropped the connections of peers that left the cluster");
     }
@@ -94,30 +100,55 @@ impl PeerPool {
         self.channels.lock().expect("peer pool lock poisoned").len()
     }
 
+    /// A client for every call to the peer at `addr` but replication streams.
     pub fn client(&self, addr: &str) -> Result<RaftTransportClient<Channel>, String> {
         let mut channels = self.channels.lock().expect("peer pool lock poisoned");
         let channel = match channels.get(addr) {
             Some(c) => c.clone(),
             None => {
-                let dial = self.dial.read().unwrap_or_else(|p| p.into_inner());
-                let target = dial.get(addr).map_or(addr, String::as_str);
-                let c = Channel::from_shared(format!("http://{target}"))
-                    .map_err(|e| format!("bad peer address {addr:?}: {e}"))?
-                    .connect_timeout(self.rpc_timeout)
-                    .tcp_nodelay(true)
-                    // Keep-alive pings also bound how long a replication stream to a dead peer
-                    // stalls before it errors out and openraft reconnects.
-                    .http2_keep_alive_interval(Duration::from_secs(1))
-                    .keep_alive_timeout(self.rpc_timeout.max(Duration::from_secs(1)))
-                    .keep_alive_while_idle(true)
-                    .connect_lazy();
+                let c = self.dial(addr)?;
                 channels.insert(addr.to_string(), c.clone());
                 c
             }
         };
-        Ok(RaftTransportClient::new(channel)
-            .max_decoding_message_size(MAX_MESSAGE_BYTES)
-            .max_encoding_message_size(MAX_MESSAGE_BYTES))
+        Ok(transport_client(channel))
+    }
+
+    /// A client for one replication stream to the peer at `addr`, on a connection with room
+    /// for it (see `peer_streams`); the stream holds the slot until it ends.
+    pub fn stream_client(
+        &self,
+        addr: &str,
+    ) -> Result<
+        (
+            RaftTransportClient<Channel>,
+            crate::peer_streams::StreamSlot,
+        ),
+        String,
+    > {
+        let (channel, slot) = self.streams.take(addr, || self.dial(addr))?;
+        Ok((transport_client(channel), slot))
+    }
+
+    /// How many replication connections lead to `addr`, and the streams on each.
+    pub fn stream_lanes(&self, addr: &str) -> Vec<usize> {
+        self.streams.lanes_of(addr)
+    }
+
+    /// A new lazily connected channel to `addr` (or the address dialled instead of it).
+    fn dial(&self, addr: &str) -> Result<Channel, String> {
+        let dial = self.dial.read().unwrap_or_else(|p| p.into_inner());
+        let target = dial.get(addr).map_or(addr, String::as_str);
+        Ok(Channel::from_shared(format!("http://{target}"))
+            .map_err(|e| format!("bad peer address {addr:?}: {e}"))?
+            .connect_timeout(self.rpc_timeout)
+            .tcp_nodelay(true)
+            // Keep-alive pings also bound how long a replication stream to a dead peer
+            // stalls before it errors out and openraft reconnects.
+            .http2_keep_alive_interval(Duration::from_secs(1))
+            .keep_alive_timeout(self.rpc_timeout.max(Duration::from_secs(1)))
+            .keep_alive_while_idle(true)
+            .connect_lazy())
     }
 
     pub fn mark_seen(&self, node: NodeId) {
@@ -164,6 +195,12 @@ impl PeerPool {
             e.to_string()
         })
     }
+}
+
+fn transport_client(channel: Channel) -> RaftTransportClient<Channel> {
+    RaftTransportClient::new(channel)
+        .max_decoding_message_size(MAX_MESSAGE_BYTES)
+        .max_encoding_message_size(MAX_MESSAGE_BYTES)
 }
 
 /// Why a ping got no answer.

@@ -64,7 +64,7 @@ use tokio::sync::watch;
 pub const SHUTDOWN_DRAIN: Duration = Duration::from_secs(10);
 /// Server-side deadline for any request that does not carry a shorter one.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
-/// Most concurrent HTTP/2 streams per client connection.
+/// Most concurrent HTTP/2 streams per client connection (peer connections: `limits`).
 pub const MAX_CONCURRENT_STREAMS: u32 = 1_024;
 
 async fn shutdown_signal() {
@@ -136,7 +136,7 @@ pub async fn run_node(
     let peer_server = tonic::transport::Server::builder()
         .timeout(REQUEST_TIMEOUT)
         .tcp_nodelay(true)
-        .max_concurrent_streams(MAX_CONCURRENT_STREAMS)
+        .max_concurrent_streams(meridian_types::limits::MAX_PEER_STREAMS_PER_CONNECTION)
         .add_service(meridian_raft::TransportService::new(node.host.clone()).into_server())
         .serve_with_incoming_shutdown(incoming(peer_listener), stopped(stop_rx.clone()));
     let kv_service = kv::KvService::new(node.clone());

@@ -354,16 +354,36 @@ pub fn render(node: &Node, admission: &Admission) -> String {
 
     let mut offsets = Vec::new();
     let mut uncertainties = Vec::new();
+    let mut streams = Vec::new();
+    let mut stream_connections = Vec::new();
     for member in &node.members_now() {
         if member.node_id == config.node_id {
             continue;
         }
+        let peer = format!("peer=\"{}\"", member.node_id);
+        let lanes = node.host.pool.stream_lanes(&member.peer_addr.to_string());
+        streams.push((peer.clone(), lanes.iter().sum::<usize>() as f64));
+        stream_connections.push((peer.clone(), lanes.len() as f64));
         if let Some(offset) = node.host.pool.offset_of(member.node_id) {
-            let peer = format!("peer=\"{}\"", member.node_id);
             offsets.push((peer.clone(), offset.offset_ms as f64 / 1e3));
             uncertainties.push((peer, offset.uncertainty_ms as f64 / 1e3));
         }
     }
+    out.metric(
+        "meridian_peer_replication_streams",
+        "gauge",
+        "Replication streams this node has open to a peer: one per shard it leads and follower there.",
+        &streams,
+    );
+    out.metric(
+        "meridian_peer_replication_connections",
+        "gauge",
+        &format!(
+            "Connections carrying those streams and snapshots (each carries at most {}; other peer calls have their own).",
+            meridian_raft::peer_streams::STREAMS_PER_CONNECTION
+        ),
+        &stream_connections,
+    );
     out.metric(
         "meridian_peer_clock_offset_seconds",
         "gauge",
