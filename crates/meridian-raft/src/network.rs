@@ -8,9 +8,9 @@
 //!   shard 0 heartbeats  ───► control channel ═══════╧─► shard 0's Raft    routed by shard_id)
 //! ```
 //!
-//! Replication streams (one per shard and follower, long-lived) travel on their own
-//! connections, at most half the peer's stream limit on each (`peer_streams`); every other
-//! call (heartbeat batches, votes, snapshots, pings) shares one control channel per peer.
+//! Replication streams (one per shard and follower, long-lived) and snapshot transfers travel
+//! on their own connections, at most half the peer's stream limit on each (`peer_streams`);
+//! every other call (heartbeat batches, votes, pings) shares one control channel per peer.
 //!
 //! Each message carries the shard id, the sender's node id and HLC timestamp, and the openraft
 //! message encoded with `types::codec`. The receiver merges the timestamp into its clock before

@@ -2,7 +2,7 @@
 //! peer node shared by every shard (see `network` for the openraft side), with the node-level
 //! calls made over it: pings (liveness and clock offsets), unary calls by address, heartbeat
 //! batches (`heartbeat_batch`), and forgetting the channels of nodes that left. Replication
-//! streams travel on connections of their own (`peer_streams`).
+//! streams and snapshots travel on connections of their own (`peer_streams`).
 
 use crate::clock_fence::{ClockOffset, PeerOffsets};
 use crate::network::RateLimitedLog;
@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use tonic::transport::Channel;
 
 /// One lazily connected HTTP/2 channel per peer node shared by every shard, for every call but
-/// replication streams, which travel on connections of their own (`peer_streams`).
+/// replication streams and snapshots, which travel on connections of their own (`peer_streams`).
 pub struct PeerPool {
     channels: Mutex<HashMap<String, Channel>>,
     /// The connections that carry replication streams, apart from `channels`.
@@ -100,7 +100,7 @@ impl PeerPool {
         self.channels.lock().expect("peer pool lock poisoned").len()
     }
 
-    /// A client for every call to the peer at `addr` but replication streams.
+    /// A client for every call to the peer at `addr` but replication streams and snapshots.
     pub fn client(&self, addr: &str) -> Result<RaftTransportClient<Channel>, String> {
         let mut channels = self.channels.lock().expect("peer pool lock poisoned");
         let channel = match channels.get(addr) {
@@ -114,8 +114,8 @@ impl PeerPool {
         Ok(transport_client(channel))
     }
 
-    /// A client for one replication stream to the peer at `addr`, on a connection with room
-    /// for it (see `peer_streams`); the stream holds the slot until it ends.
+    /// A client for one replication stream or snapshot transfer to the peer at `addr`, on a
+    /// connection with room for it (see `peer_streams`); the call holds the slot until it ends.
     pub fn stream_client(
         &self,
         addr: &str,

@@ -15,9 +15,9 @@ pub const MAX_SCAN_LIMIT: u32 = 10_000;
 pub const MAX_MESSAGE_BYTES: usize = 16 * 1024 * 1024;
 /// Most concurrent HTTP/2 streams a node accepts on one connection from a peer node. Every
 /// shard a node leads keeps a long-lived replication stream open to each of its followers, so
-/// a node opens another connection to a peer before its streams on one pass half this (see
-/// `meridian-raft`'s `PeerPool`), and its other calls (pings, votes, heartbeats) travel on a
-/// connection of their own.
+/// a node opens another connection to a peer before its streams (and snapshot transfers) on
+/// one pass half this (see `meridian-raft`'s `peer_streams`), and its other calls (pings,
+/// votes, heartbeats) travel on a connection of their own.
 pub const MAX_PEER_STREAMS_PER_CONNECTION: u32 = 1_024;
 /// Largest chunk of a snapshot file sent in one message, in bytes.
 pub const SNAPSHOT_CHUNK_BYTES: usize = 1024 * 1024;
