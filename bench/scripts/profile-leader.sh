@@ -75,7 +75,7 @@ perf_pid=$!
 sleep 1
 "$WORK/meridian-ycsb" run -P bench/workloads/workloada --db meridian --endpoints "$ENDPOINTS" \
   -p recordcount="$RECORDS" -p operationcount="$OPERATIONS" --threads "$THREADS" \
-  > "$OUT/ycsb-a.txt"
+  > "$OUT/ycsb-a.txt" || { kill -INT "$perf_pid"; echo "error: workload A failed" >&2; exit 1; }
 kill -INT "$perf_pid"
 wait "$perf_pid" || true
 stop_cluster

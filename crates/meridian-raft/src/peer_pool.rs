@@ -1,11 +1,12 @@
-//! [`PeerPool`]: the node's connections to its peers, one lazily dialled HTTP/2 channel per
-//! peer node shared by every shard (see `network` for the openraft side), with the node-level
-//! calls made over it: pings (liveness and clock offsets), unary calls by address, heartbeat
+//! [`PeerPool`]: the node's connections to its peers: one lazily dialled HTTP/2 control channel
+//! per peer node shared by every shard (see `network` for the openraft side), with the
+//! node-level calls made over it: pings (liveness and clock offsets), unary calls by address, heartbeat
 //! batches (`heartbeat_batch`), and forgetting the channels of nodes that left. Replication
 //! streams and snapshots travel on connections of their own (`peer_streams`).
 
 use crate::clock_fence::{ClockOffset, PeerOffsets};
 use crate::network::RateLimitedLog;
+use crate::peer_streams::{StreamLanes, StreamSlot};
 use crate::types::*;
 use meridian_proto::raft::raft_transport_client::RaftTransportClient;
 use meridian_proto::raft::RaftReply;
@@ -21,7 +22,7 @@ use tonic::transport::Channel;
 pub struct PeerPool {
     channels: Mutex<HashMap<String, Channel>>,
     /// The connections that carry replication streams, apart from `channels`.
-    streams: crate::peer_streams::StreamLanes,
+    streams: StreamLanes,
     /// Peer address (as the membership names it) → the address to dial instead (a WAN proxy
     /// link); set once at startup.
     dial: std::sync::RwLock<HashMap<String, String>>,
@@ -119,13 +120,7 @@ impl PeerPool {
     pub fn stream_client(
         &self,
         addr: &str,
-    ) -> Result<
-        (
-            RaftTransportClient<Channel>,
-            crate::peer_streams::StreamSlot,
-        ),
-        String,
-    > {
+    ) -> Result<(RaftTransportClient<Channel>, StreamSlot), String> {
         let (channel, slot) = self.streams.take(addr, || self.dial(addr))?;
         Ok((transport_client(channel), slot))
     }

@@ -372,7 +372,7 @@ pub fn render(node: &Node, admission: &Admission) -> String {
     out.metric(
         "meridian_peer_replication_streams",
         "gauge",
-        "Replication streams this node has open to a peer: one per shard it leads and follower there.",
+        "Replication streams (one per shard this node leads and follower there) and snapshot transfers this node has open to a peer.",
         &streams,
     );
     out.metric(
