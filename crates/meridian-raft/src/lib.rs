@@ -43,6 +43,7 @@ pub mod clock_fence;
 pub mod closed_ts;
 pub mod closed_ts_channel;
 pub mod dedup;
+pub mod early_locks;
 #[cfg(test)]
 mod fake_peer;
 pub mod gc_survey;
