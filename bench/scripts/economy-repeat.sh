@@ -4,14 +4,19 @@
 # measure. A stall once hid in 1 of 9 runs (bench/results/2026-12-05/replication-stall/).
 #
 #   bench/scripts/economy-repeat.sh [--runs 12] [--shards 8] [--operations 6000] [--threads 64]
-#                                   [--timeout-s 120] [--base-port 26900] [--bin-dir DIR]
+#                                   [--spread shards|oneshard] [--timeout-s 120]
+#                                   [--base-port 26900] [--bin-dir DIR]
 #                                   [--keep-logs DIR] [-- extra node flags...]
 #
 # Per run: start the cluster (--initial-shards N, 100 ms heartbeats, then the extra flags), wait
 # until every shard has a leader, run `meridian-ycsb economy -P bench/workloads/closedeconomy
-# -p accountspread=shards -p operationcount=OPS` under `timeout TIMEOUT`, stop the cluster.
-# Prints one line per run (transactions/s, validation, or STALLED when the run hit its
-# timeout), then how many runs stalled or failed. With --keep-logs, the node logs of every
+# -p accountspread=SPREAD -p operationcount=OPS` under `timeout TIMEOUT`, stop the cluster.
+# SPREAD is `shards` (two-shard transfers, parallel commits; the default) or `oneshard` (every
+# account in one shard: one-shard commits, the headline economy of run-comparison.sh).
+# Prints one line per run (transactions/s, transfer retries, failed transfers and p99, the
+# writes the leaders proposed to Raft, meridian_proposal_proposals_total over the 3 nodes from
+# their metrics on BASE+50+i, validation, or STALLED when the run hit its timeout), then how
+# many runs stalled or failed. With --keep-logs, the node logs of every
 # stalled or failed run are copied there. Exits non-zero if any run stalled or failed.
 set -euo pipefail
 source "$(dirname "$0")/../../scripts/common.sh"
@@ -21,6 +26,7 @@ RUNS=12
 SHARDS=8
 OPERATIONS=6000
 THREADS=64
+SPREAD=shards
 TIMEOUT_S=120
 BASE_PORT=26900
 BIN_DIR=""
@@ -32,6 +38,7 @@ while [[ $# -gt 0 ]]; do
     --shards) SHARDS="$2"; shift 2 ;;
     --operations) OPERATIONS="$2"; shift 2 ;;
     --threads) THREADS="$2"; shift 2 ;;
+    --spread) SPREAD="$2"; shift 2 ;;
     --timeout-s) TIMEOUT_S="$2"; shift 2 ;;
     --base-port) BASE_PORT="$2"; shift 2 ;;
     --bin-dir) BIN_DIR="$2"; shift 2 ;;
@@ -41,10 +48,15 @@ while [[ $# -gt 0 ]]; do
   esac
 done
 
+case "$SPREAD" in
+  shards|oneshard) ;;
+  *) echo "--spread is shards or oneshard, not '$SPREAD'" >&2; exit 2 ;;
+esac
 cd "$ROOT"
 ycsb_workdir economy-repeat
+METRICS_BASE=$((BASE_PORT + 50))
 bad=0
-echo "# closed economy x $RUNS: $SHARDS shards, $OPERATIONS transactions, $THREADS threads, node flags: ${NODE_FLAGS[*]:-(none)}"
+echo "# closed economy x $RUNS: accountspread=$SPREAD, $SHARDS shards, $OPERATIONS transactions, $THREADS threads, node flags: ${NODE_FLAGS[*]:-(none)}"
 for run in $(seq 1 "$RUNS"); do
   dir="$WORK/run$run"
   start_loopback_cluster "$WORK/meridian" "$BASE_PORT" "$dir" "$SHARDS" \
@@ -52,9 +64,14 @@ for run in $(seq 1 "$RUNS"); do
   wait_every_shard_led "$WORK/meridian" "$ENDPOINTS" 120 || { echo "run $run: cluster did not elect" >&2; exit 1; }
   status=0
   timeout "$TIMEOUT_S" "$WORK/meridian-ycsb" economy -P bench/workloads/closedeconomy \
-    -p accountspread=shards -p "operationcount=$OPERATIONS" --threads "$THREADS" \
+    -p "accountspread=$SPREAD" -p "operationcount=$OPERATIONS" --threads "$THREADS" \
     --db meridian --endpoints "$ENDPOINTS" >"$dir/economy.txt" 2>"$dir/economy.err" || status=$?
   tps="$(awk -F', ' '$1 == "[OVERALL]" && $2 == "Throughput(ops/sec)" {printf "%.0f", $3}' "$dir/economy.txt")"
+  field() { awk -F', ' -v s="$1" -v f="$2" '$1 == s && $2 == f {print $3}' "$dir/economy.txt"; }
+  proposed="$(metric_sum meridian_proposal_proposals_total)"
+  retries="$(field '[TRANSFER]' Retries)"
+  failed="$(field '[TRANSFER-FAILED]' Operations)"
+  p99="$(field '[TRANSFER]' '99thPercentileLatency(us)')"
   validation="$(awk -F', ' '$1 == "[VALIDATION]" && $2 == "Status" {print $3}' "$dir/economy.txt")"
   if [[ $status == 124 ]]; then
     verdict="STALLED (no end within ${TIMEOUT_S} s)"
@@ -63,7 +80,7 @@ for run in $(seq 1 "$RUNS"); do
   else
     verdict="${validation:-no validation line}"
   fi
-  echo "run $run: ${tps:--} transactions/s, $verdict"
+  echo "run $run: ${tps:--} transactions/s, transfers: ${retries:--} retries, ${failed:--} failed, p99 ${p99:--} us; proposed ${proposed}; $verdict"
   stop_cluster
   if [[ $status != 0 ]]; then
     bad=$((bad + 1))

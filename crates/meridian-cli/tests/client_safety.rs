@@ -1,5 +1,6 @@
 //! Cluster tests of what a client can and cannot do to a node: a retried write (same write id)
-//! is applied once; a causality token (`meridian-hlc`) never moves a node's clock; a body that
+//! is applied once; a resent transaction commit is answered as committed, and a stale one as a
+//! conflict; a causality token (`meridian-hlc`) never moves a node's clock; a body that
 //! is not protobuf is the client's error, not the server's.
 
 mod common;
@@ -7,7 +8,10 @@ mod common;
 use bytes::{Buf, BufMut, Bytes};
 use common::*;
 use meridian_cli::demo::keys_across_shards;
-use meridian_client::proto::{kv_client::KvClient, GetRequest, PutRequest, WriteId};
+use meridian_client::proto::{
+    kv_client::KvClient, txn_write, CommitRequest, GetRequest, PutRequest, TxnRead, TxnWrite,
+    WriteId,
+};
 use meridian_client::{fetch_status, Timestamp};
 use std::time::Duration;
 use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
@@ -53,6 +57,7 @@ async fn scenario() {
         .expect("cluster ready");
     let client = connect_client(cluster.endpoints()).await;
     retried_write_is_applied_once(&client).await;
+    resent_commit_is_answered_committed(&client).await;
     causality_token_never_moves_node_clocks(&cluster, &client).await;
     malformed_body_is_invalid_argument(&cluster).await;
     let stuck = cluster.stop_all(Duration::from_secs(20));
@@ -106,6 +111,64 @@ async fn retried_write_is_applied_once(client: &meridian_client::Client) {
         "retried write answered from the dedup table (commit_ts {})",
         first.commit_ts
     );
+}
+
+/// One-shard commits on a key: A reads it at its version and writes it; A's answer is "lost"
+/// and A is resent with the same write id; B read the same version and commits after A. The
+/// resend must be answered as committed at A's timestamp: A's own write is now newer than its
+/// read, so a node that judged the read before consulting the dedup table (a check before the
+/// proposal, bench/results/2026-12-06/early-refusal) would call a committed transaction a
+/// conflict, and its closure would run twice. B must be a conflict naming the key.
+async fn resent_commit_is_answered_committed(client: &meridian_client::Client) {
+    let key = keys_across_shards(&client.shard_map(), 1).remove(0);
+    let mut kv = KvClient::new(channel(&leader_of(client, &key).await).await);
+    let base = kv
+        .put(PutRequest {
+            key: key.clone(),
+            value: Bytes::from("base"),
+            ..Default::default()
+        })
+        .await
+        .expect("put")
+        .into_inner();
+    let commit = |value: &str, seq: u64| CommitRequest {
+        reads: vec![TxnRead {
+            key: key.clone(),
+            found: true,
+            version_ts: base.commit_ts,
+        }],
+        writes: vec![TxnWrite {
+            key: key.clone(),
+            action: Some(txn_write::Action::PutValue(Bytes::from(value.to_string()))),
+        }],
+        write_id: Some(WriteId { client_id: 9, seq }),
+        ..Default::default()
+    };
+    let a = kv.commit(commit("a", 1)).await.expect("A").into_inner();
+    assert!(a.committed, "A read the current version: {a:?}");
+    let resent = kv
+        .commit(commit("a", 1))
+        .await
+        .expect("A again")
+        .into_inner();
+    assert!(
+        resent.committed && resent.commit_ts == a.commit_ts,
+        "the resend of a committed transaction answers its commit: {resent:?} after {a:?}"
+    );
+    let b = kv.commit(commit("b", 2)).await.expect("B").into_inner();
+    assert!(!b.committed, "B read an overwritten version: {b:?}");
+    assert_eq!(b.conflict_key, key, "B's conflict names the key");
+    let read = kv
+        .get(GetRequest {
+            key: key.clone(),
+            ..Default::default()
+        })
+        .await
+        .expect("get")
+        .into_inner();
+    assert_eq!(read.value, Bytes::from("a"));
+    assert_eq!(read.version_ts, a.commit_ts);
+    eprintln!("a resent commit answered committed; a stale one a conflict");
 }
 
 /// A client sending a token 480 ms ahead (max_offset 500 ms) on every request: requests wait
