@@ -30,7 +30,8 @@
 //!
 //! A key leaves its holder by [`EarlyLockTable::release_owner`] (its commit applied, or
 //! `Kv.ReleaseLocks`), by [`EarlyLockTable::expire`] (idle too long), by a wound, or by
-//! [`EarlyLockTable::clear`]. A key that leaves goes at once to its most senior waiter.
+//! [`EarlyLockTable::clear`] (a new term; a lower one is ignored) or
+//! [`EarlyLockTable::close`] (no term). A key that leaves goes at once to its most senior waiter.
 //! [`EarlyLockTable::begin_commit`] marks an owner's commit in flight: its locks can no longer
 //! be wounded or expire, and its waits end. [`EarlyLockTable::end_commit`] (a commit that did
 //! not apply) lets a senior waiter wound it again.
@@ -50,6 +51,17 @@
 //!
 //! # Not done yet
 //! - Not yet called by the server: no RPC takes these locks, nothing waits on a ticket.
+//! - What the server will need first (from a review of this table):
+//!   - A committing owner never expires. A caller that skips `end_commit` or `release_owner`
+//!     after `begin_commit` leaves the keys locked until the next `clear`: an error return,
+//!     a dropped handler or a timeout. It needs a Drop guard and a time backstop.
+//!   - `committing` is one flag per owner, not a count. A resent commit in flight beside the
+//!     first is not tracked apart.
+//!   - `begin_commit`, `end_commit` and `release_owner` take no term.
+//!   - A full queue refuses a senior newcomer rather than dropping its most junior waiter.
+//!     One owner may take every lock.
+//!   - When `cancel` finds the ticket already granted, it answers nothing. The caller must
+//!     then take the grant from its channel.
 //! - Exclusive point locks only: no range locks, no shared locks, no `SKIP LOCKED`.
 //! - The limits live here, not in `meridian-types`' limits; the idle limit is a parameter.
 //! - No fairness across priorities: a stream of high-priority owners can starve the others.
@@ -437,30 +449,31 @@ impl EarlyLockTable {
     pub fn expire(&mut self, now_ms: u64, idle_ms: u64) -> Vec<Answer> {
         let due = |at: u64| at.saturating_add(idle_ms) <= now_ms;
         let mut answers = Vec::new();
-        while let Some(&(since, ticket)) = self.waits.first() {
-            if !due(since) {
-                break;
-            }
+        // Each loop takes its index entry out first, so it ends even if an entry were stale.
+        while self.waits.first().is_some_and(|&(since, _)| due(since)) {
+            let (_, ticket) = self.waits.pop_first().expect("a first entry");
             self.drop_ticket(ticket, NotHeld::Expired, &mut answers);
         }
-        while let Some(&(last, owner)) = self.idle.first() {
-            if !due(last) {
-                break;
-            }
+        while self.idle.first().is_some_and(|&(last, _)| due(last)) {
+            let (_, owner) = self.idle.pop_first().expect("a first entry");
             self.release(owner, NotHeld::Expired, now_ms, &mut answers);
         }
-        while let Some(&(at, owner)) = self.wounded_by_age.first() {
-            if !due(at) {
-                break;
+        while self.wounded_by_age.first().is_some_and(|&(at, _)| due(at)) {
+            let (at, owner) = self.wounded_by_age.pop_first().expect("a first entry");
+            if self.wounded.get(&owner) == Some(&at) {
+                self.wounded.remove(&owner);
             }
-            self.take_wounded(owner);
         }
         answers
     }
 
     /// Drops everything and serves `new_term` from now on; every waiter is answered
-    /// `Cleared`.
+    /// `Cleared`. A term below the one served is ignored (a late event of an older term must
+    /// not undo a newer one).
     pub fn clear(&mut self, new_term: u64) -> Vec<Answer> {
+        if self.term.is_some_and(|t| new_term < t) {
+            return Vec::new();
+        }
         self.reset(Some(new_term))
     }
 

@@ -1,6 +1,6 @@
 //! A model test of the early lock table: random sequences of acquires (some in a stale term),
 //! cancels, commits begun and ended, releases, expiries, wound flags taken, clears and closes,
-//! over four owners of random distinct ranks and three keys, with the real limits or tiny
+//! over four owners of random ranks (which may tie) and three keys, with the real limits or tiny
 //! ones. After every step the table must keep its invariants ([`check_invariants`]), agree
 //! with a naive model (plain lists, the most senior waiter found by a scan rather than kept at
 //! the head of a sorted queue), and have answered every ticket it ever issued exactly once,

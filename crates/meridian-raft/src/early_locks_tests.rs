@@ -200,6 +200,9 @@ fn another_term_is_refused_and_a_clear_answers_every_waiter() {
     assert_eq!((t.locks_held(), t.waiters()), (0, 0));
     assert!(!t.is_wounded(id(9)));
     assert_eq!(t.acquire(id(2), rank(2), &a, 0, T + 1), [Free]);
+    // A late clear of an older term changes nothing.
+    assert!(t.clear(T).is_empty());
+    assert_eq!((t.term(), t.holder(b"a")), (Some(T + 1), Some(id(2))));
     assert!(t.close().is_empty() && t.term().is_none());
     assert_eq!(t.acquire(id(2), rank(2), &a, 0, T + 1), stale);
     assert_eq!(t.locks_held(), 0);
