@@ -55,6 +55,8 @@ esac
 cd "$ROOT"
 ycsb_workdir economy-repeat
 METRICS_BASE=$((BASE_PORT + 50))
+# field SECTION NAME: one figure of the run's economy.txt.
+field() { awk -F', ' -v s="$1" -v f="$2" '$1 == s && $2 == f {print $3}' "$dir/economy.txt"; }
 bad=0
 echo "# closed economy x $RUNS: accountspread=$SPREAD, $SHARDS shards, $OPERATIONS transactions, $THREADS threads, node flags: ${NODE_FLAGS[*]:-(none)}"
 for run in $(seq 1 "$RUNS"); do
@@ -67,7 +69,6 @@ for run in $(seq 1 "$RUNS"); do
     -p "accountspread=$SPREAD" -p "operationcount=$OPERATIONS" --threads "$THREADS" \
     --db meridian --endpoints "$ENDPOINTS" >"$dir/economy.txt" 2>"$dir/economy.err" || status=$?
   tps="$(awk -F', ' '$1 == "[OVERALL]" && $2 == "Throughput(ops/sec)" {printf "%.0f", $3}' "$dir/economy.txt")"
-  field() { awk -F', ' -v s="$1" -v f="$2" '$1 == s && $2 == f {print $3}' "$dir/economy.txt"; }
   proposed="$(metric_sum meridian_proposal_proposals_total)"
   retries="$(field '[TRANSFER]' Retries)"
   failed="$(field '[TRANSFER-FAILED]' Operations)"

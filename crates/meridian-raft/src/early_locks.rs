@@ -323,14 +323,11 @@ impl EarlyLockTable {
             if self.keys.len() >= self.limits.locks {
                 return KeyOutcome::NotHeld(NotHeld::TableFull);
             }
-            let queue = Vec::new();
-            self.keys.insert(
-                key.clone(),
-                KeyState {
-                    holder: owner,
-                    queue,
-                },
-            );
+            let state = KeyState {
+                holder: owner,
+                queue: Vec::new(),
+            };
+            self.keys.insert(key.clone(), state);
             self.owner_mut(owner, rank, now).held.insert(key.clone());
             return KeyOutcome::Free;
         };

@@ -1,8 +1,8 @@
 //! [`PeerPool`]: the node's connections to its peers: one lazily dialled HTTP/2 control channel
 //! per peer node shared by every shard (see `network` for the openraft side), with the
-//! node-level calls made over it: pings (liveness and clock offsets), unary calls by address, heartbeat
-//! batches (`heartbeat_batch`), and forgetting the channels of nodes that left. Replication
-//! streams and snapshots travel on connections of their own (`peer_streams`).
+//! node-level calls made over it: pings (liveness and clock offsets), unary calls by address,
+//! heartbeat batches (`heartbeat_batch`), and forgetting the channels of nodes that left.
+//! Replication streams and snapshots travel on connections of their own (`peer_streams`).
 
 use crate::clock_fence::{ClockOffset, PeerOffsets};
 use crate::network::RateLimitedLog;
