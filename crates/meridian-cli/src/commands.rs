@@ -7,8 +7,7 @@ use crate::display::{format_bytes, parse_hex, ClusterView};
 use crate::txn_steps::{parse_steps, Step};
 use anyhow::Context;
 use bytes::Bytes;
-use meridian_client::survival_plan::{shared_zone_warning, Move};
-use meridian_client::Survival;
+use meridian_client::survival_plan::Move;
 use meridian_client::{
     CasOutcome, Client, ClientConfig, Expect, ReadConsistency, Timestamp, TxnOptions,
 };
@@ -605,13 +604,6 @@ impl ClusterCommand {
                 let version = placed.map_version;
                 if let Some(warning) = &placed.warning {
                     eprintln!("warning: {warning}");
-                }
-                if let (Some(Survival::Zone), Some(home)) = (survive, region) {
-                    if let Ok(status) = client.status().await {
-                        if let Some(warning) = shared_zone_warning(&status, shard, home) {
-                            eprintln!("{warning}");
-                        }
-                    }
                 }
                 match survive {
                     Some(goal) if placed.warning.is_none() => println!(

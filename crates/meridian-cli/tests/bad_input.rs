@@ -366,6 +366,34 @@ async fn scenario() {
         "bad field not named: {stderr}"
     );
 
+    // Zone survival in a region whose three members use two zones: losing zone a would
+    // leave one voter of three, so the rule is refused before anything starts.
+    let output = run_bounded(
+        Command::new(binary())
+            .args([
+                "start",
+                "--node-id",
+                "1",
+                "--client-addr",
+                "127.0.0.1:21991",
+            ])
+            .args(["--peer-addr", "127.0.0.1:21992", "--data-dir"])
+            .arg(dir.path().join("zone-rule"))
+            .args([
+                "--initial-cluster",
+                "1=127.0.0.1:21992@us/a,2=127.0.0.1:21993@us/a,3=127.0.0.1:21994@us/b",
+                "--home-regions",
+                "=us:zone",
+            ]),
+        Duration::from_secs(30),
+    );
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success());
+    assert!(
+        stderr.contains("cluster.home_regions[0]") && stderr.contains("in 2 zone(s): a, b"),
+        "the zone rule's problem not named: {stderr}"
+    );
+
     let killed = cluster.stop_all(Duration::from_secs(20));
     assert!(killed.is_empty(), "nodes {killed:?} ignored SIGTERM");
 }

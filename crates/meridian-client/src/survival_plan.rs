@@ -14,8 +14,11 @@
 //! 2. then the node with the fewest replicas,
 //! 3. then the lowest node id (a stable choice).
 //!
-//! A region with too few live members fails the plan before anything moves. Running the
-//! command again after an interruption re-plans from what is there (an added replica counts).
+//! A region with too few live members fails the plan before anything moves, and so does one
+//! whose members are in too few zones: if one zone would hold half of the home replicas or
+//! more (`meridian_types::zones`), losing it would stop the shard's writes, and the server
+//! refuses the goal too. Running the command again after an interruption re-plans from what is
+//! there (an added replica counts).
 //!
 //! **Region survival** needs the opposite: every replica votes, and the shard survives losing
 //! a region only if no region holds half of them or more (losing it would leave no majority).
@@ -101,6 +104,29 @@ pub fn zone_additions(status: &StatusResponse, shard: u64, home: &str) -> Result
         zones.insert(node.zone.as_str());
         chosen.push(node.node_id);
     }
+    // The goal's voters: what is there plus the additions. A shard that has the goal in
+    // this home already keeps it (the server answers "no change").
+    let kept = info.survival == "zone" && info.home_region == home;
+    let voters = held
+        .iter()
+        .map(|n| (n.node_id, n.zone.as_str()))
+        .chain(chosen.iter().filter_map(|id| {
+            let n = at_home.iter().find(|n| n.node_id == *id)?;
+            Some((n.node_id, n.zone.as_str()))
+        }));
+    if let Some((zone, nodes)) = meridian_types::zones::crowded_zone(voters).filter(|_| !kept) {
+        return Err(Error::InvalidArgument {
+            message: format!(
+                "zone survival for shard {shard} in {home} would have voters {nodes:?} in zone \
+                 {zone:?}, half or more of its {} there: losing that zone would stop its writes. \
+                 The live members there that could take a replica are not in enough zones; \
+                 start nodes in other zones of {home} (meridian start --join ... --region {home} \
+                 --zone Z), or remove a replica there that shares a zone (meridian cluster \
+                 remove-replica {shard} NODE)",
+                held.len() + chosen.len()
+            ),
+        });
+    }
     Ok(chosen)
 }
 
@@ -109,31 +135,6 @@ pub fn zone_additions(status: &StatusResponse, shard: u64, home: &str) -> Result
 /// most once per ten `election_timeout_max` (30 s by default), and promotes a learner only
 /// once it answers pings and has the leader's log.
 pub const ALL_VOTING_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(120);
-
-/// Under zone survival, the warning that `shard`'s replicas in `home` (its voters) are not in
-/// distinct enough zones: some zone holds half of them or more, so losing that one zone stops
-/// the shard's writes. `None` when no zone does (or the shard is unknown). Zones are the
-/// nodes' `--zone` labels; nodes without one share the empty zone.
-pub fn shared_zone_warning(status: &StatusResponse, shard: u64, home: &str) -> Option<String> {
-    let info = shard_info(status, shard).ok()?;
-    let mut by_zone: BTreeMap<&str, Vec<u64>> = BTreeMap::new();
-    for n in &status.nodes {
-        if n.region == home && info.replicas.contains(&n.node_id) {
-            by_zone.entry(n.zone.as_str()).or_default().push(n.node_id);
-        }
-    }
-    let voters: usize = by_zone.values().map(Vec::len).sum();
-    let (zone, nodes) = by_zone
-        .iter()
-        .filter(|(_, nodes)| 2 * nodes.len() >= voters)
-        .max_by_key(|(_, nodes)| nodes.len())?;
-    Some(format!(
-        "warning: {} of shard {shard}'s {voters} voters in {home} share zone {zone:?} (nodes \
-         {nodes:?}): losing that zone stops its writes; add replicas on nodes of other zones \
-         there and remove these (meridian cluster add-replica / remove-replica)",
-        nodes.len()
-    ))
-}
 
 /// What [`Client::place`] did to a replica.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -445,12 +446,14 @@ mod tests {
         assert_eq!(zone_additions(&s, 1, "us-east").unwrap(), vec![6, 5]);
         let s = status(&NODES, &[(1, &[1, 2, 3])]);
         assert_eq!(zone_additions(&s, 1, "us-east").unwrap(), vec![5, 6]);
-        let s = status(&NODES, &[(1, &[1, 4, 5, 2])]);
+        let s = status(&NODES, &[(1, &[1, 5, 6, 2])]);
         assert_eq!(zone_additions(&s, 1, "us-east").unwrap(), Vec::<u64>::new());
-        // Constraints keep zone c out: 4 (zone a, like node 1) instead of 6.
+        // Constraints keep zone c out: only 4 (zone a, like node 1) is left beside 5, and two
+        // voters of three in zone a do not survive losing it.
         let mut s = status(&NODES, &[(1, &[1, 2, 3])]);
         s.shards[0].constraints = "-zone=c".into();
-        assert_eq!(zone_additions(&s, 1, "us-east").unwrap(), vec![5, 4]);
+        let e = zone_additions(&s, 1, "us-east").unwrap_err().to_string();
+        assert!(e.contains("voters [1, 4] in zone \"a\""), "{e}");
         s.shards[0].constraints = "-zone=c,-zone=b".into();
         let e = zone_additions(&s, 1, "us-east").unwrap_err().to_string();
         assert!(
@@ -501,21 +504,24 @@ mod tests {
     }
 
     #[test]
-    fn voters_sharing_a_zone_are_warned_about() {
-        // 1, 4 in zone a, 5 in b: losing zone a leaves one of three voters.
-        let s = status(&NODES, &[(1, &[1, 4, 5, 2, 3])]);
-        let w = shared_zone_warning(&s, 1, "us-east").unwrap();
+    fn a_plan_whose_voters_would_share_a_zone_is_refused_before_anything_moves() {
+        // Node 1 (a) holds the shard; 4 (a) and 5 (b) are the only other live us-east members.
+        let nodes = &NODES[..5];
+        let s = status(nodes, &[(1, &[1, 2, 3])]);
+        let e = zone_additions(&s, 1, "us-east").unwrap_err().to_string();
         assert!(
-            w.contains("2 of shard 1's 3 voters in us-east share zone \"a\""),
-            "{w}"
+            e.contains("would have voters [1, 4] in zone \"a\", half or more of its 3 there"),
+            "{e}"
         );
-        // 1 (a), 5 (b), 6 (c): distinct zones.
-        let s = status(&NODES, &[(1, &[1, 5, 6, 2, 3])]);
-        assert_eq!(shared_zone_warning(&s, 1, "us-east"), None);
-        // Four voters, two in zone a: losing it leaves two of four, no majority.
-        let s = status(&NODES, &[(1, &[1, 4, 5, 7])]);
-        let w = shared_zone_warning(&s, 1, "us-east").unwrap();
-        assert!(w.contains("of shard 1's 4 voters"), "{w}");
+        // Three there already, two of them in zone a: nothing to add, still refused.
+        let s = status(&NODES, &[(1, &[1, 4, 5, 2])]);
+        let e = zone_additions(&s, 1, "us-east").unwrap_err().to_string();
+        assert!(e.contains("voters [1, 4]"), "{e}");
+        // Unless the shard has that goal there already (the server keeps it).
+        let mut s = s;
+        s.shards[0].survival = "zone".into();
+        s.shards[0].home_region = "us-east".into();
+        assert_eq!(zone_additions(&s, 1, "us-east").unwrap(), Vec::<u64>::new());
     }
 
     #[test]

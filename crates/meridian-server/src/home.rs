@@ -108,13 +108,8 @@ pub fn parse_home_regions(
                 known.join(", ")
             )));
         }
-        let there = members.iter().filter(|m| m.region == region).count();
-        if survival == Survival::Zone && there < crate::survival::ZONE_VOTERS {
-            return Err(fail(format!(
-                "zone survival needs {} founding members in {region:?} to survive losing one, \
-                 and it has {there}",
-                crate::survival::ZONE_VOTERS
-            )));
+        if survival == Survival::Zone {
+            crate::constraints::zone_voters_possible(region, members.iter()).map_err(fail)?;
         }
         if rules.iter().any(|r| r.start == start.as_bytes()) {
             return Err(fail(format!("start key {start:?} is listed twice")));
@@ -160,8 +155,10 @@ pub fn home_of<'r>(rules: &'r [HomeRule], start: &[u8]) -> Option<&'r str> {
 /// with survival goal `survival` and replica constraints `constraints` (`None`: the shard's
 /// current ones; see `survival`, `constraints`). `Ok(None)` if it has that placement
 /// already; an error for an unknown or metadata shard, a region where none of the shard's
-/// replicas is, a survival goal the shard cannot have there, or constraints that `members`
-/// (the cluster's now) cannot satisfy or that exclude the home.
+/// replicas is, a survival goal the shard cannot have there (zone survival with fewer than
+/// three replicas there, or, when the goal or the home is new, with one zone holding half of
+/// them or more), or constraints that `members` (the cluster's now) cannot satisfy or that
+/// exclude the home.
 pub fn with_placement(
     map: &ShardMap,
     shard: ShardId,
@@ -225,6 +222,18 @@ pub fn with_placement(
             ),
             _ => why,
         });
+    }
+    let newly_zone = desc.survival != Survival::Zone || desc.home.as_deref() != region;
+    if newly_zone {
+        let place_of = |id: NodeId| {
+            members
+                .iter()
+                .find(|m| m.node_id == id)
+                .map(|m| (m.region.clone(), m.zone.clone()))
+        };
+        if let Some(why) = crate::survival::crowded_zone_refusal(desc, survival, region, place_of) {
+            return Err(why);
+        }
     }
     crate::constraints::check_placement(desc, constraints, region, survival, members)?;
     let mut next = map.clone();
@@ -367,7 +376,7 @@ mod tests {
             (raw(&["a=eu-west:"]), "with no survival goal"),
             (
                 raw(&["a=eu-west:zone"]),
-                "zone survival needs 3 founding members in \"eu-west\"",
+                "zone survival needs 3 members in \"eu-west\"",
             ),
         ];
         for (entries, want) in cases {
@@ -375,6 +384,21 @@ mod tests {
             assert!(e.field.starts_with("cluster.home_regions["), "{e}");
             assert!(e.message.contains(want), "{entries:?}: {e}");
         }
+    }
+
+    #[test]
+    fn a_zone_rule_needs_three_zones_in_its_region() {
+        let mut members = members();
+        for m in ["4=127.0.0.1:4@us-east/b", "5=127.0.0.1:5@us-east/b"] {
+            members.push(Member::parse(m).unwrap());
+        }
+        let e = parse_home_regions(&raw(&["=us-east:zone"]), &members).unwrap_err();
+        assert!(
+            e.message.contains("in distinct zones") && e.message.contains("in 2 zone(s): a, b"),
+            "{e}"
+        );
+        members.push(Member::parse("6=127.0.0.1:6@us-east").unwrap());
+        parse_home_regions(&raw(&["=us-east:zone"]), &members).expect("a, b and default");
     }
 
     #[test]
@@ -463,5 +487,53 @@ mod tests {
             with_placement(&zoned, shard, Some("us-east"), zone, None, &members),
             Ok(None)
         );
+    }
+
+    #[test]
+    fn zone_survival_is_refused_while_home_replicas_share_a_zone() {
+        let mut members = members();
+        for m in ["4=127.0.0.1:4@us-east/a", "5=127.0.0.1:5@us-east/c"] {
+            members.push(Member::parse(m).unwrap());
+        }
+        let mut map = ShardMap::founding(&members, 5, &[], 1);
+        let shard = map.data[0].id;
+        let zone = Some(Survival::Zone);
+        // Nodes 1 and 4 are both in zone a: losing it leaves node 5 alone, no majority.
+        let e = with_placement(&map, shard, Some("us-east"), zone, None, &members).unwrap_err();
+        assert!(
+            e.contains("2 of its 3 replicas there share zone \"a\" (nodes [1, 4])")
+                && e.contains("add-replica 1 NODE")
+                && e.contains("remove-replica 1 NODE"),
+            "{e}"
+        );
+        // A fourth in zone b is not enough (two of four in a), removing node 4 then is.
+        members.push(Member::parse("6=127.0.0.1:6@us-east/b").unwrap());
+        map.data[0].replicas.push(6);
+        let e = with_placement(&map, shard, Some("us-east"), zone, None, &members).unwrap_err();
+        assert!(e.contains("2 of its 4 replicas"), "{e}");
+        map.data[0].replicas.retain(|id| *id != 4);
+        let zoned = with_placement(&map, shard, Some("us-east"), zone, None, &members)
+            .unwrap()
+            .unwrap();
+        // A shard that has the goal keeps it through other changes, crowded or not.
+        let mut crowded = zoned.clone();
+        crowded.data[0].replicas.push(4);
+        members.push(Member::parse("7=127.0.0.1:7@eu-west/z").unwrap());
+        let c = Constraints::parse("-zone=z").unwrap();
+        let changed = with_placement(&crowded, shard, Some("us-east"), None, Some(&c), &members)
+            .unwrap()
+            .unwrap();
+        assert_eq!(changed.data[0].constraints, c);
+        // Region survival does not look at zones.
+        assert!(with_placement(
+            &crowded,
+            shard,
+            None,
+            Some(Survival::Region),
+            None,
+            &members
+        )
+        .unwrap()
+        .is_some());
     }
 }

@@ -48,6 +48,7 @@ mod leader_follow;
 pub mod membership;
 pub mod metrics;
 pub mod node;
+mod removal_checks;
 pub mod shard_map;
 pub mod shard_map_store;
 pub mod survival;

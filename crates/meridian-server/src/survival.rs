@@ -41,8 +41,11 @@
 //! survival the step promotes a listed learner (an interrupted add) once it is ready.
 //!
 //! # Invariants
-//! - Zone survival needs a home region and at least [`ZONE_VOTERS`] replicas there when it is
-//!   set (refused otherwise, naming what to add; the CLI adds them first). If moves later
+//! - Zone survival needs a home region and at least [`ZONE_VOTERS`] replicas there, no zone
+//!   holding half of them or more, when it is set (refused otherwise, naming what to add or
+//!   remove; the CLI adds them first, new zones first, and refuses a plan that would crowd a
+//!   zone before anything moves). At bootstrap the rule's region needs [`ZONE_VOTERS`]
+//!   founding members in distinct zones (`constraints::zone_voters_possible`). If moves later
 //!   leave fewer, every replica is wanted as a voter again ([`voters_wanted`] falls back to
 //!   region survival's roles), so the goal itself never asks for one or two voters (a removal
 //!   still leaves two until the next round promotes the learners).
@@ -54,9 +57,10 @@
 //!   replicas are removed by the client (`meridian-client`'s `survival_plan`), not by the
 //!   server, so `Cluster.SetPlacement` alone leaves a shard that cannot survive its home
 //!   region until they are.
-//! - The home region's voters are not checked to sit in distinct zones here; the CLI warns
-//!   (`meridian-client`'s `survival_plan::shared_zone_warning`), and founding placement and
-//!   the CLI's additions prefer new zones.
+//! - Only the giving of the goal (or of a new home with it) and removals check the home
+//!   voters' zones ([`crowded_zone_refusal`], `membership`): an add may crowd a zone (a move
+//!   adds before it removes), and nothing moves a shard's replicas out of a crowded zone by
+//!   itself.
 //! - Not for the metadata shard (it has no home). At bootstrap (`home_regions` rules ending
 //!   in `:zone`) the founding map holds the goal and the home replicas, but the group is
 //!   founded with every replica voting; the first rounds of its leader make the others
@@ -161,6 +165,39 @@ pub fn refusal(
             desc.id.0
         )
     })
+}
+
+/// Why `desc`'s replicas in `home` cannot give zone survival: one zone holds half of them or
+/// more (`meridian_types::zones`), so losing that zone would stop the shard's writes.
+/// `place_of` gives a node's (region, zone). `None` under region survival, without a home, or
+/// when no zone is crowded. Asked only when a shard is given zone survival or a new home with
+/// it (`home::with_placement`): a shard that already has the goal keeps it, whatever the moves
+/// since (removals that would crowd a zone are refused, `membership`).
+pub fn crowded_zone_refusal(
+    desc: &ShardDescriptor,
+    survival: Survival,
+    home: Option<&str>,
+    place_of: impl Fn(NodeId) -> Option<(String, String)>,
+) -> Option<String> {
+    let home = home.filter(|_| survival == Survival::Zone)?;
+    let placed: Vec<(NodeId, String)> = desc
+        .replicas
+        .iter()
+        .filter_map(|id| place_of(*id).map(|(region, zone)| (*id, region, zone)))
+        .filter(|(_, region, _)| region == home)
+        .map(|(id, _, zone)| (id, zone))
+        .collect();
+    let (zone, nodes) =
+        meridian_types::zones::crowded_zone(placed.iter().map(|(id, z)| (*id, z.as_str())))?;
+    Some(format!(
+        "zone survival keeps shard {id}'s votes in {home}, and {} of its {} replicas there share \
+         zone {zone:?} (nodes {nodes:?}): losing that zone would stop its writes. Add a replica \
+         in {home} on a node of another zone (meridian cluster add-replica {id} NODE) and remove \
+         one of these (meridian cluster remove-replica {id} NODE)",
+        nodes.len(),
+        placed.len(),
+        id = desc.id.0,
+    ))
 }
 
 /// The voters a leader should change its group to, if a change is due (see the module

@@ -8,6 +8,7 @@
 //! - [`error`]: stable error codes and the retryable/permanent classification.
 //! - [`constraints`]: replica constraints (`+region=eu-west,-zone=c`), shared by server and client.
 //! - [`txn_rank`]: a transaction's priority and age, which decide lock conflicts (wound-wait).
+//! - [`zones`]: whether losing one zone would leave a shard's voters without a majority.
 //!
 //! This crate has no heavy dependencies on purpose: the client crate depends on it too.
 
@@ -18,6 +19,7 @@ pub mod ids;
 pub mod limits;
 pub mod timestamp;
 pub mod txn_rank;
+pub mod zones;
 
 pub use clock::{Clock, ClockError};
 pub use constraints::Constraints;
