@@ -216,6 +216,102 @@ async fn a_transaction_that_writes_two_shards_prepares_each_under_one_id_and_anc
     assert_eq!(client.get("a").await.unwrap(), None);
 }
 
+/// A multi-shard commit whose prepare on shard 2 is staged but never answered: the
+/// coordinator recovers the transaction, finds every participant prepared, and so settles it
+/// committed at the largest prepare timestamp. With `linearizable` that commit must still
+/// wait out the clock uncertainty (the lost answer carried the participant's own wait), so
+/// the client asks `Kv.CommitWait` on it before returning; a failed wait is an ambiguous
+/// error, not a success, and without `linearizable` nothing waits.
+#[tokio::test]
+async fn a_commit_settled_by_recovery_waits_on_its_timestamp_when_linearizable() {
+    let fake = Fake::start(&["m"]).await;
+    let mut config = meridian_client::ClientConfig::new(vec![fake.address(1)]);
+    config.max_attempts = 2;
+    config.backoff_initial = Duration::from_millis(5);
+    config.backoff_max = Duration::from_millis(20);
+    config.jitter_seed = Some(7);
+    let client = Client::connect(config).await.unwrap();
+    let commit = |linearizable: bool| {
+        let client = client.clone();
+        let options = TxnOptions {
+            linearizable,
+            max_attempts: 1,
+            ..TxnOptions::default()
+        };
+        async move {
+            client
+                .txn(options, |txn| {
+                    Box::pin(async move {
+                        txn.put("a", "1")?;
+                        txn.put("z", "1")?;
+                        Ok::<_, Error>(())
+                    })
+                })
+                .await
+                .map(|(_, info)| info.commit_ts.expect("it wrote").0)
+        }
+    };
+    let lose_shard_2 = |fail_commit_wait: bool| {
+        *fake.world.two_phase.lock().unwrap() = Some(TwoPhase {
+            lose_reply_on: [2].into(),
+            fail_commit_wait,
+            ..TwoPhase::default()
+        });
+    };
+    let seen = |what: fn(&TwoPhase) -> Vec<u64>| {
+        what(fake.world.two_phase.lock().unwrap().as_ref().unwrap())
+    };
+    let largest_prepare = |t: &TwoPhase| vec![t.staged.values().map(|(ts, _)| *ts).max().unwrap()];
+
+    for linearizable in [true, false] {
+        lose_shard_2(false);
+        let ts = commit(linearizable).await.unwrap();
+        assert_eq!(
+            vec![ts],
+            seen(largest_prepare),
+            "committed at the largest prepare"
+        );
+        let resolves = fake
+            .world
+            .two_phase
+            .lock()
+            .unwrap()
+            .as_ref()
+            .unwrap()
+            .resolves
+            .clone();
+        assert_eq!(
+            resolves,
+            vec![
+                (1, "abort"),
+                (2, "prevent"),
+                (1, "commit"),
+                (2, "commit"),
+                (1, "finish")
+            ],
+            "the recovery's steps"
+        );
+        let waits = seen(|t| t.commit_waits.clone());
+        match linearizable {
+            true => assert_eq!(
+                waits,
+                vec![ts],
+                "the recovered commit waits on its timestamp"
+            ),
+            false => assert_eq!(waits, Vec::<u64>::new(), "nothing waits"),
+        }
+    }
+
+    lose_shard_2(true);
+    let e = commit(true).await.unwrap_err();
+    assert!(
+        matches!(&e, Error::Ambiguous { message }
+            if message.contains("was settled as committed at")
+                && message.contains("but its commit-wait failed")),
+        "{e}"
+    );
+}
+
 #[tokio::test]
 async fn conflicts_stop_after_max_attempts_and_closure_errors_end_the_call() {
     let (_fake, client) = setup().await;

@@ -5,6 +5,10 @@
 //! routing cache, redirects, failover, regrouping, scan paging and deadlines are tested
 //! without a real cluster.
 
+mod two_phase;
+
+pub use two_phase::TwoPhase;
+
 use bytes::Bytes;
 use meridian_client::proto::cluster_server::{Cluster, ClusterServer};
 use meridian_client::proto::kv_server::{Kv, KvServer};
@@ -47,6 +51,9 @@ pub struct World {
     /// error (a connection reset after the request was sent), as when the leader's reply
     /// never arrives.
     pub lose_move_reply: AtomicBool,
+    /// Prepares, resolves and commit-waits are served by this (`two_phase`) when set, and
+    /// refused otherwise.
+    pub two_phase: Mutex<Option<TwoPhase>>,
 }
 
 pub fn error(code: &str, message: &str, hint: Option<String>) -> Status {
@@ -222,19 +229,29 @@ impl Kv for FakeNode {
         &self,
         request: Request<ResolveRequest>,
     ) -> Result<Response<ResolveResponse>, Status> {
-        self.lead("resolve", &request.into_inner().key, false)?;
-        Err(error("INVALID_ARGUMENT", "the fake does not resolve", None))
+        let request = request.into_inner();
+        let shard = self.lead("resolve", &request.key, false)?;
+        match self.world.two_phase.lock().unwrap().as_mut() {
+            Some(two_phase) => Ok(Response::new(two_phase.resolve(shard.shard_id, &request))),
+            None => Err(error("INVALID_ARGUMENT", "the fake does not resolve", None)),
+        }
     }
 
     async fn commit_wait(
         &self,
-        _: Request<CommitWaitRequest>,
+        request: Request<CommitWaitRequest>,
     ) -> Result<Response<CommitWaitResponse>, Status> {
-        Err(error(
-            "INVALID_ARGUMENT",
-            "the fake does not commit-wait",
-            None,
-        ))
+        self.lead("commit_wait", b"", false)?;
+        match self.world.two_phase.lock().unwrap().as_mut() {
+            Some(two_phase) => two_phase
+                .commit_wait(request.into_inner().ts)
+                .map(Response::new),
+            None => Err(error(
+                "INVALID_ARGUMENT",
+                "the fake does not commit-wait",
+                None,
+            )),
+        }
     }
 
     async fn cas(&self, request: Request<CasRequest>) -> Result<Response<CasResponse>, Status> {
@@ -285,15 +302,21 @@ impl Kv for FakeNode {
         let r = request.into_inner();
         if let Some(prepare) = &r.prepare {
             // Two-phase commit is tested against real nodes (meridian-cli's tests/txn.rs); the
-            // fake records what it was asked and refuses.
+            // fake records what it was asked and refuses, unless `two_phase` is set.
             let key = r.writes.first().map(|w| w.key.clone()).unwrap_or_default();
-            self.lead("prepare", &key, false)?;
+            let shard = self.lead("prepare", &key, false)?;
             self.world
                 .prepares
                 .lock()
                 .unwrap()
                 .push((prepare.clone(), r.writes.len()));
-            return Err(error("INVALID_ARGUMENT", "the fake does not prepare", None));
+            let ts = self.tick();
+            return match self.world.two_phase.lock().unwrap().as_mut() {
+                Some(two_phase) => two_phase
+                    .prepare(shard.shard_id, ts, prepare)
+                    .map(Response::new),
+                None => Err(error("INVALID_ARGUMENT", "the fake does not prepare", None)),
+            };
         }
         let keys: Vec<Bytes> = r
             .reads
