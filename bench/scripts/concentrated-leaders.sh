@@ -14,7 +14,8 @@
 #    errors;
 # 3. prints node 1's replication streams and connections per peer (the
 #    meridian_peer_replication_* gauges), and whether each node sees the other two alive
-#    (`cluster status`), and node 1's warnings before the load and from the load on.
+#    (`cluster status`), each node's log lines with an h2 protocol error (calls a peer refused
+#    or reset), and node 1's warnings before the load and from the load on.
 # --bin-dir runs the `meridian` and `meridian-ycsb` found there instead of building them.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -41,7 +42,9 @@ ycsb_workdir concentrated
 METRICS_BASE=$((BASE + 300))
 start_loopback_cluster "$WORK/meridian" "$BASE" "$WORK/data" "$SHARDS" --home-regions "=region1"
 say "waiting until every shard has a leader"
+boot_start=$SECONDS
 wait_every_shard_led "$WORK/meridian" "$ENDPOINTS" 180 || { echo "error: shards without a leader after 180 s" >&2; exit 1; }
+echo "every shard has a leader $((SECONDS - boot_start)) s after the nodes answered"
 
 groups=$((SHARDS + 1))
 say "waiting until node 1 leads all $groups groups (at most $LEAD_TIMEOUT s)"
@@ -64,6 +67,14 @@ for peer in 2 3; do
 done
 "$WORK/meridian" cluster status --endpoints "$ENDPOINTS" --timeout-ms 10000 2>&1 \
   | sed -n '1,/^$/p' | head -8
+for node in 1 2 3; do
+  # Calls a peer's HTTP/2 server reset or refused (the stream limit per connection, hit by the
+  # startup elections' votes); they are retried.
+  echo "node $node: $(grep -c 'h2 protocol error' "$WORK/data/node$node.log" || true) log lines with an h2 protocol error"
+done
+echo "node 1's warnings before the load, by kind (digits as N):"
+grep WARN "$WORK/data/node1.log" | head -n "$warn_before" | sed -E 's/^.*WARN //' | cut -c1-140 \
+  | sed -E 's/[0-9]+/N/g' | sort | uniq -c | sort -rn | head -5 || true
 warn_all=$(grep -c WARN "$WORK/data/node1.log" || true)
 echo "warnings on node 1: $warn_before before the load, $((warn_all - warn_before)) from the load on"
 grep WARN "$WORK/data/node1.log" | tail -n "+$((warn_before + 1))" | sed -E 's/^.*WARN //' \

@@ -11,7 +11,6 @@ use meridian_proto::raft::raft_transport_server::{RaftTransport, RaftTransportSe
 use meridian_proto::raft::{
     HeartbeatBatch, HeartbeatBatchReply, RaftReply, RaftRequest, SnapshotChunk,
 };
-use meridian_types::limits::MAX_PEER_STREAMS_PER_CONNECTION;
 use meridian_types::Clock;
 use std::collections::HashSet;
 use std::net::SocketAddr;
@@ -188,8 +187,7 @@ async fn serve(peer: Arc<FakePeer>) -> (String, oneshot::Sender<()>) {
     let addr = listener.local_addr().expect("address").to_string();
     let (stop, stopped) = oneshot::channel::<()>();
     tokio::spawn(async move {
-        let _ = tonic::transport::Server::builder()
-            .max_concurrent_streams(MAX_PEER_STREAMS_PER_CONNECTION)
+        let _ = crate::transport::peer_listener_settings(tonic::transport::Server::builder())
             .add_service(RaftTransportServer::from_arc(peer))
             .serve_with_incoming_shutdown(
                 tonic::transport::server::TcpIncoming::from(listener),

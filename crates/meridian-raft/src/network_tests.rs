@@ -112,3 +112,43 @@ async fn a_stream_whose_replies_are_dropped_gives_its_place_back() {
     // openraft's sender lived throughout: only the gate ended the request side.
     drop(requests);
 }
+
+/// Calls a node gives up on by the hundred before the peer has accepted them (a booting node's
+/// votes, dropped when their election rounds time out) do not cost the connection they share
+/// with other calls: the peer's listener takes up to its stream limit of such resets
+/// (`transport::peer_listener_settings`). With HTTP/2's default of 20 it answered GOAWAY
+/// "too_many_resets" and failed every call on the connection with RESOURCE_EXHAUSTED.
+#[tokio::test]
+async fn calls_dropped_by_the_hundred_do_not_cost_the_connection() {
+    let t = setup(FakePeer {
+        slow_shard: Some(7),
+        ..FakePeer::default()
+    })
+    .await;
+    let payload = codec::encode(&heartbeat()).unwrap();
+    let call = |shard: u64| {
+        let mut client = t.pool.client(&t.addr).unwrap();
+        let request = RaftRequest {
+            shard_id: shard,
+            hlc: 0,
+            from_node: 1,
+            payload: payload.clone().into(),
+        };
+        async move { client.append(request).await.map(|_| ()) }
+    };
+    // Connected first, so what follows is resets, not dials.
+    call(1).await.expect("the first call");
+    // Calls that live through the resets, each answered after a second.
+    let witnesses: Vec<_> = (0..5).map(|_| tokio::spawn(call(7))).collect();
+    for _ in 0..10 {
+        let dropped = (0..100).map(|_| tokio::time::timeout(Duration::from_micros(200), call(7)));
+        futures::future::join_all(dropped).await;
+    }
+    for (i, witness) in witnesses.into_iter().enumerate() {
+        let answer = witness.await.unwrap();
+        assert!(
+            answer.is_ok(),
+            "call {i} lived through the resets: {answer:?}"
+        );
+    }
+}

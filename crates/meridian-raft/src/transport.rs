@@ -19,7 +19,9 @@ use meridian_proto::raft::raft_transport_server::RaftTransport;
 use meridian_proto::raft::{
     HeartbeatBatch, HeartbeatBatchReply, RaftReply, RaftRequest, SnapshotChunk,
 };
-use meridian_types::limits::{MAX_MESSAGE_BYTES, SNAPSHOT_CHUNK_BYTES};
+use meridian_types::limits::{
+    MAX_MESSAGE_BYTES, MAX_PEER_STREAMS_PER_CONNECTION, SNAPSHOT_CHUNK_BYTES,
+};
 use meridian_types::{ShardId, Timestamp};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -43,6 +45,23 @@ impl Drop for RemoveOnDrop {
 
 /// Largest snapshot file a node accepts, in bytes.
 pub const MAX_SNAPSHOT_BYTES: u64 = 64 * 1024 * 1024 * 1024;
+
+/// The HTTP/2 settings of a node's peer listener, applied to `builder`: at most
+/// [`MAX_PEER_STREAMS_PER_CONNECTION`] streams open per connection, and as many streams a peer
+/// may reset before this listener has accepted them.
+///
+/// The second is HTTP/2's rapid-reset guard (CVE-2023-44487). With hyper's default (20), a
+/// peer that reset more than 20 streams the listener had not accepted yet got GOAWAY
+/// ENHANCE_YOUR_CALM ("too_many_resets"), and every call on that connection failed with
+/// RESOURCE_EXHAUSTED. A booting node with a thousand groups does that honestly: openraft drops
+/// a vote request when its election round times out, each dropped call is a reset, and the
+/// busy listener is behind on accepting, so hundreds of votes failed per boot. The peer port
+/// serves only the cluster's own nodes, and the guard stays, at the stream limit.
+pub fn peer_listener_settings(builder: tonic::transport::Server) -> tonic::transport::Server {
+    builder
+        .max_concurrent_streams(MAX_PEER_STREAMS_PER_CONNECTION)
+        .http2_max_pending_accept_reset_streams(Some(MAX_PEER_STREAMS_PER_CONNECTION as usize))
+}
 
 /// The `RaftTransport` gRPC service.
 pub struct TransportService {

@@ -134,12 +134,12 @@ pub async fn run_node(
     let stopped = |mut rx: watch::Receiver<bool>| async move {
         let _ = rx.wait_for(|v| *v).await;
     };
-    let peer_server = tonic::transport::Server::builder()
-        .timeout(REQUEST_TIMEOUT)
-        .tcp_nodelay(true)
-        .max_concurrent_streams(meridian_types::limits::MAX_PEER_STREAMS_PER_CONNECTION)
-        .add_service(meridian_raft::TransportService::new(node.host.clone()).into_server())
-        .serve_with_incoming_shutdown(incoming(peer_listener), stopped(stop_rx.clone()));
+    let peer_server =
+        meridian_raft::transport::peer_listener_settings(tonic::transport::Server::builder())
+            .timeout(REQUEST_TIMEOUT)
+            .tcp_nodelay(true)
+            .add_service(meridian_raft::TransportService::new(node.host.clone()).into_server())
+            .serve_with_incoming_shutdown(incoming(peer_listener), stopped(stop_rx.clone()));
     let kv_service = kv::KvService::new(node.clone());
     if let Some(listener) = metrics_listener {
         let admission = kv_service.admission();
