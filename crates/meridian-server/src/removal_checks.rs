@@ -33,14 +33,7 @@ pub(crate) fn zone_survival_refusal(
         .home
         .as_deref()
         .filter(|_| desc.survival == Survival::Zone)?;
-    // The home replicas with their zones.
-    let at_home: Vec<(NodeId, String)> = desc
-        .replicas
-        .iter()
-        .filter_map(|id| place_of(*id).map(|(region, zone)| (*id, region, zone)))
-        .filter(|(_, region, _)| region == home)
-        .map(|(id, _, zone)| (id, zone))
-        .collect();
+    let at_home = crate::survival::home_zones(desc, home, place_of);
     if !at_home.iter().any(|(id, _)| *id == target) {
         return None;
     }

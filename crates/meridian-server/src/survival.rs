@@ -167,6 +167,21 @@ pub fn refusal(
     })
 }
 
+/// `desc`'s replicas in `home` with their zones, in replica order; `place_of` gives a node's
+/// (region, zone) (a node it does not know is in no region).
+pub(crate) fn home_zones(
+    desc: &ShardDescriptor,
+    home: &str,
+    place_of: impl Fn(NodeId) -> Option<(String, String)>,
+) -> Vec<(NodeId, String)> {
+    desc.replicas
+        .iter()
+        .filter_map(|id| place_of(*id).map(|(region, zone)| (*id, region, zone)))
+        .filter(|(_, region, _)| region == home)
+        .map(|(id, _, zone)| (id, zone))
+        .collect()
+}
+
 /// Why `desc`'s replicas in `home` cannot give zone survival: one zone holds half of them or
 /// more (`meridian_types::zones`), so losing that zone would stop the shard's writes.
 /// `place_of` gives a node's (region, zone). `None` under region survival, without a home, or
@@ -180,13 +195,7 @@ pub fn crowded_zone_refusal(
     place_of: impl Fn(NodeId) -> Option<(String, String)>,
 ) -> Option<String> {
     let home = home.filter(|_| survival == Survival::Zone)?;
-    let placed: Vec<(NodeId, String)> = desc
-        .replicas
-        .iter()
-        .filter_map(|id| place_of(*id).map(|(region, zone)| (*id, region, zone)))
-        .filter(|(_, region, _)| region == home)
-        .map(|(id, _, zone)| (id, zone))
-        .collect();
+    let placed = home_zones(desc, home, place_of);
     let (zone, nodes) =
         meridian_types::zones::crowded_zone(placed.iter().map(|(id, z)| (*id, z.as_str())))?;
     Some(format!(
