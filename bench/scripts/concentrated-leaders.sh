@@ -14,8 +14,9 @@
 #    errors;
 # 3. prints node 1's replication streams and connections per peer (the
 #    meridian_peer_replication_* gauges), and whether each node sees the other two alive
-#    (`cluster status`), each node's log lines with an h2 protocol error (calls a peer refused
-#    or reset), and node 1's warnings before the load and from the load on.
+#    (`cluster status`), how many of each node's log lines name an h2 protocol error (calls
+#    that failed with their connection), and node 1's warnings before the load (by kind) and
+#    from the load on.
 # --bin-dir runs the `meridian` and `meridian-ycsb` found there instead of building them.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -68,9 +69,9 @@ done
 "$WORK/meridian" cluster status --endpoints "$ENDPOINTS" --timeout-ms 10000 2>&1 \
   | sed -n '1,/^$/p' | head -8
 for node in 1 2 3; do
-  # Calls a peer's HTTP/2 server reset or refused (the stream limit per connection, hit by the
-  # startup elections' votes); they are retried.
-  echo "node $node: $(grep -c 'h2 protocol error' "$WORK/data/node$node.log" || true) log lines with an h2 protocol error"
+  # Calls that failed with their HTTP/2 connection (a GOAWAY from the peer, as its rapid-reset
+  # guard sent at boot before the peer listener allowed more resets); they are retried.
+  echo "node $node: $(grep -c 'h2 protocol error' "$WORK/data/node$node.log" || true) log lines (boot and load) with an h2 protocol error"
 done
 echo "node 1's warnings before the load, by kind (digits as N):"
 grep WARN "$WORK/data/node1.log" | head -n "$warn_before" | sed -E 's/^.*WARN //' | cut -c1-140 \

@@ -367,7 +367,7 @@ async fn scenario() {
     );
 
     // Zone survival in a region whose three members use two zones: losing zone a would
-    // leave one voter of three, so the rule is refused before anything starts.
+    // leave one voter of three, so founding the cluster is refused before anything starts.
     let output = run_bounded(
         Command::new(binary())
             .args([
@@ -390,7 +390,8 @@ async fn scenario() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(!output.status.success());
     assert!(
-        stderr.contains("cluster.home_regions[0]") && stderr.contains("in 2 zone(s): a, b"),
+        stderr.contains("cluster.home_regions: shard 1")
+            && stderr.contains("2 of its 3 replicas there are in zone \"a\" (nodes [1, 2])"),
         "the zone rule's problem not named: {stderr}"
     );
 

@@ -115,14 +115,23 @@ pub fn zone_additions(status: &StatusResponse, shard: u64, home: &str) -> Result
             Some((n.node_id, n.zone.as_str()))
         }));
     if let Some((zone, nodes)) = meridian_types::zones::crowded_zone(voters).filter(|_| !kept) {
+        let fix = match chosen.is_empty() {
+            // Nothing to add: the replicas there already crowd the zone.
+            true => format!(
+                "move one of them to a node of another zone in {home} (meridian cluster \
+                 add-replica {shard} NODE, then remove-replica {shard} NODE)"
+            ),
+            false => format!(
+                "the live members there that could take a replica are not in enough zones: \
+                 start nodes in other zones of {home} (meridian start --join ... --region \
+                 {home} --zone Z), or move a replica there that shares a zone"
+            ),
+        };
         return Err(Error::InvalidArgument {
             message: format!(
                 "zone survival for shard {shard} in {home} would have voters {nodes:?} in zone \
-                 {zone:?}, half or more of its {} there: losing that zone would stop its writes. \
-                 The live members there that could take a replica are not in enough zones; \
-                 start nodes in other zones of {home} (meridian start --join ... --region {home} \
-                 --zone Z), or remove a replica there that shares a zone (meridian cluster \
-                 remove-replica {shard} NODE)",
+                 {zone:?}, half or more of its {} there: losing that zone would stop its \
+                 writes; {fix}",
                 held.len() + chosen.len()
             ),
         });

@@ -55,8 +55,9 @@ pub const MAX_SNAPSHOT_BYTES: u64 = 64 * 1024 * 1024 * 1024;
 /// ENHANCE_YOUR_CALM ("too_many_resets"), and every call on that connection failed with
 /// RESOURCE_EXHAUSTED. A booting node with a thousand groups does that honestly: openraft drops
 /// a vote request when its election round times out, each dropped call is a reset, and the
-/// busy listener is behind on accepting, so hundreds of votes failed per boot. The peer port
-/// serves only the cluster's own nodes, and the guard stays, at the stream limit.
+/// busy listener is behind on accepting, so hundreds of votes failed per boot. The guard
+/// stays, at the stream limit. Nothing authenticates peers (no TLS yet): the peer port must be
+/// reachable from the cluster's nodes only (a firewall), this allowance or not.
 pub fn peer_listener_settings(builder: tonic::transport::Server) -> tonic::transport::Server {
     builder
         .max_concurrent_streams(MAX_PEER_STREAMS_PER_CONNECTION)

@@ -108,8 +108,13 @@ pub fn parse_home_regions(
                 known.join(", ")
             )));
         }
-        if survival == Survival::Zone {
-            crate::constraints::zone_voters_possible(region, members.iter()).map_err(fail)?;
+        let there = members.iter().filter(|m| m.region == region).count();
+        if survival == Survival::Zone && there < crate::survival::ZONE_VOTERS {
+            return Err(fail(format!(
+                "zone survival needs {} founding members in {region:?} to survive losing one, \
+                 and it has {there}",
+                crate::survival::ZONE_VOTERS
+            )));
         }
         if rules.iter().any(|r| r.start == start.as_bytes()) {
             return Err(fail(format!("start key {start:?} is listed twice")));
@@ -225,12 +230,7 @@ pub fn with_placement(
     }
     let newly_zone = desc.survival != Survival::Zone || desc.home.as_deref() != region;
     if newly_zone {
-        let place_of = |id: NodeId| {
-            members
-                .iter()
-                .find(|m| m.node_id == id)
-                .map(|m| (m.region.clone(), m.zone.clone()))
-        };
+        let place_of = place_in(members);
         if let Some(why) = crate::survival::crowded_zone_refusal(desc, survival, region, place_of) {
             return Err(why);
         }
@@ -242,6 +242,43 @@ pub fn with_placement(
     next.data[idx].constraints = constraints.clone();
     next.version += 1;
     Ok(Some(next))
+}
+
+/// A node's (region, zone) among `members`.
+fn place_in(members: &[Member]) -> impl Fn(NodeId) -> Option<(String, String)> + Copy + '_ {
+    move |id| {
+        members
+            .iter()
+            .find(|m| m.node_id == id)
+            .map(|m| (m.region.clone(), m.zone.clone()))
+    }
+}
+
+/// Why the founding map `map` cannot be founded: a data shard with zone survival whose
+/// replicas in its home region (as founding placement put them) have half or more in one zone,
+/// so losing that zone would stop its writes (`meridian_types::zones`). Asked only when a node
+/// founds a cluster (its data dir has no cluster id yet): a cluster founded by an older binary,
+/// which did not check, keeps starting.
+pub fn crowded_founding_zones(map: &ShardMap, members: &[Member]) -> Option<String> {
+    let place_of = place_in(members);
+    let mut zoned = map.data.iter().filter(|d| d.survival == Survival::Zone);
+    zoned.find_map(|desc| {
+        let home = desc.home.as_deref()?;
+        let placed = crate::survival::home_zones(desc, home, place_of);
+        let (zone, nodes) =
+            meridian_types::zones::crowded_zone(placed.iter().map(|(id, z)| (*id, z.as_str())))?;
+        Some(format!(
+            "cluster.home_regions: shard {} (keys from {:?}) would be founded with zone survival \
+             in {home}, and {} of its {} replicas there are in zone {zone:?} (nodes {nodes:?}): \
+             losing that zone would stop its writes. Give the founding members in {home} \
+             distinct zones (id=addr@region/zone in initial_cluster; a member without one is in \
+             zone \"default\"), or drop \":zone\" from the rule",
+            desc.id.0,
+            String::from_utf8_lossy(&desc.start),
+            nodes.len(),
+            placed.len()
+        ))
+    })
 }
 
 /// Logs a warning for each shard whose home (or replica constraints) in `current` (a stored
@@ -376,7 +413,7 @@ mod tests {
             (raw(&["a=eu-west:"]), "with no survival goal"),
             (
                 raw(&["a=eu-west:zone"]),
-                "zone survival needs 3 members in \"eu-west\"",
+                "zone survival needs 3 founding members in \"eu-west\"",
             ),
         ];
         for (entries, want) in cases {
@@ -387,18 +424,37 @@ mod tests {
     }
 
     #[test]
-    fn a_zone_rule_needs_three_zones_in_its_region() {
-        let mut members = members();
-        for m in ["4=127.0.0.1:4@us-east/b", "5=127.0.0.1:5@us-east/b"] {
-            members.push(Member::parse(m).unwrap());
-        }
-        let e = parse_home_regions(&raw(&["=us-east:zone"]), &members).unwrap_err();
+    fn a_founding_map_whose_zone_survival_home_replicas_share_a_zone_is_refused() {
+        let founded = |extra: &[&str], rf: usize| {
+            let mut members = members();
+            members.extend(extra.iter().map(|m| Member::parse(m).unwrap()));
+            let rules = parse_home_regions(&raw(&["=us-east:zone"]), &members).unwrap();
+            let map = ShardMap::founding(&members, rf, &[], 1).with_homes(&rules, &members);
+            crowded_founding_zones(&map, &members)
+        };
+        // us-east: 1 in a, 4 and 5 in b.
+        let b = ["4=127.0.0.1:4@us-east/b", "5=127.0.0.1:5@us-east/b"];
+        let e = founded(&b, 3).unwrap();
         assert!(
-            e.message.contains("in distinct zones") && e.message.contains("in 2 zone(s): a, b"),
+            e.contains("shard 1 (keys from \"\")")
+                && e.contains("2 of its 3 replicas there are in zone \"b\" (nodes [4, 5])"),
             "{e}"
         );
-        members.push(Member::parse("6=127.0.0.1:6@us-east").unwrap());
-        parse_home_regions(&raw(&["=us-east:zone"]), &members).expect("a, b and default");
+        assert_eq!(
+            founded(&["4=127.0.0.1:4@us-east/b", "5=127.0.0.1:5@us-east/c"], 3),
+            None
+        );
+        // Five replicas, four of them in us-east (a, a, b, c): two of four in zone a.
+        let wide = [
+            "4=127.0.0.1:4@us-east/b",
+            "5=127.0.0.1:5@us-east/c",
+            "6=127.0.0.1:6@us-east/a",
+        ];
+        let e = founded(&wide[..], 6).unwrap();
+        assert!(
+            e.contains("2 of its 4 replicas there are in zone \"a\""),
+            "{e}"
+        );
     }
 
     #[test]

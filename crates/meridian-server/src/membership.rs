@@ -73,17 +73,16 @@
 //! # Placement checks
 //! An add goes only to a member the shard's replica constraints allow
 //! (`constraints::refuse_target`); a remove never leaves a shard with zone survival fewer
-//! than `ZONE_VOTERS` replicas in its home region, nor one zone holding half of them or more
-//! when removing another home replica would not, and never leaves a shard with region
+//! than `ZONE_VOTERS` replicas in its home region, and never leaves a shard with region
 //! survival unable to survive losing a region (one region holding so many replicas that the
 //! rest are no majority) when removing another of its replicas would not, and the live
 //! members its constraints allow could hold its replicas that way
 //! (`removal_checks`). All answer INVALID_ARGUMENT naming the fix.
 //!
 //! # Not done yet
-//! - An add is not checked against region survival nor against zone survival's zones: a
-//!   move adds before it removes, so the shard briefly has two replicas in a region (or
-//!   zone) on purpose. A remove is allowed where no
+//! - An add is not checked against region survival: a move adds before it removes, so the
+//!   shard briefly has two replicas in a region on purpose. Neither an add nor a remove is
+//!   checked against zone survival's zones (see `removal_checks`). A remove is allowed where no
 //!   better one exists (a decommission of a region's only node, a shard crowded already, a
 //!   shard left with two replicas).
 //! - `decommission` (moving every replica off a node) is a client-side plan of one add and
@@ -277,7 +276,7 @@ pub async fn remove_replica(
             })
             .collect();
         crate::removal_checks::zone_survival_refusal(d, target, |id| {
-            node.member(id).map(|m| (m.region, m.zone))
+            node.member(id).map(|m| m.region)
         })
         .or_else(|| crate::removal_checks::region_survival_refusal(d, target, &members))
     }) {

@@ -184,7 +184,14 @@ impl Node {
         let founding = Arc::new(founding_map(&config));
         let id = cluster_id(&config.initial_cluster, &founding);
         match engine.read_cluster_id()? {
-            None => engine.write_cluster_id(&id)?,
+            None => {
+                // Founding (or a node's first start): refused before anything is written.
+                let members = &config.initial_cluster;
+                if let Some(why) = crate::home::crowded_founding_zones(&founding, members) {
+                    anyhow::bail!("{why}");
+                }
+                engine.write_cluster_id(&id)?
+            }
             Some(existing) if existing == id => {}
             Some(existing) => anyhow::bail!(
                 "data dir {} belongs to cluster {existing}, but this node's initial_cluster describes cluster {id}; \

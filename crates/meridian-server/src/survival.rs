@@ -45,7 +45,9 @@
 //!   holding half of them or more, when it is set (refused otherwise, naming what to add or
 //!   remove; the CLI adds them first, new zones first, and refuses a plan that would crowd a
 //!   zone before anything moves). At bootstrap the rule's region needs [`ZONE_VOTERS`]
-//!   founding members in distinct zones (`constraints::zone_voters_possible`). If moves later
+//!   founding members, and a node founding the cluster refuses a founding map whose home
+//!   replicas crowd a zone (`home::crowded_founding_zones`; a data dir founded by an older
+//!   binary, which did not check, keeps starting). If moves later
 //!   leave fewer, every replica is wanted as a voter again ([`voters_wanted`] falls back to
 //!   region survival's roles), so the goal itself never asks for one or two voters (a removal
 //!   still leaves two until the next round promotes the learners).
@@ -57,10 +59,10 @@
 //!   replicas are removed by the client (`meridian-client`'s `survival_plan`), not by the
 //!   server, so `Cluster.SetPlacement` alone leaves a shard that cannot survive its home
 //!   region until they are.
-//! - Only the giving of the goal (or of a new home with it) and removals check the home
-//!   voters' zones ([`crowded_zone_refusal`], `membership`): an add may crowd a zone (a move
-//!   adds before it removes), and nothing moves a shard's replicas out of a crowded zone by
-//!   itself.
+//! - Only the giving of the goal (or of a new home with it) and founding check the home
+//!   voters' zones ([`crowded_zone_refusal`]): a replica move may crowd a zone afterwards
+//!   (neither adds nor removes are checked, see `removal_checks`), and nothing moves a
+//!   shard's replicas out of a crowded zone by itself.
 //! - Not for the metadata shard (it has no home). At bootstrap (`home_regions` rules ending
 //!   in `:zone`) the founding map holds the goal and the home replicas, but the group is
 //!   founded with every replica voting; the first rounds of its leader make the others
@@ -187,7 +189,7 @@ pub(crate) fn home_zones(
 /// `place_of` gives a node's (region, zone). `None` under region survival, without a home, or
 /// when no zone is crowded. Asked only when a shard is given zone survival or a new home with
 /// it (`home::with_placement`): a shard that already has the goal keeps it, whatever the moves
-/// since (removals that would crowd a zone are refused, `membership`).
+/// since.
 pub fn crowded_zone_refusal(
     desc: &ShardDescriptor,
     survival: Survival,

@@ -102,7 +102,10 @@ impl TwoPhase {
             }
             Some(Decision::Finish(_)) => (
                 "finish",
-                answer(TxnState::Committed, self.decided.unwrap_or(0), Vec::new()),
+                match self.decided {
+                    Some(c) if c > 0 => answer(TxnState::Committed, c, Vec::new()),
+                    _ => answer(TxnState::Aborted, 0, Vec::new()),
+                },
             ),
             Some(Decision::AbortStaging(_)) => {
                 self.decided.get_or_insert(0);
