@@ -256,9 +256,10 @@ fn place_in(members: &[Member]) -> impl Fn(NodeId) -> Option<(String, String)> +
 
 /// Why the founding map `map` cannot be founded: a data shard with zone survival whose
 /// replicas in its home region (as founding placement put them) have half or more in one zone,
-/// so losing that zone would stop its writes (`meridian_types::zones`). Asked only when a node
-/// founds a cluster (its data dir has no cluster id yet): a cluster founded by an older binary,
-/// which did not check, keeps starting.
+/// so losing that zone would stop its writes (`meridian_types::zones`). Asked only on a
+/// founding member's first start (its data dir has no cluster id yet, and it does not join):
+/// a cluster founded by an older binary, which did not check, keeps starting and taking
+/// joiners; a founding member of such a cluster restarted on an empty data dir is refused.
 pub fn crowded_founding_zones(map: &ShardMap, members: &[Member]) -> Option<String> {
     let place_of = place_in(members);
     let mut zoned = map.data.iter().filter(|d| d.survival == Survival::Zone);

@@ -185,9 +185,12 @@ impl Node {
         let id = cluster_id(&config.initial_cluster, &founding);
         match engine.read_cluster_id()? {
             None => {
-                // Founding (or a node's first start): refused before anything is written.
+                // A founding member's first start: refused before anything is written. A node
+                // joining a running cluster takes the map it has, checked or not.
                 let members = &config.initial_cluster;
-                if let Some(why) = crate::home::crowded_founding_zones(&founding, members) {
+                let crowded = crate::home::crowded_founding_zones(&founding, members)
+                    .filter(|_| config.join.is_none());
+                if let Some(why) = crowded {
                     anyhow::bail!("{why}");
                 }
                 engine.write_cluster_id(&id)?
