@@ -102,18 +102,15 @@ pub fn zone_additions(status: &StatusResponse, shard: u64, home: &str) -> Result
             .expect("enough free members, checked above");
         let node = free.remove(i);
         zones.insert(node.zone.as_str());
-        chosen.push(node.node_id);
+        chosen.push(node);
     }
     // The goal's voters: what is there plus the additions. A shard that has the goal in
     // this home already keeps it (the server answers "no change").
     let kept = info.survival == "zone" && info.home_region == home;
     let voters = held
         .iter()
-        .map(|n| (n.node_id, n.zone.as_str()))
-        .chain(chosen.iter().filter_map(|id| {
-            let n = at_home.iter().find(|n| n.node_id == *id)?;
-            Some((n.node_id, n.zone.as_str()))
-        }));
+        .chain(&chosen)
+        .map(|n| (n.node_id, n.zone.as_str()));
     if let Some((zone, nodes)) = meridian_types::zones::crowded_zone(voters).filter(|_| !kept) {
         let fix = match chosen.is_empty() {
             // Nothing to add: the replicas there already crowd the zone.
@@ -136,7 +133,7 @@ pub fn zone_additions(status: &StatusResponse, shard: u64, home: &str) -> Result
             ),
         });
     }
-    Ok(chosen)
+    Ok(chosen.iter().map(|n| n.node_id).collect())
 }
 
 /// How long [`Client::place`] waits, after storing region survival, for the shard's leader to

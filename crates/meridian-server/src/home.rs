@@ -265,19 +265,16 @@ pub fn crowded_founding_zones(map: &ShardMap, members: &[Member]) -> Option<Stri
     let mut zoned = map.data.iter().filter(|d| d.survival == Survival::Zone);
     zoned.find_map(|desc| {
         let home = desc.home.as_deref()?;
-        let placed = crate::survival::home_zones(desc, home, place_of);
-        let (zone, nodes) =
-            meridian_types::zones::crowded_zone(placed.iter().map(|(id, z)| (*id, z.as_str())))?;
+        let (zone, nodes, there) = crate::survival::crowded_home_zone(desc, home, place_of)?;
         Some(format!(
             "cluster.home_regions: shard {} (keys from {:?}) would be founded with zone survival \
-             in {home}, and {} of its {} replicas there are in zone {zone:?} (nodes {nodes:?}): \
-             losing that zone would stop its writes. Give the founding members in {home} \
-             distinct zones (id=addr@region/zone in initial_cluster; a member without one is in \
-             zone \"default\"), or drop \":zone\" from the rule",
+             in {home}, and {} of its {there} replicas there are in zone {zone:?} (nodes \
+             {nodes:?}): losing that zone would stop its writes. Give the founding members in \
+             {home} distinct zones (id=addr@region/zone in initial_cluster; a member without one \
+             is in zone \"default\"), or drop \":zone\" from the rule",
             desc.id.0,
             String::from_utf8_lossy(&desc.start),
             nodes.len(),
-            placed.len()
         ))
     })
 }

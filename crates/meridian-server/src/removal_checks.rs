@@ -1,5 +1,5 @@
-//! Whether removing a replica would cost a shard its survival goal, when another removal would
-//! not: the checks `membership::remove_replica` makes before it changes a group.
+//! Whether removing a replica would cost a shard its survival goal: the checks
+//! `membership::remove_replica` makes before it changes a group.
 //!
 //! - **Zone survival** keeps the votes in the home region, so a removal there must leave
 //!   `ZONE_VOTERS` replicas.

@@ -169,23 +169,29 @@ pub fn refusal(
     })
 }
 
-/// `desc`'s replicas in `home` with their zones, in replica order; `place_of` gives a node's
-/// (region, zone) (a node it does not know is in no region).
-pub(crate) fn home_zones(
+/// The zone holding half or more of `desc`'s replicas in `home` (`meridian_types::zones`),
+/// with those nodes and how many replicas `home` holds; `None` when losing any one zone leaves
+/// a majority. `place_of` gives a node's (region, zone) (a node it does not know is in no
+/// region).
+pub(crate) fn crowded_home_zone(
     desc: &ShardDescriptor,
     home: &str,
     place_of: impl Fn(NodeId) -> Option<(String, String)>,
-) -> Vec<(NodeId, String)> {
-    desc.replicas
+) -> Option<(String, Vec<NodeId>, usize)> {
+    let placed: Vec<(NodeId, String)> = desc
+        .replicas
         .iter()
         .filter_map(|id| place_of(*id).map(|(region, zone)| (*id, region, zone)))
         .filter(|(_, region, _)| region == home)
         .map(|(id, _, zone)| (id, zone))
-        .collect()
+        .collect();
+    let (zone, nodes) =
+        meridian_types::zones::crowded_zone(placed.iter().map(|(id, z)| (*id, z.as_str())))?;
+    Some((zone.to_string(), nodes, placed.len()))
 }
 
 /// Why `desc`'s replicas in `home` cannot give zone survival: one zone holds half of them or
-/// more (`meridian_types::zones`), so losing that zone would stop the shard's writes.
+/// more ([`crowded_home_zone`]), so losing that zone would stop the shard's writes.
 /// `place_of` gives a node's (region, zone). `None` under region survival, without a home, or
 /// when no zone is crowded. Asked only when a shard is given zone survival or a new home with
 /// it (`home::with_placement`): a shard that already has the goal keeps it, whatever the moves
@@ -197,16 +203,13 @@ pub fn crowded_zone_refusal(
     place_of: impl Fn(NodeId) -> Option<(String, String)>,
 ) -> Option<String> {
     let home = home.filter(|_| survival == Survival::Zone)?;
-    let placed = home_zones(desc, home, place_of);
-    let (zone, nodes) =
-        meridian_types::zones::crowded_zone(placed.iter().map(|(id, z)| (*id, z.as_str())))?;
+    let (zone, nodes, there) = crowded_home_zone(desc, home, place_of)?;
     Some(format!(
-        "zone survival keeps shard {id}'s votes in {home}, and {} of its {} replicas there share \
-         zone {zone:?} (nodes {nodes:?}): losing that zone would stop its writes. Add a replica \
-         in {home} on a node of another zone (meridian cluster add-replica {id} NODE) and remove \
-         one of these (meridian cluster remove-replica {id} NODE)",
+        "zone survival keeps shard {id}'s votes in {home}, and {} of its {there} replicas there \
+         share zone {zone:?} (nodes {nodes:?}): losing that zone would stop its writes. Add a \
+         replica in {home} on a node of another zone (meridian cluster add-replica {id} NODE) \
+         and remove one of these (meridian cluster remove-replica {id} NODE)",
         nodes.len(),
-        placed.len(),
         id = desc.id.0,
     ))
 }
