@@ -77,13 +77,14 @@ pub fn row(kind: DriverKind, r: &EconomyResult) -> String {
 /// One line naming the run's settings.
 pub fn describe(config: &EconomyConfig, seed: u64) -> String {
     format!(
-        "Closed economy: {} accounts, {} operations, {:.0}% read-only, {} distribution, accounts {}, {} threads, seed {seed}",
+        "Closed economy: {} accounts, {} operations, {:.0}% read-only, {} distribution, accounts {}, {} threads, Meridian early locks {}, seed {seed}",
         config.accounts,
         config.operations,
         config.read_proportion * 100.0,
         if config.zipfian { "zipfian" } else { "uniform" },
         if config.spread { "spread over the shards" } else { "in one shard" },
         config.threads,
+        if config.early_locks { "on" } else { "off" },
     )
 }
 
@@ -103,7 +104,7 @@ pub async fn run_on_store(
         timeout,
         sync_writes: true,
     };
-    let result = match drivers::open(kind, &options, config.no_wait).await {
+    let result = match drivers::open(kind, &options, config).await {
         Ok(economy) => run_economy(config, economy, seed).await,
         Err(error) => Err(anyhow::Error::new(error).context("opening the driver")),
     };

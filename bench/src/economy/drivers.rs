@@ -3,7 +3,8 @@
 //! Every account is one key (named by `EconomyConfig::account`) whose value is its balance in
 //! decimal.
 //! - **meridian**: `Client::txn` (optimistic, serializable; see `meridian_client::txn`); a
-//!   transfer reads both accounts with one `BatchGet`. With `accountspread=oneshard` (the
+//!   transfer reads both accounts with one `BatchGet` (a locking one, `batch_get_for_update`
+//!   under `TxnOptions::early_locks`, with `earlylocks=on`). With `accountspread=oneshard` (the
 //!   default) every account is in one shard, so transfers are one-shard commits (one Raft
 //!   entry); with `accountspread=shards` the accounts spread over the shards, and a transfer
 //!   between two shards is a two-phase commit. Read-only transactions are one snapshot
@@ -50,14 +51,17 @@ pub trait Economy: Send + Sync {
 }
 
 /// Opens the chosen store's economy driver.
-/// `no_wait`: Meridian's transactions use `TxnOptions::no_wait` (see `EconomyConfig`).
+/// Meridian's transactions follow `config.no_wait` and `config.early_locks` (see
+/// `EconomyConfig`).
 pub async fn open(
     kind: DriverKind,
     options: &DriverOptions,
-    no_wait: bool,
+    config: &super::EconomyConfig,
 ) -> Result<Arc<dyn Economy>, DbError> {
     match kind {
-        DriverKind::Meridian => Ok(Arc::new(MeridianEconomy::open(options, no_wait).await?)),
+        DriverKind::Meridian => Ok(Arc::new(
+            MeridianEconomy::open(options, config.no_wait, config.early_locks).await?,
+        )),
         DriverKind::Etcd => Ok(Arc::new(EtcdEconomy::open(options).await?)),
         DriverKind::Rocksdb => Ok(Arc::new(RocksEconomy::open(options)?)),
     }
@@ -68,6 +72,7 @@ pub async fn open(
 struct MeridianEconomy {
     client: meridian_client::Client,
     no_wait: bool,
+    early_locks: bool,
 }
 
 fn meridian_error(e: meridian_client::Error) -> DbError {
@@ -85,15 +90,24 @@ fn meridian_error(e: meridian_client::Error) -> DbError {
 }
 
 impl MeridianEconomy {
-    async fn open(options: &DriverOptions, no_wait: bool) -> Result<Self, DbError> {
+    async fn open(
+        options: &DriverOptions,
+        no_wait: bool,
+        early_locks: bool,
+    ) -> Result<Self, DbError> {
         let client = crate::db::meridian::connect(options).await?;
-        Ok(MeridianEconomy { client, no_wait })
+        Ok(MeridianEconomy {
+            client,
+            no_wait,
+            early_locks,
+        })
     }
 
     fn options(&self) -> meridian_client::TxnOptions {
         meridian_client::TxnOptions {
             max_attempts: MAX_TXN_ATTEMPTS,
             no_wait: self.no_wait,
+            early_locks: self.early_locks,
             ..meridian_client::TxnOptions::default()
         }
     }
@@ -124,13 +138,18 @@ impl Economy for MeridianEconomy {
 
     async fn transfer(&self, from: &str, to: &str, amount: i64) -> Result<u32, DbError> {
         let (from, to) = (from.to_string(), to.to_string());
+        let early_locks = self.early_locks;
         let (_, info) = self
             .client
             .txn(self.options(), move |txn| {
                 let (from, to) = (from.clone(), to.clone());
                 Box::pin(async move {
-                    // Both accounts in one BatchGet, as etcd reads both in one Txn.
-                    let mut values = txn.batch_get([from.clone(), to.clone()]).await?;
+                    // Both accounts in one BatchGet, as etcd reads both in one Txn; with
+                    // early locks, a locking one (`batch_get` otherwise, the same reads).
+                    let mut values = match early_locks {
+                        true => txn.batch_get_for_update([from.clone(), to.clone()]).await?,
+                        false => txn.batch_get([from.clone(), to.clone()]).await?,
+                    };
                     let b = meridian_balance(&to, values.pop().flatten())?;
                     let a = meridian_balance(&from, values.pop().flatten())?;
                     let moved = amount.min(a);

@@ -60,6 +60,11 @@ pub struct EconomyConfig {
     /// transaction's lock (`TxnOptions::no_wait`) instead of wound-wait (`woundwait`, the
     /// default). Other stores ignore it.
     pub no_wait: bool,
+    /// `earlylocks=on`: a Meridian transfer reads both accounts with
+    /// `Txn::batch_get_for_update` under `TxnOptions::early_locks` (the shard leader locks
+    /// them as it reads); `off` (the default) reads them with a plain `batch_get`. Other stores
+    /// ignore it.
+    pub early_locks: bool,
 }
 
 impl EconomyConfig {
@@ -89,6 +94,11 @@ impl EconomyConfig {
                 "woundwait" => false,
                 "nowait" => true,
                 other => bail!("lockwait {other:?}: want woundwait or nowait"),
+            },
+            early_locks: match p.get_or("earlylocks", "off") {
+                "off" => false,
+                "on" => true,
+                other => bail!("earlylocks {other:?}: want on or off"),
             },
         };
         if !(2..=MAX_ACCOUNTS).contains(&config.accounts) {
@@ -333,7 +343,7 @@ pub fn settings(args: &PhaseArgs) -> anyhow::Result<(EconomyConfig, u64, DriverO
 /// the validation fails.
 pub async fn run(args: &PhaseArgs) -> anyhow::Result<String> {
     let (config, seed, options) = settings(args)?;
-    let economy = drivers::open(args.db, &options, config.no_wait)
+    let economy = drivers::open(args.db, &options, &config)
         .await
         .with_context(|| format!("opening the {} economy driver", driver_name(args.db)))?;
     eprintln!("economy: {}", driver_name(args.db));

@@ -121,7 +121,7 @@ pub(crate) struct Deadline {
 }
 
 impl Deadline {
-    fn after(budget: Duration) -> Deadline {
+    pub(crate) fn after(budget: Duration) -> Deadline {
         let started = Instant::now();
         Deadline {
             started,

@@ -84,6 +84,7 @@ pub mod client;
 pub mod config;
 pub mod constraint_plan;
 pub mod decommission;
+mod early_lock;
 pub mod error;
 mod locks;
 mod multi;

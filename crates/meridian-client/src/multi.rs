@@ -14,6 +14,7 @@
 //! at its snapshot instead (see `snapshot` and the `txn` module).
 
 use crate::client::{display_key, kv_client, request, Deadline, Route, MAX_SCAN_PAGES};
+use crate::early_lock::Locking;
 use crate::error::{Error, Result};
 use crate::routing::Routed;
 use crate::snapshot::{SnapRead, SnapshotState};
@@ -198,6 +199,17 @@ impl Client {
         keys: &[Bytes],
         snapshot: Option<&mut SnapshotState>,
     ) -> Result<SnapRead<Vec<Option<Versioned>>>> {
+        self.batch_get_locking(keys, snapshot, None).await
+    }
+
+    /// [`Client::batch_get_at`], taking early locks on every key when `lock` is given (a
+    /// transaction's snapshot read for update, see `early_lock`).
+    pub(crate) async fn batch_get_locking(
+        &self,
+        keys: &[Bytes],
+        snapshot: Option<&mut SnapshotState>,
+        lock: Option<Locking<'_>>,
+    ) -> Result<SnapRead<Vec<Option<Versioned>>>> {
         validate::batch_len(keys.len())?;
         for key in keys {
             validate::key(key)?;
@@ -207,7 +219,7 @@ impl Client {
         }
         let snap = match snapshot {
             Some(snap) if snap.read_ts.is_none() => snap,
-            other => return self.batch_get_round(keys, other).await,
+            other => return self.batch_get_round(keys, other, lock).await,
         };
         // The first shard's keys pick the timestamp (the cached map's lock is held for this
         // statement only); the rest are read at it.
@@ -227,7 +239,7 @@ impl Client {
                 continue;
             }
             let part: Vec<Bytes> = positions.iter().map(|&p| keys[p].clone()).collect();
-            match self.batch_get_round(&part, Some(&mut *snap)).await? {
+            match self.batch_get_round(&part, Some(&mut *snap), lock).await? {
                 SnapRead::Done(found) => {
                     for (position, value) in positions.into_iter().zip(found) {
                         out[position] = value;
@@ -244,6 +256,7 @@ impl Client {
         &self,
         keys: &[Bytes],
         mut snapshot: Option<&mut SnapshotState>,
+        lock: Option<Locking<'_>>,
     ) -> Result<SnapRead<Vec<Option<Versioned>>>> {
         let mut out: Vec<Option<Versioned>> = vec![None; keys.len()];
         let deadline = self.deadline();
@@ -255,12 +268,17 @@ impl Client {
         let spec = snapshot.as_ref().map(|s| s.spec());
         let groups = self
             .run_grouped(keys, &deadline, |shard_id, positions: Vec<usize>| {
+                if let (Some(lock), Some(&first)) = (lock, positions.first()) {
+                    // Before it is sent: a request that fails may have taken locks.
+                    lock.sent_to(shard_id, &keys[first]);
+                }
                 let message = proto::BatchGetRequest {
                     keys: positions.iter().map(|&p| keys[p].clone()).collect(),
                     consistency: consistency.to_proto(),
                     snapshot: spec.clone(),
                     route: None,
                     staleness: consistency.staleness(),
+                    lock: lock.map(|l| *l.request),
                 };
                 async move {
                     self.read_call(

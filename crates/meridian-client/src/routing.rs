@@ -231,7 +231,8 @@ routed!(
     BatchGetRequest,
     BatchPutRequest,
     CommitRequest,
-    ResolveRequest
+    ResolveRequest,
+    ReleaseLocksRequest
 );
 
 impl Target {

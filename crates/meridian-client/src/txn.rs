@@ -30,8 +30,12 @@
 //! - **[`Txn::get_for_update`]** reads a key that the commit checks under either isolation,
 //!   as if the transaction wrote it: under `Snapshot`, reading the keys a decision depends on
 //!   with it rules out write skew over them (as `SELECT ... FOR UPDATE` does under
-//!   PostgreSQL's repeatable read); under `Serializable` it is a plain `get`. It does not lock
-//!   the key early: the check happens at commit (or prepare), like every other.
+//!   PostgreSQL's repeatable read); under `Serializable` it is a plain `get`. By default it
+//!   does not lock the key early: the check happens at commit (or prepare), like every other.
+//!   With [`TxnOptions::early_locks`] it (and [`Txn::batch_get_for_update`]) also asks the
+//!   shard leader for a best-effort lock as it reads, so contending transactions wait their
+//!   turn instead of losing at commit and retrying (see `early_lock`); the commit is checked
+//!   all the same.
 //!
 //! On a conflict the *whole closure* runs again with an empty read set and write buffer (never
 //! a replay of the old writes) at a new snapshot, after a jittered backoff, up to
@@ -85,6 +89,7 @@
 //!   the transaction twice.
 
 use crate::client::Route;
+use crate::early_lock::{released_by_commit, Locked, ReleaseOnDrop};
 use crate::error::{Error, Result};
 use crate::locks::LockPolicy;
 use crate::routing::Routed;
@@ -92,8 +97,10 @@ use crate::snapshot::{SnapRead, SnapshotState};
 use crate::txn_commit::{outcome, plan, send_commit, CommitParts, Plan, ScannedRange};
 use crate::{validate, Client, KeyValue};
 use bytes::Bytes;
+use meridian_proto::kv as proto;
 use meridian_types::limits::{
-    DEFAULT_TXN_MAX_ATTEMPTS, MAX_BATCH_BYTES, MAX_BATCH_KEYS, MAX_SCAN_LIMIT, MAX_TXN_READ_KEYS,
+    DEFAULT_TXN_MAX_ATTEMPTS, EARLY_LOCK_WAIT_MAX_MS, MAX_BATCH_BYTES, MAX_BATCH_KEYS,
+    MAX_SCAN_LIMIT, MAX_TXN_READ_KEYS,
 };
 use meridian_types::{Timestamp, TxnPriority, TxnRank};
 use std::collections::{BTreeMap, BTreeSet};
@@ -156,6 +163,17 @@ pub struct TxnOptions {
     /// which its locks are held; a read-only transaction that read anything waits about
     /// `max_offset` on its read timestamp. Off by default.
     pub linearizable: bool,
+    /// [`Txn::get_for_update`] and [`Txn::batch_get_for_update`] take early locks: the shard
+    /// leader locks the keys as it reads them, in memory, until this transaction's commit
+    /// applies there (or it ends, or is idle for `EARLY_LOCK_IDLE_MS`). A transaction that
+    /// finds a key locked waits for it, in rank order (see `priority`), at most `lock_wait`;
+    /// then it reads unlocked. Best effort: correctness never depends on the locks (every
+    /// commit is still checked), they only turn lost races on hot keys into waits. Off by
+    /// default.
+    pub early_locks: bool,
+    /// Longest one locking read waits for locks others hold (capped by the server at
+    /// `EARLY_LOCK_WAIT_MAX_MS`).
+    pub lock_wait: Duration,
 }
 
 /// The first attempt of a transaction whose multi-shard commit follows wound-wait (see
@@ -173,6 +191,8 @@ impl Default for TxnOptions {
             priority: TxnPriority::Normal,
             no_wait: false,
             linearizable: false,
+            early_locks: false,
+            lock_wait: Duration::from_millis(EARLY_LOCK_WAIT_MAX_MS),
         }
     }
 }
@@ -189,17 +209,17 @@ pub struct CommitInfo {
 /// One attempt of a transaction: its read set and write buffer. See the
 /// [module docs](crate::txn).
 pub struct Txn {
-    client: Client,
+    pub(crate) client: Client,
     /// Every key read, with what it read: `None` = absent.
-    reads: BTreeMap<Bytes, Option<(Bytes, u64)>>,
+    pub(crate) reads: BTreeMap<Bytes, Option<(Bytes, u64)>>,
     ranges: Vec<ScannedRange>,
     /// Keys read with [`Txn::get_for_update`]: checked at commit under either isolation.
     for_update: BTreeSet<Bytes>,
     /// The write buffer: `None` = delete.
-    writes: BTreeMap<Bytes, Option<Bytes>>,
+    pub(crate) writes: BTreeMap<Bytes, Option<Bytes>>,
     write_bytes: usize,
     /// The attempt's snapshot timestamp and the transaction's clock readings.
-    snapshot: SnapshotState,
+    pub(crate) snapshot: SnapshotState,
     /// Set when a read was uncertain: the attempt is over, and the next one reads here.
     restart: Option<Timestamp>,
     isolation: Isolation,
@@ -210,6 +230,12 @@ pub struct Txn {
     wound_wait: bool,
     /// [`TxnOptions::linearizable`].
     commit_wait: bool,
+    /// With [`TxnOptions::early_locks`]: the lock request of every locking read (the owner is
+    /// the same on every attempt), the shards locked (shared by the attempts), and the keys
+    /// locked in this attempt.
+    pub(crate) early: Option<proto::LockRequest>,
+    pub(crate) locked: Locked,
+    pub(crate) locked_keys: BTreeSet<Bytes>,
 }
 
 /// The closure type of [`Client::txn`]: it borrows the attempt's [`Txn`] for the future it
@@ -242,7 +268,37 @@ impl Client {
     pub async fn txn<T, E, F>(
         &self,
         options: TxnOptions,
+        body: F,
+    ) -> std::result::Result<(T, CommitInfo), E>
+    where
+        F: for<'a> FnMut(&'a mut Txn) -> TxnBody<'a, T, E>,
+        E: From<Error>,
+    {
+        // The transaction's age: its first attempt's, on every attempt (see `priority`).
+        let rank = TxnRank::new(options.priority, wall_ts());
+        let early = options.early_locks.then(|| proto::LockRequest {
+            owner: Some(self.next_write_id()),
+            priority: rank.priority,
+            age_ts: rank.age_ts,
+            wait_ms: options.lock_wait.as_millis().min(u128::from(u32::MAX)) as u32,
+        });
+        let locked = Locked::default();
+        // Releases what is left when the call ends, however it ends (even dropped).
+        let _release = early.as_ref().map(|e| ReleaseOnDrop {
+            client: self.clone(),
+            owner: e.owner,
+            locked: locked.clone(),
+        });
+        self.txn_attempts(options, body, rank, early, locked).await
+    }
+
+    async fn txn_attempts<T, E, F>(
+        &self,
+        options: TxnOptions,
         mut body: F,
+        rank: TxnRank,
+        early: Option<proto::LockRequest>,
+        locked: Locked,
     ) -> std::result::Result<(T, CommitInfo), E>
     where
         F: for<'a> FnMut(&'a mut Txn) -> TxnBody<'a, T, E>,
@@ -256,8 +312,6 @@ impl Client {
         );
         let mut attempt = 0u32;
         let mut snapshot = SnapshotState::default();
-        // The transaction's age: its first attempt's, on every attempt (see `priority`).
-        let rank = TxnRank::new(options.priority, wall_ts());
         loop {
             attempt += 1;
             if self.config().timestamp_oracle && snapshot.read_ts.is_none() {
@@ -267,6 +321,8 @@ impl Client {
             txn.rank = rank;
             txn.wound_wait = !options.no_wait && attempt >= WOUND_WAIT_FROM_ATTEMPT;
             txn.commit_wait = options.linearizable;
+            txn.early = early;
+            txn.locked = locked.clone();
             let value = body(&mut txn).await;
             snapshot = txn.snapshot.clone();
             if let Some(version_ts) = txn.restart {
@@ -336,6 +392,9 @@ impl Client {
             rank: TxnRank::new(TxnPriority::Normal, wall_ts()),
             wound_wait: false,
             commit_wait: false,
+            early: None,
+            locked: Locked::default(),
+            locked_keys: BTreeSet::new(),
         }
     }
 }
@@ -365,16 +424,21 @@ impl Txn {
     /// version, as every written key is; under `Serializable` such a key is not checked (its
     /// value here is this transaction's own write, which depends on no one). Nothing
     /// is locked before the commit, and a transaction that writes nothing commits nothing,
-    /// so there it is a plain `get` (its reads are one snapshot either way).
+    /// so there it is a plain `get` (its reads are one snapshot either way), unless
+    /// [`TxnOptions::early_locks`] is set: then the key, unless this transaction wrote it,
+    /// is read again with an early lock if it was not locked yet in this attempt (see
+    /// `early_lock`).
     pub async fn get_for_update(&mut self, key: impl Into<Bytes>) -> Result<Option<Bytes>> {
         let key: Bytes = key.into();
+        validate::key(&key)?;
+        self.lock_keys(std::slice::from_ref(&key)).await?;
         let value = self.get(key.clone()).await?;
         self.for_update.insert(key);
         Ok(value)
     }
 
     /// Snapshot-reads `keys` (sorted, not yet read) into the read set.
-    async fn read_keys(&mut self, keys: Vec<Bytes>) -> Result<()> {
+    pub(crate) async fn read_keys(&mut self, keys: Vec<Bytes>) -> Result<()> {
         self.check_not_restarting()?;
         match self
             .client
@@ -393,12 +457,12 @@ impl Txn {
     }
 
     /// Ends the attempt at an uncertain read of a version at `version_ts`.
-    fn uncertain(&mut self, version_ts: Timestamp) -> Error {
+    pub(crate) fn uncertain(&mut self, version_ts: Timestamp) -> Error {
         self.restart = Some(self.restart.map_or(version_ts, |t| t.max(version_ts)));
         Error::TxnUncertain { version_ts }
     }
 
-    fn check_not_restarting(&self) -> Result<()> {
+    pub(crate) fn check_not_restarting(&self) -> Result<()> {
         match self.restart {
             Some(version_ts) => Err(Error::TxnUncertain { version_ts }),
             None => Ok(()),
@@ -428,6 +492,22 @@ impl Txn {
             out.push(self.get(key).await?);
         }
         Ok(out)
+    }
+
+    /// [`Txn::batch_get`], and every key is read for update as by [`Txn::get_for_update`]:
+    /// with [`TxnOptions::early_locks`], one locking `BatchGet` per shard.
+    pub async fn batch_get_for_update<K: Into<Bytes>>(
+        &mut self,
+        keys: impl IntoIterator<Item = K>,
+    ) -> Result<Vec<Option<Bytes>>> {
+        let keys: Vec<Bytes> = keys.into_iter().map(Into::into).collect();
+        for key in &keys {
+            validate::key(key)?;
+        }
+        self.lock_keys(&keys).await?;
+        let values = self.batch_get(keys.iter().cloned()).await?;
+        self.for_update.extend(keys);
+        Ok(values)
     }
 
     /// [`Txn::get`] as UTF-8 text, absent as the empty string.
@@ -553,7 +633,7 @@ impl Txn {
         Ok(())
     }
 
-    fn check_read_budget(&self, more: usize) -> Result<()> {
+    pub(crate) fn check_read_budget(&self, more: usize) -> Result<()> {
         let read = self.reads.len() + self.ranges.iter().map(|r| r.rows.len()).sum::<usize>();
         if read + more > MAX_TXN_READ_KEYS {
             return Err(Error::invalid(format!(
@@ -635,6 +715,7 @@ impl Txn {
         match plan {
             Plan::One(shard, mut message) => {
                 message.commit_wait = self.commit_wait;
+                message.lock_owner = self.early.as_ref().and_then(|e| e.owner);
                 let deadline = self.client.deadline();
                 // Holding no locks of its own, a one-shard commit waits other transactions'
                 // locks out like any write.
@@ -644,9 +725,16 @@ impl Txn {
                         send_commit(channel, timeout, message.routed(route))
                     })
                     .await?;
-                outcome(response)
+                let committed = outcome(response)?;
+                released_by_commit(&self.locked, [shard]);
+                Ok(committed)
             }
-            Plan::Many { groups, anchor } => {
+            Plan::Many { mut groups, anchor } => {
+                // Each applied prepare releases the owner's locks on its shard; the shards stay
+                // in `locked` all the same (a prepare settled by a recovery may not have
+                // applied), so the call's end releases them again, for nothing at worst.
+                let owner = self.early.as_ref().and_then(|e| e.owner);
+                groups.values_mut().for_each(|m| m.lock_owner = owner);
                 let txn = (txn_id, self.start_ts());
                 let locks = match self.wound_wait {
                     true => LockPolicy::WoundWait(txn_id, self.rank),

@@ -37,7 +37,7 @@ pub(crate) struct CommitParts<'a> {
 /// How a transaction with writes commits.
 pub(crate) enum Plan {
     /// Everything in one shard: one `Kv.Commit` (one Raft entry).
-    One(u64, proto::CommitRequest),
+    One(u64, Box<proto::CommitRequest>),
     /// Parallel commit (see `txn_2pc`): each participant's reads, ranges and writes, and the
     /// anchor key (the first key written).
     Many {
@@ -92,7 +92,7 @@ pub(crate) fn plan(map: &ShardMap, parts: CommitParts<'_>) -> Result<Plan> {
     if groups.len() == 1 {
         let (shard, mut message) = groups.pop_first().expect("one group");
         message.write_id = Some(parts.write_id);
-        return Ok(Plan::One(shard, message));
+        return Ok(Plan::One(shard, Box::new(message)));
     }
     Ok(Plan::Many { groups, anchor })
 }

@@ -50,11 +50,12 @@
 //!   locks. An owner has an entry only while it holds or waits.
 //!
 //! # Not done yet
-//! - Not yet called by the server: no RPC takes these locks, nothing waits on a ticket.
-//! - What the server will need first (from a review of this table):
+//! - The server (`meridian-server`'s `kv_early_lock`) keeps one table per shard and waits
+//!   on the tickets. What a caller must take care of (from a review of this table):
 //!   - A committing owner never expires. A caller that skips `end_commit` or `release_owner`
 //!     after `begin_commit` leaves the keys locked until the next `clear`: an error return,
-//!     a dropped handler or a timeout. It needs a Drop guard and a time backstop.
+//!     a dropped handler or a timeout. The server's commit guard ends it on drop; there is
+//!     no time backstop.
 //!   - `committing` is one flag per owner, not a count. A resent commit in flight beside the
 //!     first is not tracked apart.
 //!   - `begin_commit`, `end_commit` and `release_owner` take no term.

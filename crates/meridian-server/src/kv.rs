@@ -94,6 +94,7 @@ impl KvService {
     pub fn new(node: Arc<Node>) -> KvService {
         let permits = MAX_INFLIGHT_PROPOSALS_PER_SHARD * node.map().data.len().max(1);
         let lease_read_window = lease_read_window(node.config.raft.election_timeout_max_ms);
+        crate::kv_early_lock::EarlyLocks::spawn_sweeper(Arc::downgrade(&node));
         KvService {
             node,
             admission: Admission::new(
@@ -414,6 +415,9 @@ impl Kv for KvService {
             req.keys.iter().map(|k| &k[..]),
             req.route.as_ref(),
         )?;
+        if req.lock.is_some() && req.snapshot.is_none() {
+            return Err(invalid("a locking read (lock) needs a transaction snapshot").into());
+        }
         if let Some(mode) = stale_mode(req.consistency, req.staleness.as_ref())? {
             if req.snapshot.is_some() {
                 return Err(invalid("a stale read takes no transaction snapshot").into());
@@ -425,7 +429,7 @@ impl Kv for KvService {
         let replica = self.node.replica(shard)?;
         if let Some(spec) = &req.snapshot {
             return Ok(Response::new(
-                self.snapshot_batch_get(shard, &replica, req.keys, spec, req.consistency)
+                self.snapshot_batch_get(shard, &replica, req.keys, spec, req.consistency, req.lock)
                     .await?,
             ));
         }
@@ -460,6 +464,7 @@ impl Kv for KvService {
             read_ts: read_ts.0,
             snapshot: None,
             served_by: node_id,
+            lock: None,
         }))
     }
 
@@ -577,6 +582,35 @@ impl Kv for KvService {
         }
         self.commit_wait_on(Timestamp(ts)).await?;
         Ok(Response::new(CommitWaitResponse {}))
+    }
+
+    async fn release_locks(
+        &self,
+        request: Request<ReleaseLocksRequest>,
+    ) -> std::result::Result<Response<ReleaseLocksResponse>, Status> {
+        let _permit = self.admit(&request).await?;
+        let req = request.into_inner();
+        let owner =
+            request_id(req.owner).ok_or_else(|| invalid("owner needs a non-zero client_id"))?;
+        check_key(&req.key, "key")?;
+        let (desc, replica) = self.node.route(&req.key)?;
+        check_route(&desc, req.route.as_ref())?;
+        let early = &self.node.early_locks;
+        // Whatever this node keeps (a deposed leader's table too) goes; only the leader's
+        // answer tells the client it is done, so a stale route is sent on to the leader.
+        let released = early.release(desc.id, owner);
+        let leader = {
+            use openraft::type_config::async_runtime::WatchReceiver;
+            replica.raft.metrics().borrow_watched().current_leader
+        };
+        if leader != Some(self.node.config.node_id) {
+            return Err(self.node.not_leader(desc.id, leader).await.into());
+        }
+        early
+            .stats
+            .request_releases
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Ok(Response::new(ReleaseLocksResponse { released }))
     }
 }
 

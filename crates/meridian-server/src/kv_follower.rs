@@ -357,6 +357,7 @@ impl KvService {
             read_ts: read.read_ts.0,
             snapshot: None,
             served_by: node_id,
+            lock: None,
         })
     }
 }

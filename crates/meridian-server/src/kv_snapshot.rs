@@ -82,13 +82,15 @@
 
 use crate::error::{invalid, Result, ServerError};
 use crate::kv::{get_response, KvService};
-use meridian_proto::kv::{ReadConsistency, SnapshotReply, TxnSnapshot};
+use meridian_proto::kv::{LockReply, LockRequest, ReadConsistency, SnapshotReply, TxnSnapshot};
 use meridian_raft::issued::{ReadSpan, SettleError};
 use meridian_raft::locks::LockTable;
 use meridian_raft::ShardReplica;
 use meridian_storage::uncertainty;
-use meridian_types::limits::{MAX_OBSERVED_NODES, SNAPSHOT_SETTLE_TIMEOUT_MS};
-use meridian_types::{ShardId, Timestamp};
+use meridian_types::limits::{
+    EARLY_LOCK_WAIT_MAX_MS, MAX_OBSERVED_NODES, SNAPSHOT_SETTLE_TIMEOUT_MS,
+};
+use meridian_types::{ShardId, Timestamp, TxnRank};
 use openraft::type_config::async_runtime::WatchReceiver;
 use openraft::ReadPolicy;
 use std::time::{Duration, Instant};
@@ -154,16 +156,8 @@ impl KvService {
         consistency: i32,
         span: ReadSpan<'_>,
     ) -> Result<Snapshot> {
-        if spec.observed.len() > MAX_OBSERVED_NODES {
-            return Err(invalid(format!(
-                "{} observed timestamps, over MAX_OBSERVED_NODES ({MAX_OBSERVED_NODES})",
-                spec.observed.len()
-            )));
-        }
+        self.snapshot_precheck(spec).await?;
         let requested = Timestamp(spec.read_ts);
-        if requested != Timestamp::ZERO && self.node.clock.now() <= requested {
-            self.wait_past(requested, "snapshot read_ts").await?;
-        }
         let term_before = current_term(replica);
         let observed = self.linearize(shard, replica, consistency).await?;
         let led_since = replica
@@ -234,6 +228,22 @@ impl KvService {
         })
     }
 
+    /// Step 1 and the request's own checks: what can refuse a snapshot read before it
+    /// touches the shard (so before a locking read takes locks).
+    async fn snapshot_precheck(&self, spec: &TxnSnapshot) -> Result<()> {
+        if spec.observed.len() > MAX_OBSERVED_NODES {
+            return Err(invalid(format!(
+                "{} observed timestamps, over MAX_OBSERVED_NODES ({MAX_OBSERVED_NODES})",
+                spec.observed.len()
+            )));
+        }
+        let requested = Timestamp(spec.read_ts);
+        if requested != Timestamp::ZERO && self.node.clock.now() <= requested {
+            self.wait_past(requested, "snapshot read_ts").await?;
+        }
+        Ok(())
+    }
+
     /// A snapshot `BatchGet` of `keys`, all in `shard`.
     pub(crate) async fn snapshot_batch_get(
         &self,
@@ -242,10 +252,21 @@ impl KvService {
         keys: Vec<bytes::Bytes>,
         spec: &TxnSnapshot,
         consistency: i32,
+        lock: Option<LockRequest>,
     ) -> Result<meridian_proto::kv::BatchGetResponse> {
+        let locked = match lock {
+            Some(lock) => {
+                self.snapshot_precheck(spec).await?;
+                Some(self.early_lock(shard, replica, &keys, lock).await?)
+            }
+            None => None,
+        };
         let snap = self
             .snapshot(shard, replica, spec, consistency, ReadSpan::Keys(&keys))
             .await?;
+        // A locking read at a given timestamp: any newer version of its keys would fail the
+        // commit, so it restarts the transaction there instead (as an uncertain read does).
+        let refresh = locked.is_some() && spec.read_ts != 0;
         let node_id = self.node.config.node_id;
         let keys = std::sync::Arc::new(keys);
         let probe = keys.clone();
@@ -267,7 +288,10 @@ impl KvService {
                         shard,
                         &refs,
                         snap.read_ts,
-                        snap.window_end_with(table),
+                        match refresh {
+                            true => Timestamp::MAX,
+                            false => snap.window_end_with(table),
+                        },
                     )?;
                     // An uncertain read answers nothing.
                     Ok(match uncertain {
@@ -277,6 +301,12 @@ impl KvService {
                 },
             )
             .await?;
+        if refresh && uncertain.is_some() {
+            let stats = &self.node.early_locks.stats;
+            stats
+                .refreshes
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
         Ok(meridian_proto::kv::BatchGetResponse {
             results: found
                 .into_iter()
@@ -285,6 +315,48 @@ impl KvService {
             read_ts: snap.read_ts.0,
             snapshot: Some(snap.reply(node_id, uncertain)),
             served_by: node_id,
+            lock: locked,
         })
+    }
+
+    /// Takes the early locks a locking read asks for (see `kv_early_lock`), before its
+    /// snapshot: on a node that does not lead the shard, none (its barrier then answers
+    /// `NOT_LEADER`).
+    async fn early_lock(
+        &self,
+        shard: ShardId,
+        replica: &ShardReplica,
+        keys: &[bytes::Bytes],
+        lock: LockRequest,
+    ) -> Result<LockReply> {
+        let owner = crate::kv::request_id(lock.owner)
+            .ok_or_else(|| invalid("lock.owner needs a non-zero client_id"))?;
+        if lock.age_ts == 0 || lock.age_ts > meridian_raft::types::MAX_COMMAND_TS {
+            return Err(invalid(
+                "lock.age_ts (the timestamp of the transaction's first attempt) must be set \
+                 and at most MAX_COMMAND_TS",
+            ));
+        }
+        let rank = TxnRank {
+            priority: lock.priority,
+            age_ts: lock.age_ts,
+        };
+        let (leader, term) = {
+            let metrics = replica.raft.metrics();
+            let m = metrics.borrow_watched();
+            (m.current_leader, m.current_term)
+        };
+        if leader != Some(self.node.config.node_id) {
+            return Ok(LockReply {
+                held: vec![false; keys.len()],
+                ..Default::default()
+            });
+        }
+        let wait = Duration::from_millis(u64::from(lock.wait_ms).min(EARLY_LOCK_WAIT_MAX_MS));
+        Ok(self
+            .node
+            .early_locks
+            .acquire(shard, term, owner, rank, keys, wait)
+            .await)
     }
 }

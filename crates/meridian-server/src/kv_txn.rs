@@ -34,6 +34,7 @@ use crate::admission::Admitted;
 use crate::error::{invalid, Result, ServerError};
 use crate::kv::{request_id, KvService};
 use crate::kv_check::{check_key, check_route, check_value};
+use crate::kv_early_lock::CommitStart;
 use crate::shard_map::{ShardDescriptor, ShardMap};
 use bytes::Bytes;
 use meridian_proto::kv::{
@@ -64,6 +65,9 @@ pub struct TxnCommit {
     /// Answer a committed (or prepared) request only after a commit-wait (see
     /// `CommitRequest.commit_wait`).
     pub commit_wait: bool,
+    /// The owner of early locks this commit releases once applied (`CommitRequest.lock_owner`,
+    /// see `kv_early_lock`).
+    pub lock_owner: Option<RequestId>,
 }
 
 impl TxnCommit {
@@ -200,6 +204,7 @@ impl TxnCommit {
             prepare,
             participants,
             commit_wait,
+            lock_owner: request_id(req.lock_owner),
         })
     }
 
@@ -238,6 +243,20 @@ impl KvService {
     ) -> Result<CommitResponse> {
         let (shard, commit_wait) = (txn.shard, txn.commit_wait);
         let replica = self.node.replica(shard)?;
+        // The owner's early locks stay put while its commit is in flight; a wounded owner's
+        // commit is refused before it is proposed (see `kv_early_lock`).
+        let early = match txn
+            .lock_owner
+            .map(|o| self.node.early_locks.begin_commit(shard, o))
+        {
+            Some(CommitStart::Wounded) => {
+                let key = txn.writes.first().map(|w| w.0.clone());
+                let key = key.or_else(|| txn.reads.first().map(|r| r.key.clone()));
+                return Ok(answer(shard, 0, Some(key.unwrap_or_default()), false));
+            }
+            Some(CommitStart::Tracked(guard)) => Some(guard),
+            Some(CommitStart::Untracked) | None => None,
+        };
         let response = if txn.writes.is_empty() && txn.prepare.is_none() {
             // Read-only: check the reads at a linearizable point, propose nothing.
             let read_ts = self
@@ -278,6 +297,11 @@ impl KvService {
             let aborted = result.status == Some(TxnStatus::Aborted);
             answer(shard, result.commit_ts, result.conflict, aborted)
         };
+        // Applied: committed, or prepared (its own locks guard the keys from now on). Before
+        // any commit-wait, so waiters read the write without waiting it out too.
+        if let Some(early) = early {
+            early.finish(response.committed);
+        }
         if commit_wait && response.committed {
             let ts = Timestamp(response.commit_ts);
             // Applied already: a failed wait must not read as "nothing happened".

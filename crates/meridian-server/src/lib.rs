@@ -39,6 +39,7 @@ pub mod home;
 pub mod join;
 pub mod kv;
 pub mod kv_check;
+pub mod kv_early_lock;
 pub mod kv_follower;
 mod kv_propose;
 mod kv_read;

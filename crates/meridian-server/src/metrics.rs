@@ -438,7 +438,74 @@ pub fn render(node: &Node, admission: &Admission) -> String {
             cpu,
         );
     }
+    early_locks(&mut out, &node.early_locks);
     out.0
+}
+
+/// Early locks (see `kv_early_lock`): keys by how a locking read got them, waits, releases.
+fn early_locks(out: &mut Exposition, early: &crate::kv_early_lock::EarlyLocks) {
+    let s = &early.stats;
+    let n = |c: &std::sync::atomic::AtomicU64| c.load(Ordering::Relaxed) as f64;
+    let results = [
+        ("free", &s.free),
+        ("own", &s.own),
+        ("wound", &s.wound),
+        ("waited", &s.waited),
+        ("not_held", &s.not_held),
+    ];
+    out.metric(
+        "meridian_early_lock_keys_total",
+        "counter",
+        "Keys locking reads asked for, by outcome: free, own (held already), wound (taken \
+         from a junior), waited (granted after a wait), not_held (read unlocked).",
+        &results.map(|(r, c)| (format!("result=\"{r}\""), n(c))),
+    );
+    out.one(
+        "meridian_early_lock_waits_total",
+        "counter",
+        "Locking reads that waited for a lock.",
+        n(&s.waits),
+    );
+    out.one(
+        "meridian_early_lock_wait_seconds_total",
+        "counter",
+        "Time locking reads spent waiting for locks.",
+        n(&s.wait_us) / 1e6,
+    );
+    out.metric(
+        "meridian_early_lock_releases_total",
+        "counter",
+        "Owners' locks released by an applied commit or prepare, or Kv.ReleaseLocks calls.",
+        &[
+            ("by=\"commit\"".to_string(), n(&s.commit_releases)),
+            ("by=\"request\"".to_string(), n(&s.request_releases)),
+        ],
+    );
+    out.one(
+        "meridian_early_lock_refreshes_total",
+        "counter",
+        "Locking reads answered uncertain: a key changed after their read timestamp.",
+        n(&s.refreshes),
+    );
+    out.one(
+        "meridian_early_lock_table_clears_total",
+        "counter",
+        "Early lock tables cleared for a newer leader term.",
+        n(&s.clears),
+    );
+    let (held, waiting) = early.gauges();
+    out.one(
+        "meridian_early_locks_held",
+        "gauge",
+        "Keys held by early locks now.",
+        held as f64,
+    );
+    out.one(
+        "meridian_early_lock_waiters",
+        "gauge",
+        "Locking reads waiting for a key now.",
+        waiting as f64,
+    );
 }
 
 /// `VmRSS` of `/proc/self/status`, in bytes.

@@ -78,6 +78,8 @@ pub struct Node {
     ceiling_keeper: tokio::task::JoinHandle<()>,
     /// Committed records GC passes found unfinished, for the sweeper (see `sweeper`).
     pub(crate) stuck: crate::sweeper::StuckQueue,
+    /// Early locks of the shards this node leads (see `kv_early_lock`).
+    pub early_locks: crate::kv_early_lock::EarlyLocks,
 }
 
 /// Stops the node: its configuration gives another shard map than the one the cluster stored.
@@ -285,6 +287,7 @@ impl Node {
             config,
             ceiling_keeper,
             stuck: Default::default(),
+            early_locks: Default::default(),
         });
         // Before any replica opens: the transport dials peers through their overrides.
         node.refresh_peers();

@@ -59,6 +59,12 @@ pub const MAX_TXN_RANGES: usize = 64;
 pub const MAX_TXN_PARTICIPANTS: usize = 1_024;
 /// Most attempts `Client::txn` makes by default before returning the last conflict.
 pub const DEFAULT_TXN_MAX_ATTEMPTS: u32 = 10;
+/// Longest a locking read (`BatchGetRequest.lock`) waits for early locks other owners hold;
+/// a longer `wait_ms` is capped to it. A key not granted by then is read unlocked.
+pub const EARLY_LOCK_WAIT_MAX_MS: u64 = 250;
+/// An owner heard from by no locking read or commit on a shard for this long loses its early
+/// locks there (a client that died or forgot to release them).
+pub const EARLY_LOCK_IDLE_MS: u64 = 1_000;
 /// Most per-node clock readings (observed timestamps) one snapshot read may carry: one per
 /// node the transaction has read from.
 pub const MAX_OBSERVED_NODES: usize = 256;

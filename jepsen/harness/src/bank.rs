@@ -15,7 +15,9 @@
 //! past the accounts' opening.
 //!
 //! # Outcomes
-//! - transfer (`Client::txn`: read both, move `min(amount, balance)`, write both): `Ok` if it
+//! - transfer (`Client::txn`: read both, move `min(amount, balance)`, write both; half of
+//!   them read both with `Txn::get_for_update` under `TxnOptions::early_locks`, noted as
+//!   `early_locks` in the op, which the checker ignores): `Ok` if it
 //!   committed; `Error::Ambiguous` or no answer within the harness bound → `Info`; any other
 //!   error (conflicts past the attempts, unavailable shards) → `Fail` (nothing was written).
 //! - read (`read_all` of the bank, value `{account: balance}`): `Ok` with the balances if the
@@ -44,6 +46,8 @@ const MAX_TRANSFER: i64 = 20;
 const TXN_BOUND: Duration = Duration::from_secs(15);
 /// Share of transfers between accounts of two shards (two-phase commits).
 const CROSS_SHARD_SHARE: f64 = 0.5;
+/// Share of transfers that read their accounts with early locks (`TxnOptions::early_locks`).
+const EARLY_LOCK_SHARE: f64 = 0.5;
 /// Share of operations that are reads of every account.
 const READ_SHARE: f64 = 0.3;
 /// Share of reads served as stale reads (follower reads) rather than a transaction.
@@ -165,13 +169,31 @@ async fn read_all_stale(
     Ok((Value::Object(balances), nodes.join(",")))
 }
 
-async fn transfer(client: &Client, from: String, to: String, want: i64) -> Result<(), ClientError> {
+/// One transfer; with `early_locks`, both accounts are read for update with early locks
+/// (`TxnOptions::early_locks`), which correctness must not depend on.
+async fn transfer(
+    client: &Client,
+    from: String,
+    to: String,
+    want: i64,
+    early_locks: bool,
+) -> Result<(), ClientError> {
+    let options = TxnOptions {
+        early_locks,
+        ..options()
+    };
     client
-        .txn(options(), move |txn| {
+        .txn(options, move |txn| {
             let (from, to) = (from.clone(), to.clone());
             Box::pin(async move {
-                let a = balance(txn.get(from.clone()).await?)?;
-                let b = balance(txn.get(to.clone()).await?)?;
+                let (a, b) = match early_locks {
+                    true => (
+                        txn.get_for_update(from.clone()).await?,
+                        txn.get_for_update(to.clone()).await?,
+                    ),
+                    false => (txn.get(from.clone()).await?, txn.get(to.clone()).await?),
+                };
+                let (a, b) = (balance(a)?, balance(b)?);
                 let amount = want.min(a);
                 txn.put(from, (a - amount).to_string())?;
                 txn.put(to, (b + amount).to_string())?;
@@ -259,7 +281,9 @@ pub async fn bank_client(
         } else {
             let (from, to) = pick_pair(&mut rng, &groups);
             let want = rng.gen_range(1..=MAX_TRANSFER);
-            let logged = json!({"from": from, "to": to, "amount": want});
+            let early_locks = rng.gen_bool(EARLY_LOCK_SHARE);
+            let logged =
+                json!({"from": from, "to": to, "amount": want, "early_locks": early_locks});
             recorder.record(
                 process,
                 OpKind::Invoke,
@@ -269,7 +293,9 @@ pub async fn bank_client(
                 None,
                 None,
             );
-            let result = tokio::time::timeout(TXN_BOUND, transfer(&client, from, to, want)).await;
+            let result =
+                tokio::time::timeout(TXN_BOUND, transfer(&client, from, to, want, early_locks))
+                    .await;
             let (kind, error) = match result {
                 Ok(Ok(())) => (OpKind::Ok, None),
                 Ok(Err(e @ ClientError::Ambiguous { .. })) => (OpKind::Info, Some(e.to_string())),

@@ -54,6 +54,12 @@ pub struct World {
     /// Prepares, resolves and commit-waits are served by this (`two_phase`) when set, and
     /// refused otherwise.
     pub two_phase: Mutex<Option<TwoPhase>>,
+    /// Every locking read's lock request (the fake grants every key).
+    pub lock_requests: Mutex<Vec<LockRequest>>,
+    /// The `lock_owner` of every commit and prepare.
+    pub commit_lock_owners: Mutex<Vec<Option<WriteId>>>,
+    /// Every `Kv.ReleaseLocks` owner.
+    pub releases: Mutex<Vec<WriteId>>,
 }
 
 pub fn error(code: &str, message: &str, hint: Option<String>) -> Status {
@@ -300,6 +306,11 @@ impl Kv for FakeNode {
         request: Request<CommitRequest>,
     ) -> Result<Response<CommitResponse>, Status> {
         let r = request.into_inner();
+        self.world
+            .commit_lock_owners
+            .lock()
+            .unwrap()
+            .push(r.lock_owner);
         if let Some(prepare) = &r.prepare {
             // Two-phase commit is tested against real nodes (meridian-cli's tests/txn.rs); the
             // fake records what it was asked and refuses, unless `two_phase` is set.
@@ -487,12 +498,32 @@ impl Kv for FakeNode {
                 }
             })
             .collect();
+        let lock = request.lock.map(|lock| {
+            self.world.lock_requests.lock().unwrap().push(lock);
+            LockReply {
+                held: vec![true; request.keys.len()],
+                ..Default::default()
+            }
+        });
         Ok(Response::new(BatchGetResponse {
             results,
             read_ts,
             snapshot,
             served_by: self.id,
+            lock,
         }))
+    }
+
+    async fn release_locks(
+        &self,
+        request: Request<ReleaseLocksRequest>,
+    ) -> Result<Response<ReleaseLocksResponse>, Status> {
+        let request = request.into_inner();
+        let shard = self.lead("release_locks", &request.key, false)?;
+        self.check_route(&shard, request.route.as_ref())?;
+        let owner = request.owner.unwrap_or_default();
+        self.world.releases.lock().unwrap().push(owner);
+        Ok(Response::new(ReleaseLocksResponse { released: 0 }))
     }
 
     async fn batch_put(
