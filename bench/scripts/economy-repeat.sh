@@ -15,8 +15,9 @@
 # SPREAD is `shards` (two-shard transfers, parallel commits; the default) or `oneshard` (every
 # account in one shard: one-shard commits, the headline economy of run-comparison.sh).
 # --early-locks on passes `-p earlylocks=on` (transfers read with early locks, see
-# docs/early-locking.md); the line then also gives the keys granted after a wait and the
-# mean wait, from meridian_early_lock_* on the nodes.
+# docs/early-locking.md); the line then also gives the keys granted after a wait, the mean
+# wait, the keys read unlocked, the commits refused after a wound and the locking reads
+# restarted, from meridian_early_lock_* on the nodes.
 # Prints one line per run (transactions/s, transfer retries, failed transfers and p99, the
 # writes the leaders proposed to Raft, meridian_proposal_proposals_total over the 3 nodes from
 # their metrics on BASE+50+i, validation, or STALLED when the run hit its timeout), then how
@@ -98,7 +99,9 @@ for run in $(seq 1 "$RUNS"); do
     waits="$(metric_sum meridian_early_lock_waits_total)"
     wait_s="$(metric_sum meridian_early_lock_wait_seconds_total)"
     mean_ms="$(awk -v s="$wait_s" -v n="$waits" 'BEGIN {if (n > 0) printf "%.1f", s * 1000 / n; else print "-"}')"
-    locks="; early locks: $waited keys after a wait (mean wait $mean_ms ms), $not_held not held"
+    wounded="$(metric_sum meridian_early_lock_wounded_commits_total)"
+    refreshes="$(metric_sum meridian_early_lock_refreshes_total)"
+    locks="; early locks: $waited keys after a wait (mean wait $mean_ms ms), $not_held not held, $wounded commits refused after a wound, $refreshes refreshes"
   fi
   echo "run $run: ${tps:--} transactions/s, transfers: ${retries:--} retries, ${failed:--} failed, p99 ${p99:--} us; proposed ${proposed}${locks}; $verdict"
   stop_cluster

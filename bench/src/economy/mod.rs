@@ -16,11 +16,10 @@
 //! Properties (`bench/workloads/closedeconomy`): `recordcount`, `operationcount`, `totalcash`,
 //! `readproportion`, `maxtransfer`, `requestdistribution`, `threadcount`, `accountspread`
 //! (`oneshard`: every account under one prefix, so in one Meridian shard; `shards`: spread over
-//! the key space, so most Meridian transfers are two-phase commits across two shards).
-//!
-//! # Not done yet
-//! - Not part of `meridian-ycsb compare`'s report: `meridian-ycsb economy-compare` runs it on
-//!   each store side by side (see [`compare`]).
+//! the key space, so most Meridian transfers are two-phase commits across two shards),
+//! `lockwait` and `earlylocks` (Meridian only, see [`EconomyConfig`]). `meridian-ycsb
+//! economy-compare` runs it on each store side by side (see [`compare`]), and `meridian-ycsb
+//! compare` after each store's YCSB workloads.
 
 pub mod compare;
 pub mod drivers;
@@ -452,6 +451,12 @@ mod tests {
         assert!(config("requestdistribution=hotspot").is_err());
         assert!(config("maxtransfer=0").is_err());
         assert!(config("accountspread=everywhere").is_err());
+        assert!(config("earlylocks=maybe").is_err());
+        assert!(config("earlylocks=on").unwrap().early_locks);
+        assert!(
+            !config("recordcount=10").unwrap().early_locks,
+            "off unless asked"
+        );
     }
 
     #[test]

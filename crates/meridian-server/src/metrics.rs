@@ -482,6 +482,12 @@ fn early_locks(out: &mut Exposition, early: &crate::kv_early_lock::EarlyLocks) {
         ],
     );
     out.one(
+        "meridian_early_lock_wounded_commits_total",
+        "counter",
+        "Commits refused because a senior took a lock of their owner on the shard (a wound).",
+        n(&s.wounded_commits),
+    );
+    out.one(
         "meridian_early_lock_refreshes_total",
         "counter",
         "Locking reads answered uncertain: a key changed after their read timestamp.",
