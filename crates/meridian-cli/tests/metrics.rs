@@ -32,14 +32,7 @@ fn nodes_serve_metrics_that_follow_the_work() {
 
 async fn scenario() {
     let dir = tempfile::tempdir().unwrap();
-    let flags: Vec<Vec<String>> = (1..=3)
-        .map(|n| {
-            vec![
-                "--metrics-addr".to_string(),
-                format!("127.0.0.1:{}", metrics_port(n)),
-            ]
-        })
-        .collect();
+    let flags = metrics_flags(metrics_port);
     let cluster = start_cluster_with_args(BASE_PORT, dir.path(), SHARDS, &flags);
     cluster.wait_ready(READY_TIMEOUT).await.expect("ready");
 

@@ -92,6 +92,19 @@ pub fn start_cluster_with_args(
     start_cluster(base_port, dir, shards, &by_node)
 }
 
+/// Per-node flags that serve each node's metrics on `port_of(node)` (nodes 1..=3), for
+/// [`start_cluster_with_args`].
+pub fn metrics_flags(port_of: impl Fn(u64) -> u16) -> Vec<Vec<String>> {
+    (1..=3)
+        .map(|n| {
+            vec![
+                "--metrics-addr".to_string(),
+                format!("127.0.0.1:{}", port_of(n)),
+            ]
+        })
+        .collect()
+}
+
 /// A client with room for a leader election inside one call.
 pub async fn connect_client(endpoints: Vec<String>) -> Client {
     let mut config = ClientConfig::new(endpoints);
