@@ -92,9 +92,8 @@ use crate::client::Route;
 use crate::early_lock::{released_by_commit, Locked, ReleaseOnDrop};
 use crate::error::{Error, Result};
 use crate::locks::LockPolicy;
-use crate::routing::Routed;
 use crate::snapshot::{SnapRead, SnapshotState};
-use crate::txn_commit::{outcome, plan, send_commit, CommitParts, Plan, ScannedRange};
+use crate::txn_commit::{first_send, outcome, plan, send_commit, CommitParts, Plan, ScannedRange};
 use crate::{validate, Client, KeyValue};
 use bytes::Bytes;
 use meridian_proto::kv as proto;
@@ -719,10 +718,11 @@ impl Txn {
                 let deadline = self.client.deadline();
                 // Holding no locks of its own, a one-shard commit waits other transactions'
                 // locks out like any write.
+                let mut first = true;
                 let response = self
                     .client
                     .write_call(Route::Shard(shard), &deadline, |channel, timeout, route| {
-                        send_commit(channel, timeout, message.routed(route))
+                        send_commit(channel, timeout, first_send(&message, route, &mut first))
                     })
                     .await?;
                 let committed = outcome(response)?;

@@ -46,8 +46,7 @@
 use crate::client::Route;
 use crate::error::{Error, Result};
 use crate::locks::{LockPolicy, Resolution};
-use crate::routing::Routed;
-use crate::txn_commit::send_commit;
+use crate::txn_commit::{first_send, send_commit};
 use crate::txn_recover::Settled;
 use crate::Client;
 use bytes::Bytes;
@@ -140,12 +139,15 @@ pub(crate) async fn commit(
         });
         let deadline = &deadline;
         async move {
+            let mut first = true;
             client
                 .write_call_with(
                     Route::Shard(shard),
                     deadline,
                     rules.locks,
-                    |channel, timeout, route| send_commit(channel, timeout, message.routed(route)),
+                    |channel, timeout, route| {
+                        send_commit(channel, timeout, first_send(&message, route, &mut first))
+                    },
                 )
                 .await
         }

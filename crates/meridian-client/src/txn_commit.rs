@@ -5,7 +5,7 @@
 use crate::client::kv_client;
 use crate::client::request;
 use crate::error::{Error, Result};
-use crate::routing::ShardMap;
+use crate::routing::{Routed, ShardMap};
 use crate::txn::Isolation;
 use bytes::Bytes;
 use meridian_proto::kv::{self as proto, txn_write};
@@ -98,6 +98,19 @@ pub(crate) fn plan(map: &ShardMap, parts: CommitParts<'_>) -> Result<Plan> {
 }
 
 /// One `Kv.Commit` attempt.
+/// `message` routed for one send, marked `first_send` on the first only (`first` turns
+/// false): only a first send may be refused for a wounded early-lock owner, since no earlier
+/// send of its write id can still apply (see `CommitRequest.first_send`).
+pub(crate) fn first_send(
+    message: &proto::CommitRequest,
+    route: Option<proto::Route>,
+    first: &mut bool,
+) -> proto::CommitRequest {
+    let mut message = message.routed(route);
+    message.first_send = std::mem::take(first);
+    message
+}
+
 pub(crate) async fn send_commit(
     channel: tonic::transport::Channel,
     timeout: Duration,

@@ -27,12 +27,13 @@
 //!   its key, so if the junior committed first the senior's commit would fail its check. So
 //!   the next commit of a wounded owner on the shard is refused as a conflict, before it is
 //!   proposed ([`CommitStart::Wounded`]). That is safe only for a commit that cannot have
-//!   applied already under another request: a commit whose handler ended without an answer
-//!   (an error after proposing, a dropped request) may still apply, so its guard then drops
-//!   the owner from the table altogether, wound flag included, and a resend of it (same
-//!   write id) meets no flag and is settled by the dedup table as usual. An owner that holds
-//!   nothing cannot be wounded again, and it takes new locks only in a new attempt, after
-//!   the client has settled the earlier commit.
+//!   applied already under another request, so only the *first send* of a write id
+//!   (`CommitRequest.first_send`) is refused: no earlier send of it exists. A resend (the
+//!   client's retry after a lost answer) may follow a first send that is still to apply, here
+//!   or through another leader, whatever this node's table says, so it always goes on to Raft
+//!   and the dedup table. Also, a commit whose handler ended without an answer (an error
+//!   after proposing, a dropped request) drops its owner from the table: its locks and flag
+//!   no longer mean anything.
 //! - Every wait is bounded by the cap, every ticket is cancelled when its request ends (even a
 //!   dropped one, by [`Waits`]' `Drop`), and a committing owner's mark is lifted when its
 //!   commit ends however it ends ([`CommitGuard`]' `Drop`). An owner idle on a shard for
@@ -233,13 +234,19 @@ impl EarlyLocks {
         }
     }
 
-    /// `owner`'s commit on `shard` is about to be proposed: refused if a senior wounded the
-    /// owner there (the flag is consumed), else its locks stay put until the guard says how
-    /// it ended (see the module docs for a guard dropped without an answer).
-    pub fn begin_commit(&self, shard: ShardId, owner: RequestId) -> CommitStart<'_> {
+    /// `owner`'s commit on `shard` is about to be proposed: refused if it is `refusable` (the
+    /// first send of its write id) and a senior wounded the owner there (the flag is
+    /// consumed), else its locks stay put until the guard says how it ended (see the module
+    /// docs for a guard dropped without an answer).
+    pub fn begin_commit(
+        &self,
+        shard: ShardId,
+        owner: RequestId,
+        refusable: bool,
+    ) -> CommitStart<'_> {
         let now = self.now_ms();
         let wounded = self.with(shard, false, |s| {
-            if s.table.take_wounded(owner) {
+            if refusable && s.table.take_wounded(owner) {
                 return true;
             }
             let answers = s.table.begin_commit(owner, now);
@@ -454,7 +461,7 @@ mod tests {
                 .await
         });
         tokio::time::sleep(Duration::from_millis(20)).await;
-        tracked(locks.begin_commit(SHARD, owner(1))).finish(true);
+        tracked(locks.begin_commit(SHARD, owner(1), true)).finish(true);
         let reply = junior.await.unwrap();
         assert_eq!(reply.held, vec![true]);
         assert!(reply.waited_us > 0);
@@ -509,20 +516,20 @@ mod tests {
         let locks = EarlyLocks::default();
         let k = keys(&["a"]);
         locks.acquire(SHARD, 1, owner(1), rank(10), &k, WAIT).await;
-        tracked(locks.begin_commit(SHARD, owner(1))).finish(false);
+        tracked(locks.begin_commit(SHARD, owner(1), true)).finish(false);
         let other = locks
             .acquire(SHARD, 1, owner(2), rank(20), &k, Duration::ZERO)
             .await;
         assert_eq!(other.held, vec![false], "a conflict keeps the locks");
         // A handler that ended without an answer: its commit may yet apply.
-        drop(tracked(locks.begin_commit(SHARD, owner(1))));
+        drop(tracked(locks.begin_commit(SHARD, owner(1), true)));
         assert_eq!(locks.release(SHARD, owner(1)), 0, "dropped with the guard");
         let other = locks
             .acquire(SHARD, 1, owner(2), rank(20), &k, Duration::ZERO)
             .await;
         assert_eq!(other.held, vec![true]);
         assert!(matches!(
-            locks.begin_commit(ShardId(99), owner(1)),
+            locks.begin_commit(ShardId(99), owner(1), true),
             CommitStart::Untracked
         ));
     }
@@ -535,14 +542,26 @@ mod tests {
         let senior = locks.acquire(SHARD, 1, owner(1), rank(10), &k, WAIT).await;
         assert_eq!(senior.held, vec![true]);
         assert!(matches!(
-            locks.begin_commit(SHARD, owner(2)),
+            locks.begin_commit(SHARD, owner(2), true),
             CommitStart::Wounded
         ));
         assert_eq!(locks.stats.wounded_commits.load(Ordering::Relaxed), 1);
+        // Wounded again: a resend (not a first send) is never refused, the flag stays.
+        locks
+            .acquire(SHARD, 1, owner(2), rank(20), &keys(&["b"]), WAIT)
+            .await;
+        locks
+            .acquire(SHARD, 1, owner(1), rank(10), &keys(&["b"]), WAIT)
+            .await;
+        tracked(locks.begin_commit(SHARD, owner(2), false)).finish(false);
+        assert!(matches!(
+            locks.begin_commit(SHARD, owner(2), true),
+            CommitStart::Wounded
+        ));
         // Its next attempt's commit goes ahead (and is checked as usual).
-        tracked(locks.begin_commit(SHARD, owner(2))).finish(false);
+        tracked(locks.begin_commit(SHARD, owner(2), true)).finish(false);
         // The senior, committing, cannot be wounded by anyone.
-        let guard = tracked(locks.begin_commit(SHARD, owner(1)));
+        let guard = tracked(locks.begin_commit(SHARD, owner(1), true));
         let most_senior = locks
             .acquire(SHARD, 1, owner(0), rank(1), &k, Duration::ZERO)
             .await;

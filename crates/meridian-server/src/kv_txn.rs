@@ -68,6 +68,8 @@ pub struct TxnCommit {
     /// The owner of early locks this commit releases once applied (`CommitRequest.lock_owner`,
     /// see `kv_early_lock`).
     pub lock_owner: Option<RequestId>,
+    /// `CommitRequest.first_send`: only such a commit may be refused for a wound.
+    pub first_send: bool,
 }
 
 impl TxnCommit {
@@ -205,6 +207,7 @@ impl TxnCommit {
             participants,
             commit_wait,
             lock_owner: request_id(req.lock_owner),
+            first_send: req.first_send,
         })
     }
 
@@ -245,10 +248,12 @@ impl KvService {
         let replica = self.node.replica(shard)?;
         // The owner's early locks stay put while its commit is in flight; a wounded owner's
         // commit is refused before it is proposed (see `kv_early_lock`).
-        let early = match txn
-            .lock_owner
-            .map(|o| self.node.early_locks.begin_commit(shard, o))
-        {
+        let early = txn.lock_owner.map(|owner| {
+            self.node
+                .early_locks
+                .begin_commit(shard, owner, txn.first_send)
+        });
+        let early = match early {
             Some(CommitStart::Wounded) => {
                 let key = txn.writes.first().map(|w| w.0.clone());
                 let key = key.or_else(|| txn.reads.first().map(|r| r.key.clone()));
