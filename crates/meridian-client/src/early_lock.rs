@@ -90,12 +90,9 @@ impl Drop for ReleaseOnDrop {
     }
 }
 
-/// A one-shard commit carrying the owner applied on these shards: their locks are released.
-pub(crate) fn released_by_commit(locked: &Locked, shards: impl IntoIterator<Item = u64>) {
-    let mut locked = lock(locked);
-    for shard in shards {
-        locked.remove(&shard);
-    }
+/// A one-shard commit carrying the owner applied on `shard`: its locks there are released.
+pub(crate) fn released_by_commit(locked: &Locked, shard: u64) {
+    lock(locked).remove(&shard);
 }
 
 impl Txn {

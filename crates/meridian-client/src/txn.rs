@@ -726,7 +726,7 @@ impl Txn {
                     })
                     .await?;
                 let committed = outcome(response)?;
-                released_by_commit(&self.locked, [shard]);
+                released_by_commit(&self.locked, shard);
                 Ok(committed)
             }
             Plan::Many { mut groups, anchor } => {

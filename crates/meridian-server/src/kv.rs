@@ -599,10 +599,7 @@ impl Kv for KvService {
         // Whatever this node keeps (a deposed leader's table too) goes; only the leader's
         // answer tells the client it is done, so a stale route is sent on to the leader.
         let released = early.release(desc.id, owner);
-        let leader = {
-            use openraft::type_config::async_runtime::WatchReceiver;
-            replica.raft.metrics().borrow_watched().current_leader
-        };
+        let (leader, _) = crate::kv_snapshot::leadership(&replica);
         if leader != Some(self.node.config.node_id) {
             return Err(self.node.not_leader(desc.id, leader).await.into());
         }

@@ -144,6 +144,13 @@ fn current_term(replica: &ShardReplica) -> u64 {
     replica.raft.metrics().borrow_watched().current_term
 }
 
+/// The shard's leader as this replica knows it, and its term.
+pub(crate) fn leadership(replica: &ShardReplica) -> (Option<u64>, u64) {
+    let metrics = replica.raft.metrics();
+    let m = metrics.borrow_watched();
+    (m.current_leader, m.current_term)
+}
+
 impl KvService {
     /// Steps 1–4 of the module docs: after it returns, the shard's state at `read_ts` is final
     /// for what `span` reads. `consistency` chooses the barrier as for plain reads (lease or
@@ -341,11 +348,7 @@ impl KvService {
             priority: lock.priority,
             age_ts: lock.age_ts,
         };
-        let (leader, term) = {
-            let metrics = replica.raft.metrics();
-            let m = metrics.borrow_watched();
-            (m.current_leader, m.current_term)
-        };
+        let (leader, term) = leadership(replica);
         if leader != Some(self.node.config.node_id) {
             return Ok(LockReply {
                 held: vec![false; keys.len()],
