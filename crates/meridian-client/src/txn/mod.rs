@@ -88,8 +88,14 @@
 //!   a write id, so its own retries are deduplicated, but re-running the closure could apply
 //!   the transaction twice.
 
+mod options;
+mod run;
+
+pub use options::{CommitInfo, Isolation, TxnOptions, WOUND_WAIT_FROM_ATTEMPT};
+pub use run::TxnBody;
+
 use crate::client::Route;
-use crate::early_lock::{released_by_commit, Locked, ReleaseOnDrop};
+use crate::early_lock::{released_by_commit, Locked};
 use crate::error::{Error, Result};
 use crate::locks::LockPolicy;
 use crate::snapshot::{SnapRead, SnapshotState};
@@ -97,113 +103,12 @@ use crate::txn_commit::{first_send, outcome, plan, send_commit, CommitParts, Pla
 use crate::{validate, Client, KeyValue};
 use bytes::Bytes;
 use meridian_proto::kv as proto;
-use meridian_types::limits::{
-    DEFAULT_TXN_MAX_ATTEMPTS, EARLY_LOCK_WAIT_MAX_MS, MAX_BATCH_BYTES, MAX_BATCH_KEYS,
-    MAX_SCAN_LIMIT, MAX_TXN_READ_KEYS,
-};
-use meridian_types::{Timestamp, TxnPriority, TxnRank};
+use meridian_types::limits::{MAX_BATCH_BYTES, MAX_BATCH_KEYS, MAX_SCAN_LIMIT, MAX_TXN_READ_KEYS};
+use meridian_types::{Timestamp, TxnRank};
 use std::collections::{BTreeMap, BTreeSet};
-use std::future::Future;
-use std::pin::Pin;
-use std::time::{Duration, Instant};
 
 /// Most times a commit regroups its checks after `WRONG_SHARD` (a stale shard map).
 const MAX_REGROUPS: u32 = 3;
-
-/// What a transaction that writes is checked for at commit.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum Isolation {
-    /// Every read and scanned range must still hold: no lost update, no write skew, no
-    /// phantom.
-    #[default]
-    Serializable,
-    /// Only the keys it writes must be unchanged since its snapshot (first committer wins): no
-    /// lost update, but *write skew* is possible — two transactions that read overlapping keys
-    /// and write different ones can both commit.
-    Snapshot,
-}
-
-/// How [`Client::txn`] retries.
-#[derive(Clone, Debug)]
-pub struct TxnOptions {
-    /// What a transaction that writes is checked for (read-only ones read one snapshot either
-    /// way).
-    pub isolation: Isolation,
-    /// Most attempts (runs of the closure); the last conflict is returned after them.
-    pub max_attempts: u32,
-    /// No new attempt starts once this much time has passed since the call began (`None`: the
-    /// client's `call_timeout`). An attempt already running is not cut short: each of its
-    /// reads and its commit has the client's own per-call deadline.
-    pub deadline: Option<Duration>,
-    /// Delay before the second attempt; it doubles per conflict up to `backoff_max`, each
-    /// delay jittered over its upper half. Short by default: the transaction that won the
-    /// conflict has already committed, so the next attempt usually reads its result.
-    pub backoff_initial: Duration,
-    pub backoff_max: Duration,
-    /// Who gives way in a lock conflict between multi-shard commits from the
-    /// [`WOUND_WAIT_FROM_ATTEMPT`]th attempt on (*wound-wait*, see `locks`): a higher
-    /// priority wins; within a priority the transaction whose first attempt began earlier
-    /// wins, and it keeps that age across attempts, so a transaction that keeps losing
-    /// eventually wins. Earlier attempts fail at once on a lock, like `no_wait`: wounding
-    /// costs a recovery, more than a retry under ordinary contention.
-    pub priority: TxnPriority,
-    /// Every attempt's multi-shard commit fails at once when it meets another
-    /// transaction's lock (a conflict: the closure runs again after the backoff), never
-    /// wounding or waiting. Off by default: without wound-wait a large transaction can lose
-    /// every attempt to a stream of small ones.
-    pub no_wait: bool,
-    /// Commit-wait: the commit is acknowledged only once every node's clock (within
-    /// `max_offset` of the others) has passed its commit timestamp, so any transaction that
-    /// begins after this one returned — through any node, on any shard — commits at a larger
-    /// timestamp. This rules out the *causal reverse* across shards that skewed clocks
-    /// otherwise allow (see the [module docs](crate::txn)); a history where every
-    /// transaction sets it is strictly serializable. It costs each writing commit between
-    /// `max_offset` and `2 x max_offset` of latency (500–1,000 ms at the default), during
-    /// which its locks are held; a read-only transaction that read anything waits about
-    /// `max_offset` on its read timestamp. Off by default.
-    pub linearizable: bool,
-    /// [`Txn::get_for_update`] and [`Txn::batch_get_for_update`] take early locks: the shard
-    /// leader locks the keys as it reads them, in memory, until this transaction's commit
-    /// applies there (or it ends, or is idle for `EARLY_LOCK_IDLE_MS`). A transaction that
-    /// finds a key locked waits for it, in rank order (see `priority`), at most `lock_wait`;
-    /// then it reads unlocked. Best effort: correctness never depends on the locks (every
-    /// commit is still checked), they only turn lost races on hot keys into waits. Off by
-    /// default.
-    pub early_locks: bool,
-    /// Longest one locking read waits for locks others hold (capped by the server at
-    /// `EARLY_LOCK_WAIT_MAX_MS`).
-    pub lock_wait: Duration,
-}
-
-/// The first attempt of a transaction whose multi-shard commit follows wound-wait (see
-/// [`TxnOptions::priority`]); earlier attempts fail at once on a lock.
-pub const WOUND_WAIT_FROM_ATTEMPT: u32 = 3;
-
-impl Default for TxnOptions {
-    fn default() -> TxnOptions {
-        TxnOptions {
-            isolation: Isolation::Serializable,
-            max_attempts: DEFAULT_TXN_MAX_ATTEMPTS,
-            deadline: None,
-            backoff_initial: Duration::from_millis(2),
-            backoff_max: Duration::from_millis(100),
-            priority: TxnPriority::Normal,
-            no_wait: false,
-            linearizable: false,
-            early_locks: false,
-            lock_wait: Duration::from_millis(EARLY_LOCK_WAIT_MAX_MS),
-        }
-    }
-}
-
-/// What a committed transaction did.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct CommitInfo {
-    /// The commit timestamp of its writes; `None` for a read-only transaction.
-    pub commit_ts: Option<Timestamp>,
-    /// How many times the closure ran (1 = committed at the first attempt).
-    pub attempts: u32,
-}
 
 /// One attempt of a transaction: its read set and write buffer. See the
 /// [module docs](crate::txn).
@@ -235,167 +140,6 @@ pub struct Txn {
     pub(crate) early: Option<proto::LockRequest>,
     pub(crate) locked: Locked,
     pub(crate) locked_keys: BTreeSet<Bytes>,
-}
-
-/// The closure type of [`Client::txn`]: it borrows the attempt's [`Txn`] for the future it
-/// returns (`|txn| Box::pin(async move { ... })`). The future may borrow only the `Txn`:
-/// anything else it uses it must own (clone an `Arc` or the values into it per attempt).
-pub type TxnBody<'a, T, E> = Pin<Box<dyn Future<Output = std::result::Result<T, E>> + Send + 'a>>;
-
-impl Client {
-    /// Runs `body` as a serializable transaction, re-running it on conflicts (see the
-    /// [module docs](crate::txn)). Returns what the committed attempt returned.
-    ///
-    /// ```no_run
-    /// # async fn example(client: meridian_client::Client) -> Result<(), meridian_client::Error> {
-    /// use meridian_client::TxnOptions;
-    /// let (moved, info) = client
-    ///     .txn(TxnOptions::default(), |txn| {
-    ///         Box::pin(async move {
-    ///             let a: i64 = txn.get_str("acct/a").await?.parse().unwrap_or(0);
-    ///             let b: i64 = txn.get_str("acct/b").await?.parse().unwrap_or(0);
-    ///             txn.put("acct/a", (a - 10).to_string())?;
-    ///             txn.put("acct/b", (b + 10).to_string())?;
-    ///             Ok::<_, meridian_client::Error>(10)
-    ///         })
-    ///     })
-    ///     .await?;
-    /// println!("moved {moved} at {:?} after {} attempts", info.commit_ts, info.attempts);
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub async fn txn<T, E, F>(
-        &self,
-        options: TxnOptions,
-        body: F,
-    ) -> std::result::Result<(T, CommitInfo), E>
-    where
-        F: for<'a> FnMut(&'a mut Txn) -> TxnBody<'a, T, E>,
-        E: From<Error>,
-    {
-        // The transaction's age: its first attempt's, on every attempt (see `priority`).
-        let rank = TxnRank::new(options.priority, wall_ts());
-        let early = options.early_locks.then(|| proto::LockRequest {
-            owner: Some(self.next_write_id()),
-            priority: rank.priority,
-            age_ts: rank.age_ts,
-            wait_ms: options.lock_wait.as_millis().min(u128::from(u32::MAX)) as u32,
-        });
-        let locked = Locked::default();
-        // Releases what is left when the call ends, however it ends (even dropped).
-        let _release = early.as_ref().map(|e| ReleaseOnDrop {
-            client: self.clone(),
-            owner: e.owner,
-            locked: locked.clone(),
-        });
-        self.txn_attempts(options, body, rank, early, locked).await
-    }
-
-    async fn txn_attempts<T, E, F>(
-        &self,
-        options: TxnOptions,
-        mut body: F,
-        rank: TxnRank,
-        early: Option<proto::LockRequest>,
-        locked: Locked,
-    ) -> std::result::Result<(T, CommitInfo), E>
-    where
-        F: for<'a> FnMut(&'a mut Txn) -> TxnBody<'a, T, E>,
-        E: From<Error>,
-    {
-        let budget = options.deadline.unwrap_or(self.config().call_timeout);
-        let give_up = Instant::now() + budget;
-        let mut backoff = crate::backoff::Backoff::new(
-            options.backoff_initial,
-            options.backoff_max.max(options.backoff_initial),
-        );
-        let mut attempt = 0u32;
-        let mut snapshot = SnapshotState::default();
-        loop {
-            attempt += 1;
-            if self.config().timestamp_oracle && snapshot.read_ts.is_none() {
-                snapshot.read_ts = Some(self.oracle_timestamp().await?);
-            }
-            let mut txn = self.begin_at(snapshot, options.isolation);
-            txn.rank = rank;
-            txn.wound_wait = !options.no_wait && attempt >= WOUND_WAIT_FROM_ATTEMPT;
-            txn.commit_wait = options.linearizable;
-            txn.early = early;
-            txn.locked = locked.clone();
-            let value = body(&mut txn).await;
-            snapshot = txn.snapshot.clone();
-            if let Some(version_ts) = txn.restart {
-                // The attempt ended at an uncertain read (whatever the closure made of it):
-                // run it again at that version's timestamp, without backoff.
-                if attempt >= options.max_attempts.max(1) || Instant::now() >= give_up {
-                    return Err(Error::TxnUncertain { version_ts }.into());
-                }
-                tracing::debug!(attempt, %version_ts, "uncertain read; running the transaction again");
-                snapshot = snapshot.next_attempt(Some(version_ts));
-                continue;
-            }
-            let value = value?;
-            snapshot = snapshot.next_attempt(None);
-            match txn.commit().await {
-                Ok(commit_ts) => {
-                    return Ok((
-                        value,
-                        CommitInfo {
-                            commit_ts,
-                            attempts: attempt,
-                        },
-                    ))
-                }
-                Err(conflict @ Error::TxnConflict { .. }) => {
-                    let delay = self.jittered(&mut backoff);
-                    if attempt >= options.max_attempts.max(1) || Instant::now() + delay >= give_up {
-                        return Err(conflict.into());
-                    }
-                    tracing::debug!(attempt, %conflict, "transaction conflict; running it again");
-                    tokio::time::sleep(delay).await;
-                }
-                // A blind write's key, read at commit under snapshot isolation, was
-                // uncertain: as for an uncertain read in the closure.
-                Err(Error::TxnUncertain { version_ts })
-                    if attempt < options.max_attempts.max(1) && Instant::now() < give_up =>
-                {
-                    snapshot = snapshot.next_attempt(Some(version_ts));
-                }
-                Err(other) => return Err(other.into()),
-            }
-        }
-    }
-
-    /// Starts one transaction attempt by hand; [`Txn::commit`] ends it. [`Client::txn`] is
-    /// usually what you want: it re-runs the attempt on conflicts.
-    pub fn begin(&self) -> Txn {
-        self.begin_with(Isolation::Serializable)
-    }
-
-    /// [`Client::begin`] at another isolation level.
-    pub fn begin_with(&self, isolation: Isolation) -> Txn {
-        self.begin_at(SnapshotState::default(), isolation)
-    }
-
-    fn begin_at(&self, snapshot: SnapshotState, isolation: Isolation) -> Txn {
-        Txn {
-            client: self.clone(),
-            reads: BTreeMap::new(),
-            ranges: Vec::new(),
-            for_update: BTreeSet::new(),
-            writes: BTreeMap::new(),
-            write_bytes: 0,
-            snapshot,
-            restart: None,
-            isolation,
-            rank: TxnRank::new(TxnPriority::Normal, wall_ts()),
-            wound_wait: false,
-            commit_wait: false,
-            early: None,
-            locked: Locked::default(),
-            locked_keys: BTreeSet::new(),
-        }
-    }
 }
 
 impl Txn {
