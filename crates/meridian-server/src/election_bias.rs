@@ -21,6 +21,8 @@
 //! failover.
 //!
 //! # Invariants
+//! - A replica whose elections wait for its group's quorum at start (`founding`) is not
+//!   switched until released; its first decision comes at the round after.
 //! - Only the start of elections is switched; votes, pre-votes, appends and Raft's safety are
 //!   untouched, as with quiescence's timer switches (which use `tick`, not `elect`).
 //! - A replica of a shard without a home, or in the home region, always may elect.
@@ -121,13 +123,19 @@ pub(crate) fn step(node: &Node, seen: &mut HashMap<ShardId, Seen>, period: Durat
         };
         let elect = may_elect(&facts);
         if state.elect != Some(elect) {
-            if !elect {
-                tracing::info!(shard = %desc.id, ?facts, "election bias: this replica leaves elections to the home region");
-            } else if state.elect.is_some() {
-                tracing::info!(shard = %desc.id, ?facts, "election bias: this replica may start elections again");
+            // A replica whose elections wait for its quorum (`founding`) is left alone; the
+            // switch happens under the hold's lock, so a release cannot undo it.
+            let switched = node.election_hold.unless_held(desc.id, || {
+                replica.raft.runtime_config().elect(elect);
+            });
+            if switched {
+                if !elect {
+                    tracing::info!(shard = %desc.id, ?facts, "election bias: this replica leaves elections to the home region");
+                } else if state.elect.is_some() {
+                    tracing::info!(shard = %desc.id, ?facts, "election bias: this replica may start elections again");
+                }
+                state.elect = Some(elect);
             }
-            replica.raft.runtime_config().elect(elect);
-            state.elect = Some(elect);
         }
     }
 }

@@ -33,6 +33,7 @@ pub mod config;
 pub mod constraints;
 mod election_bias;
 pub mod error;
+pub mod founding;
 pub mod gc;
 pub mod hlc_ceiling;
 pub mod home;

@@ -80,6 +80,8 @@ pub struct Node {
     pub(crate) stuck: crate::sweeper::StuckQueue,
     /// Early locks of the shards this node leads (see `kv_early_lock`).
     pub early_locks: crate::kv_early_lock::EarlyLocks,
+    /// Replicas whose elections wait for a quorum of their group to answer (see `founding`).
+    pub(crate) election_hold: Arc<crate::founding::ElectionHold>,
 }
 
 /// Stops the node: its configuration gives another shard map than the one the cluster stored.
@@ -288,6 +290,7 @@ impl Node {
             ceiling_keeper,
             stuck: Default::default(),
             early_locks: Default::default(),
+            election_hold: Default::default(),
         });
         // Before any replica opens: the transport dials peers through their overrides.
         node.refresh_peers();
@@ -295,7 +298,7 @@ impl Node {
             .host
             .client_addr
             .set(node.config.client_addr.to_string());
-        node.open_and_bootstrap().await?;
+        crate::founding::open_and_bootstrap(&node).await?;
         let weak = Arc::downgrade(&node);
         node.host.set_map_listener(Arc::new(move |raw: Vec<u8>| {
             let weak = weak.clone();
@@ -324,7 +327,7 @@ impl Node {
         Ok(node)
     }
 
-    fn members(&self) -> BTreeMap<NodeId, BasicNode> {
+    pub(crate) fn members(&self) -> BTreeMap<NodeId, BasicNode> {
         self.config
             .initial_cluster
             .iter()
@@ -376,56 +379,6 @@ impl Node {
                 .map(|m| (m.node_id, m.peer_addr.to_string()))
                 .collect(),
         );
-    }
-
-    async fn open_and_bootstrap(&self) -> anyhow::Result<()> {
-        let me = self.config.node_id;
-        let all = self.members();
-        let map = self.map();
-        for desc in map.all() {
-            if !desc.replicas.contains(&me) {
-                continue;
-            }
-            let replica = self
-                .host
-                .open_shard(desc.id, desc.span())
-                .await
-                .map_err(|e| anyhow::anyhow!(e))?;
-            // Only founding replicas may form a group. Once the map changed, every group has
-            // formed; a replica added since (empty until its leader sends it the log or a
-            // snapshot) must never initialize one of its own.
-            if map.version != 1 {
-                continue;
-            }
-            let members: BTreeMap<NodeId, BasicNode> = desc
-                .replicas
-                .iter()
-                .filter_map(|id| all.get(id).map(|n| (*id, n.clone())))
-                .collect();
-            // The first replica in placement order initializes the group at once and so usually
-            // wins its first election: placement rotates that first replica, spreading leaders.
-            // The others initialize with the identical membership (safe in Raft) only if the
-            // group is still pristine after a few election timeouts, so a founding member that
-            // is down or clock-skewed at first start cannot keep its groups from forming.
-            let position = desc.replicas.iter().position(|id| *id == me).unwrap_or(0) as u64;
-            let delay =
-                Duration::from_millis(self.config.raft.election_timeout_max_ms * 2 * position);
-            let shard = desc.id;
-            tokio::spawn(async move {
-                tokio::time::sleep(delay).await;
-                match replica.raft.is_initialized().await {
-                    Ok(true) => {}
-                    Ok(false) => match replica.raft.initialize(members).await {
-                        Ok(()) => tracing::info!(%shard, position, "initialized raft group"),
-                        Err(e) => tracing::debug!(%shard, error = %e, "initialize not needed"),
-                    },
-                    Err(e) => {
-                        tracing::warn!(%shard, error = %e, "cannot check raft initialization")
-                    }
-                }
-            });
-        }
-        Ok(())
     }
 
     fn my_record(&self) -> NodeRecord {
