@@ -75,10 +75,51 @@ async fn every_attempt_locks_as_one_owner_and_the_commit_carries_it() {
     assert_ne!(locks[0].age_ts, 0);
     let commits = fake.world.commit_lock_owners.lock().unwrap().clone();
     assert_eq!(commits, vec![Some(owner); 2], "both commits name the owner");
+    assert_eq!(
+        fake.world.commit_first_sends.lock().unwrap().clone(),
+        vec![true; 2],
+        "each attempt's commit is the first send of its own write id"
+    );
     assert!(
         releases(&fake, 1).await.is_empty(),
         "the committed shard's locks went with the commit: nothing to release"
     );
+}
+
+/// A commit sent again with its write id (its first send's outcome unknown) is not a first
+/// send: only a first send may be refused for a wounded owner, since an earlier send may
+/// still apply (see `CommitRequest.first_send`).
+#[tokio::test]
+async fn only_the_first_send_of_a_commit_is_marked_first() {
+    let (fake, client) = setup().await;
+    client.put("k", "0").await.unwrap();
+    fake.world.drop_next_commit.store(true, Ordering::SeqCst);
+    let (_, info) = client
+        .txn(early(), |txn| {
+            Box::pin(async move {
+                txn.get_for_update("k").await?;
+                txn.put("k", "1")?;
+                Ok::<_, Error>(())
+            })
+        })
+        .await
+        .unwrap();
+    assert_eq!(info.attempts, 1, "the resend, not a new attempt, committed");
+    // The client keeps away from the node whose connection failed for a while, so the resend
+    // may first meet the other nodes (NOT_LEADER) before it reaches the leader again.
+    let sends = fake.world.commit_first_sends.lock().unwrap().clone();
+    assert!(sends.len() >= 2, "the commit was sent again: {sends:?}");
+    assert!(sends[0], "the first send is marked first");
+    assert!(
+        sends[1..].iter().all(|first| !first),
+        "no later send is marked first: {sends:?}"
+    );
+    let owners = fake.world.commit_lock_owners.lock().unwrap().clone();
+    assert!(
+        owners[0].is_some() && owners.iter().all(|o| *o == owners[0]),
+        "every send names the owner: {owners:?}"
+    );
+    assert_eq!(client.get("k").await.unwrap().as_deref(), Some(&b"1"[..]));
 }
 
 #[tokio::test]

@@ -58,6 +58,12 @@ pub struct World {
     pub lock_requests: Mutex<Vec<LockRequest>>,
     /// The `lock_owner` of every commit and prepare.
     pub commit_lock_owners: Mutex<Vec<Option<WriteId>>>,
+    /// The `first_send` flag of every commit and prepare.
+    pub commit_first_sends: Mutex<Vec<bool>>,
+    /// The next commit or prepare is dropped unapplied, and its caller sees a transport error
+    /// (a connection reset after the request was sent): its outcome is unknown to the client,
+    /// which sends it again with the same write id.
+    pub drop_next_commit: AtomicBool,
     /// Every `Kv.ReleaseLocks` owner.
     pub releases: Mutex<Vec<WriteId>>,
 }
@@ -311,6 +317,14 @@ impl Kv for FakeNode {
             .lock()
             .unwrap()
             .push(r.lock_owner);
+        self.world
+            .commit_first_sends
+            .lock()
+            .unwrap()
+            .push(r.first_send);
+        if self.world.drop_next_commit.swap(false, Ordering::SeqCst) {
+            return Err(Status::unknown("h2 protocol error: connection reset"));
+        }
         if let Some(prepare) = &r.prepare {
             // Two-phase commit is tested against real nodes (meridian-cli's tests/txn.rs); the
             // fake records what it was asked and refuses, unless `two_phase` is set.
