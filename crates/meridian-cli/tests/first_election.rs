@@ -10,6 +10,11 @@
 //! 2. Restart: all three nodes stop; node 1 starts again alone for `HOLD` (its groups are
 //!    formed, so only their election timers could campaign): again no failed vote in its
 //!    log; then nodes 2 and 3 start and every shard has a leader.
+//! 3. A changed map: one shard's replica on node 3 is removed and added back (map version 3,
+//!    so no group is a founding one and the voters come from the replicas' stored
+//!    memberships), then the restart of step 2 again. Before the fix, a replica's voters were
+//!    read from its metrics, empty until its Raft core ran, so with a changed map every group
+//!    was released at once and node 1 campaigned alone.
 
 mod common;
 
@@ -73,16 +78,36 @@ async fn scenario() {
     assert_no_campaign(&first_start, "first start");
     all_led(&cluster).await;
 
+    restart_with_node_1_alone(&cluster, "restart").await;
+
+    let status = cluster.wait_ready(READY_TIMEOUT).await.expect("ready");
+    let shard = status
+        .shards
+        .iter()
+        .find(|s| s.shard_id != 0 && s.leader_id != 3)
+        .expect("a data shard node 3 does not lead")
+        .shard_id;
+    let client = connect_client((1..=3).map(|n| cluster.client_addr(n).unwrap()).collect()).await;
+    client.remove_replica(shard, 3).await.expect("remove");
+    let back = client.add_replica(shard, 3).await.expect("add back");
+    assert!(back.map_version > 1, "the map changed: {back:?}");
+    drop(client);
+    restart_with_node_1_alone(&cluster, "restart after a map change").await;
+    drop(cluster);
+}
+
+/// Stops every node, starts node 1 alone for `HOLD` (asserting it campaigned in no group),
+/// then the others, and waits until every shard has a leader.
+async fn restart_with_node_1_alone(cluster: &meridian_cli::LocalCluster, when: &str) {
     let stuck = cluster.stop_all(STOP_TIMEOUT);
     assert!(stuck.is_empty(), "nodes {stuck:?} did not stop");
-    let before = failed_votes(&cluster, 1).len();
+    let before = failed_votes(cluster, 1).len();
     cluster.restart(1).expect("restart node 1");
     tokio::time::sleep(HOLD).await;
-    let restart = failed_votes(&cluster, 1).split_off(before);
+    let alone = failed_votes(cluster, 1).split_off(before);
     for node in [2, 3] {
         cluster.restart(node).expect("restart");
     }
-    assert_no_campaign(&restart, "restart");
-    all_led(&cluster).await;
-    drop(cluster);
+    assert_no_campaign(&alone, when);
+    all_led(cluster).await;
 }

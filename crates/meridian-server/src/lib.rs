@@ -32,6 +32,7 @@ pub mod cluster;
 pub mod config;
 pub mod constraints;
 mod election_bias;
+pub mod election_hold;
 pub mod error;
 pub mod founding;
 pub mod gc;

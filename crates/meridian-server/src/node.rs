@@ -81,7 +81,7 @@ pub struct Node {
     /// Early locks of the shards this node leads (see `kv_early_lock`).
     pub early_locks: crate::kv_early_lock::EarlyLocks,
     /// Replicas whose elections wait for a quorum of their group to answer (see `founding`).
-    pub(crate) election_hold: Arc<crate::founding::ElectionHold>,
+    pub(crate) election_hold: Arc<crate::election_hold::ElectionHold>,
 }
 
 /// Stops the node: its configuration gives another shard map than the one the cluster stored.
