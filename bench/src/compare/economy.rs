@@ -18,8 +18,9 @@ use std::time::Duration;
 
 use serde::Serialize;
 
+use super::plan::Plan;
+use super::runner::progress;
 use super::stores::StoreConfig;
-use super::{progress, Plan};
 use crate::cli::driver_name;
 use crate::db::DriverKind;
 use crate::economy::compare::{describe, run_on_store};
