@@ -11,19 +11,23 @@
 //! - Every replica opened at start (`founding::open_and_bootstrap`) has its election timer
 //!   switched off ([`ElectionHold::hold`]: openraft's `runtime_config().elect(false)`, the
 //!   switch `election_bias` uses; votes, pre-votes, appends and transfers are untouched).
-//! - One task per node ([`release_when_quorate`]) reads each held group's voters through its
-//!   Raft core (the stored membership; none yet for a founding group, whose voters are then
-//!   the map's), and polls the peer pool every [`QUORUM_POLL`]. A peer would grant votes once
-//!   it answered this node within an election timeout and first answered an election timeout
-//!   ago or more ([`Readiness`]): a node refuses votes for `election_timeout_max` after its
-//!   start (`meridian-raft`'s `refuses_votes`), and it started before it first answered. A
-//!   peer that falls silent starts that count again.
-//! - A group whose voters' quorum (this node counted) would grant votes is released: its timer
-//!   is switched back on after a delay spread over the election timeout's range by a hash of
-//!   the node and the shard ([`release_spread`]), so a node's groups do not all campaign in
-//!   the same tick (a held group's timer has run out) and the members of one group do not
-//!   campaign at the same moment. Then what the caller asked to run after the release runs
-//!   (a founding group's `initialize`).
+//! - One task per node ([`release_when_quorate`]) reads each held group's voter configs
+//!   through its Raft core (the stored membership, one config or the two of a joint one; none
+//!   yet for a founding group, whose voters are then the map's; the map's too if the core does
+//!   not answer within an election timeout), and polls the peer pool every [`QUORUM_POLL`]. A
+//!   peer would grant votes once this node has seen it answer, without a break, for an
+//!   election timeout ([`Readiness`], counted from the first poll that saw it answer): a node
+//!   refuses votes for `election_timeout_max` after its start (`meridian-raft`'s
+//!   `refuses_votes`), and it started before it first answered. A peer that falls silent (no
+//!   answer within an election timeout) starts that count again.
+//! - A group is released once a majority of each of its voter configs (this node counted)
+//!   would grant votes, as an election needs ([`quorum_in_each`]): its timer is switched back
+//!   on after a delay spread over the election timeout's range by a hash of the node and the
+//!   shard ([`release_spread`]), so a node's groups do not all campaign in the same tick (a
+//!   held group's timer has run out) and the members of one group rarely campaign at the same
+//!   moment. Then what the caller asked to run after the release runs (a founding group's
+//!   `initialize`). A group whose replica was retired or opened again meanwhile is released at
+//!   once and nothing runs after it.
 //! - After [`QUORUM_WAIT_MAX`] the groups still held are released all the same, with one
 //!   warning for all of them: a quorum that answers Raft messages but not pings is not
 //!   expected (they share the peer connections), but a group must never be kept from electing
@@ -35,7 +39,7 @@
 //! - The hold only delays elections a node starts on its own timer; it never changes a
 //!   membership, a vote or a log.
 //! - A held replica is released exactly once, by dropping its [`Held`] guard: a task that
-//!   ends early (a panic, a shutdown) releases what it held.
+//!   ends early (a panic, the runtime's end) releases what it held.
 //! - `election_bias` leaves a held replica alone, and the hold and the bias switch a replica
 //!   under the hold's lock, so a release never overrides the bias's decision: a released
 //!   replica may elect until the bias's next round decides again, as at any start.
@@ -43,6 +47,12 @@
 //! # Not done yet
 //! - Replicas opened later (a move, a split) are not held: their peers are up.
 //! - A voter this node has no address for never answers: it counts as silent.
+//! - A peer that restarts faster than an election timeout keeps its count, though it refuses
+//!   votes for `election_timeout_max` after its new start: its groups may be released early
+//!   and send votes it refuses (pings carry no instance id to tell).
+//! - `Node::shutdown` does not end the task: it keeps the host alive until its groups are
+//!   released (at most `QUORUM_WAIT_MAX`), and a late founding `initialize` then fails and
+//!   logs it.
 
 use meridian_raft::{MultiRaft, ShardReplica};
 use meridian_types::{NodeId, ShardId};
@@ -73,6 +83,19 @@ pub fn quorum_answers(
         }
     }
     up * 2 > total
+}
+
+/// Whether a majority of each of `configs` answers (an election's quorum in a joint
+/// membership is one in each config); false for no config at all.
+pub fn quorum_in_each(
+    me: NodeId,
+    configs: &[Vec<NodeId>],
+    answered: impl Fn(NodeId) -> bool,
+) -> bool {
+    !configs.is_empty()
+        && configs
+            .iter()
+            .all(|config| quorum_answers(me, config.iter().copied(), &answered))
 }
 
 /// When each peer began answering without a break, to tell the peers that would grant votes:
@@ -195,24 +218,39 @@ pub struct Waiting {
     pub after: Option<AfterRelease>,
 }
 
-/// The group's voters as its Raft core knows them (its stored membership), else `fallback`.
-async fn voters(replica: &ShardReplica, fallback: &[NodeId]) -> Vec<NodeId> {
-    let stored = replica
-        .raft
-        .with_raft_state(|st| {
-            st.membership_state
-                .effective()
-                .membership()
-                .voter_ids()
-                .collect::<Vec<NodeId>>()
-        })
-        .await
-        .unwrap_or_default();
-    if stored.is_empty() {
-        fallback.to_vec()
-    } else {
-        stored
+/// The group's voter configs as its Raft core knows them (its stored membership: one config,
+/// or two while joint), else `fallback` as one config (none if it is empty). The core is
+/// given `limit` to answer.
+async fn voter_configs(
+    replica: &ShardReplica,
+    fallback: &[NodeId],
+    limit: Duration,
+) -> Vec<Vec<NodeId>> {
+    let read = replica.raft.with_raft_state(|st| {
+        st.membership_state
+            .effective()
+            .membership()
+            .get_joint_config()
+            .iter()
+            .map(|config| config.iter().copied().collect::<Vec<NodeId>>())
+            .filter(|config| !config.is_empty())
+            .collect::<Vec<_>>()
+    });
+    let stored = match tokio::time::timeout(limit, read).await {
+        Ok(Ok(configs)) => configs,
+        Ok(Err(_)) | Err(_) => Vec::new(),
+    };
+    match (stored.is_empty(), fallback.is_empty()) {
+        (false, _) => stored,
+        (true, false) => vec![fallback.to_vec()],
+        (true, true) => Vec::new(),
     }
+}
+
+/// Whether `group`'s replica is still the one the host serves (not retired or opened again).
+fn still_open(host: &MultiRaft, group: &Waiting) -> bool {
+    host.get(group.held.shard)
+        .is_some_and(|now| Arc::ptr_eq(&now, &group.held.replica))
 }
 
 /// Releases `group` after `delay`, then runs what follows its release.
@@ -239,17 +277,17 @@ pub async fn release_when_quorate(
     let started = Instant::now();
     let mut pending = Vec::with_capacity(waiting.len());
     for group in waiting {
-        let voters = voters(&group.held.replica, &group.fallback_voters).await;
-        if voters.is_empty() {
+        let configs = voter_configs(&group.held.replica, &group.fallback_voters, window).await;
+        if configs.is_empty() {
             // An empty replica a leader will feed: no election to hold.
             release_after(group, Duration::ZERO);
         } else {
-            pending.push((voters, group));
+            pending.push((configs, group));
         }
     }
     let peers: BTreeSet<NodeId> = pending
         .iter()
-        .flat_map(|(voters, _)| voters.iter().copied())
+        .flat_map(|(configs, _)| configs.iter().flatten().copied())
         .filter(|id| *id != me)
         .collect();
     let mut readiness = Readiness::new(window);
@@ -257,9 +295,12 @@ pub async fn release_when_quorate(
         let ready = readiness.update(Instant::now(), peers.iter().copied(), |id| {
             host.pool.seen_within(id, window)
         });
+        // Retired or opened again meanwhile: nothing left to hold (dropping the guard
+        // switches the old replica's timer, which is harmless; the new one is not held).
+        pending.retain(|(_, group)| still_open(&host, group));
         let expired = started.elapsed() >= QUORUM_WAIT_MAX;
-        let (go, stay): (Vec<_>, Vec<_>) = pending.into_iter().partition(|(voters, _)| {
-            expired || quorum_answers(me, voters.iter().copied(), |id| ready.contains(&id))
+        let (go, stay): (Vec<_>, Vec<_>) = pending.into_iter().partition(|(configs, _)| {
+            expired || quorum_in_each(me, configs, |id| ready.contains(&id))
         });
         if expired && !go.is_empty() {
             let shards: Vec<ShardId> = go
@@ -299,6 +340,17 @@ mod tests {
         // A group this node is not in (no own vote): two of three answer.
         assert!(quorum_answers(9, [1, 2, 3], answered(&[1, 2])));
         assert!(!quorum_answers(1, [], answered(&[])));
+    }
+
+    #[test]
+    fn a_joint_membership_needs_a_majority_of_each_config() {
+        let answered = |up: &'static [u64]| move |id: NodeId| up.contains(&id);
+        let joint = [vec![1, 2, 3, 4, 5], vec![1, 4, 5]];
+        // 3 of the 5 in the union (1, 2, 3) but 1 of {1, 4, 5}: no election could win.
+        assert!(!quorum_in_each(1, &joint, answered(&[2, 3])));
+        assert!(quorum_in_each(1, &joint, answered(&[2, 4])));
+        assert!(quorum_in_each(1, &[vec![1, 2, 3]], answered(&[2])));
+        assert!(!quorum_in_each(1, &[], answered(&[2, 3])));
     }
 
     #[test]

@@ -14,7 +14,8 @@
 //! - Only founding replicas of a never-changed map (version 1) initialize Raft groups; a
 //!   replica added by a move is always empty until its leader feeds it.
 //! - A founding replica initializes only after its hold is released: the first election an
-//!   `initialize` starts has a quorum that would grant votes.
+//!   `initialize` starts has a quorum that would grant votes, unless the hold gave up waiting
+//!   (`election_hold::QUORUM_WAIT_MAX`).
 //!
 //! # Not done yet
 //! - Groups whose membership names a member this node has no address for count it as silent
