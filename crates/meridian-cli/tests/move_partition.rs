@@ -147,9 +147,10 @@ async fn scenario() {
     eprintln!("removed node {v}: {removed:?}");
     assert!(removed.voters.contains(&t) && !removed.voters.contains(&v));
     let removed_at = Instant::now();
-    // The removal's own push to V is still running until its RPC deadline: held by V's cut
-    // link (a connect waits in the listener's backlog), it would be delivered at the heal and
-    // V would learn the map without the ping gossip this test checks. Heal after it expired.
+    // The removal's own push to V runs until its RPC deadline: held by V's cut link (the proxy
+    // freezes connections and stops accepting; a connect can wait in the listener's backlog),
+    // it could be delivered at the heal, and V would learn the map without the ping gossip
+    // this test checks. Heal after it expired.
     tokio::time::sleep(PUSH_EXPIRED).await;
     let during = acked.lock().unwrap().len() - before_moves;
     assert!(during > 0, "no write was acknowledged during the moves");

@@ -163,12 +163,6 @@ pub struct Held {
     replica: Arc<ShardReplica>,
 }
 
-impl Held {
-    pub fn shard(&self) -> ShardId {
-        self.shard
-    }
-}
-
 impl Drop for Held {
     fn drop(&mut self) {
         let mut held = self.hold.lock();
@@ -276,8 +270,12 @@ pub async fn release_when_quorate(
     let me = host.node_id;
     let started = Instant::now();
     let mut pending = Vec::with_capacity(waiting.len());
-    for group in waiting {
+    // All cores asked at once: each read is bounded by `window`, and so are all of them.
+    let reads = waiting.into_iter().map(|group| async move {
         let configs = voter_configs(&group.held.replica, &group.fallback_voters, window).await;
+        (configs, group)
+    });
+    for (configs, group) in futures::future::join_all(reads).await {
         if configs.is_empty() {
             // An empty replica a leader will feed: no election to hold.
             release_after(group, Duration::ZERO);

@@ -19,7 +19,7 @@
 //!
 //! # Not done yet
 //! - Groups whose membership names a member this node has no address for count it as silent
-//!   (they wait `election_hold::QUORUM_WAIT_MAX`).
+//!   (one that needs it for its quorum waits `election_hold::QUORUM_WAIT_MAX`).
 
 use crate::election_hold::{release_when_quorate, AfterRelease, Waiting};
 use crate::node::Node;
