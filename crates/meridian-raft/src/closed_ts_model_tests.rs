@@ -14,6 +14,7 @@
 //! find a violation with it (so the checker can see the failure each condition prevents).
 
 use super::*;
+use crate::model_rng::Rng;
 use meridian_types::Timestamp;
 use std::collections::BTreeMap;
 
@@ -35,18 +36,6 @@ enum Rule {
     /// Publish on the side channel while the sender's log holds entries it has not applied
     /// (an earlier term's, or its own whose proposers gave up when it was deposed).
     IgnoreUnapplied,
-}
-
-/// xorshift64*: a seeded, dependency-free generator (the case number is the seed).
-struct Rng(u64);
-
-impl Rng {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D) % n.max(1)
-    }
 }
 
 #[derive(Clone, Debug)]
@@ -92,7 +81,7 @@ struct Model {
 
 impl Model {
     fn new(seed: u64, rule: Rule) -> Model {
-        let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
+        let mut rng = Rng::new(seed);
         let mut nodes: [Node; 3] = Default::default();
         for node in &mut nodes {
             // Physical clocks within `max_offset` of each other.

@@ -55,6 +55,8 @@ pub mod log_store;
 pub mod log_tail;
 pub mod log_writer;
 pub mod map_gossip;
+#[cfg(test)]
+mod model_rng;
 pub mod network;
 pub mod peer_pool;
 pub mod peer_streams;
