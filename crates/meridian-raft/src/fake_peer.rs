@@ -85,7 +85,7 @@ impl RaftTransport for FakePeer {
         Ok(Response::new(RaftReply {
             hlc: 0,
             payload,
-            client_addr: String::new(),
+            ..Default::default()
         }))
     }
 
@@ -111,7 +111,7 @@ impl RaftTransport for FakePeer {
             Ok(RaftReply {
                 hlc: 0,
                 payload: codec::encode(&answer).expect("encodes").into(),
-                client_addr: String::new(),
+                ..Default::default()
             })
         });
         Ok(Response::new(Box::pin(replies)))

@@ -91,6 +91,9 @@ pub struct MultiRaft {
     pub proposals_in_flight: Arc<std::sync::atomic::AtomicUsize>,
     /// Every shard's proposal counters (the node's metrics).
     pub propose_stats: Arc<crate::proposals::ProposeStats>,
+    /// The boot incarnation, and the pings heard and answered, for parked leases (see
+    /// `parked_lease`; recorded, not acted on yet).
+    pub ping_ledger: crate::parked_lease::PingLedger,
 }
 
 /// Peers with a message of one kind in flight: at most one each, so a slow peer costs one
@@ -163,6 +166,7 @@ impl MultiRaft {
                 crate::proposals::DEFAULT_IN_FLIGHT,
             )),
             propose_stats: Default::default(),
+            ping_ledger: crate::parked_lease::PingLedger::new(raft_config.election_timeout_max),
             raft_config,
         }))
     }

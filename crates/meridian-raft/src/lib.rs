@@ -58,6 +58,7 @@ pub mod map_gossip;
 #[cfg(test)]
 mod model_rng;
 pub mod network;
+pub mod parked_lease;
 pub mod peer_pool;
 pub mod peer_streams;
 pub mod proposals;

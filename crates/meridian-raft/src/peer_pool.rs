@@ -6,6 +6,7 @@
 
 use crate::clock_fence::{ClockOffset, PeerOffsets};
 use crate::network::RateLimitedLog;
+use crate::parked_lease::Token;
 use crate::peer_streams::{StreamLanes, StreamSlot};
 use crate::types::*;
 use meridian_proto::raft::raft_transport_client::RaftTransportClient;
@@ -198,6 +199,27 @@ fn transport_client(channel: Channel) -> RaftTransportClient<Channel> {
         .max_encoding_message_size(MAX_MESSAGE_BYTES)
 }
 
+/// A ping's answer.
+#[derive(Clone, Debug)]
+pub struct PingAnswer {
+    /// The peer's clock offset, estimated from the round trip.
+    pub offset: ClockOffset,
+    /// The peer's client address (empty from a node that does not send it).
+    pub client_addr: String,
+    /// When the ping was sent (`quiesce::now_ms`, this process's monotonic clock).
+    pub sent_ms: u64,
+    /// The peer's token for this node (`None` from a node from before tokens).
+    pub token: Option<Token>,
+}
+
+/// The token a `Ping` or `Quiesce` reply carries, if any (see `parked_lease`).
+fn reply_token(reply: &RaftReply) -> Option<Token> {
+    (reply.incarnation != 0).then_some(Token {
+        incarnation: reply.incarnation,
+        lapses: reply.lapses,
+    })
+}
+
 /// Why a ping got no answer.
 #[derive(Debug)]
 pub enum PingFailure {
@@ -272,13 +294,10 @@ impl PeerPool {
     /// HLC either way, see `clock_fence`, so that it measures clocks HLC admission refuses).
     /// Pings the node at `addr`, telling it this node's shard map version (`map_gossip`):
     /// its clock offset, and its client address (empty from a node that does not send it).
-    pub async fn ping(
-        &self,
-        addr: &str,
-        map_version: u64,
-    ) -> Result<(ClockOffset, String), PingFailure> {
+    pub async fn ping(&self, addr: &str, map_version: u64) -> Result<PingAnswer, PingFailure> {
         let payload =
             codec::encode(&map_version).map_err(|e| PingFailure::Failed(e.to_string()))?;
+        let sent_ms = crate::quiesce::now_ms();
         let sent = self.clock.physical_now();
         let reply = self
             .node_rpc(addr, "ping", 0, 0, payload)
@@ -301,7 +320,12 @@ impl PeerPool {
             codec::decode(&reply.payload).map_err(|e| PingFailure::Failed(e.to_string()))?;
         let remote = remote.map_err(PingFailure::Failed)?;
         let offset = ClockOffset::estimate(sent, Timestamp(remote), received);
-        Ok((offset, reply.client_addr))
+        Ok(PingAnswer {
+            offset,
+            client_addr: reply.client_addr.clone(),
+            sent_ms,
+            token: reply_token(&reply),
+        })
     }
 
     /// Notes `node`'s client address, as its ping reply gave it.
@@ -330,9 +354,12 @@ impl PeerPool {
         addr: &str,
         shard: ShardId,
         request: &crate::quiesce::QuiesceRequest,
-    ) -> Result<bool, String> {
+    ) -> Result<(bool, Option<Token>), String> {
         let payload = codec::encode(request).map_err(|e| e.to_string())?;
-        self.node_call(addr, "quiesce", shard.0, payload).await
+        let reply = self.node_reply(addr, "quiesce", shard.0, payload).await?;
+        let parked: Result<bool, String> =
+            codec::decode(&reply.payload).map_err(|e| e.to_string())?;
+        Ok((parked?, reply_token(&reply)))
     }
 
     /// Asks the leader at `addr` to wake `shard`.

@@ -103,6 +103,9 @@ pub struct Quiet {
     /// (0 = the base, `election_timeout_max`; see [`next_idle_threshold`]).
     parked_at_ms: AtomicU64,
     idle_threshold_ms: AtomicU64,
+    /// Leader: each follower's token when it confirmed the last parking (see `parked_lease`;
+    /// recorded, not acted on yet).
+    parked_tokens: std::sync::Mutex<Vec<(NodeId, crate::parked_lease::Token)>>,
 }
 
 impl Quiet {
@@ -301,6 +304,43 @@ impl ShardReplica {
         true
     }
 
+    /// Whether this replica is a parked leader whose parked lease holds now (see
+    /// `parked_lease`): a majority of its voters, itself counted, confirmed its last parking
+    /// and answered a ping sent within the lease window with the same token. Nothing serves a
+    /// read on it yet.
+    pub fn parked_lease_holds(&self, ledger: &crate::parked_lease::PingLedger) -> bool {
+        use crate::parked_lease::{lease_holds, VoterLease};
+        let me = self.quiet.me;
+        if self.quiet.state.load(SeqCst) != PARKED || self.quiet.leader.load(SeqCst) != me {
+            return false;
+        }
+        let view = self.view();
+        if !view.membership_settled {
+            return false;
+        }
+        let tokens = self
+            .quiet
+            .parked_tokens
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        let voters: Vec<VoterLease> = view
+            .voters
+            .iter()
+            .map(|&voter| VoterLease {
+                voter,
+                parked: tokens.iter().find(|(id, _)| *id == voter).map(|(_, t)| *t),
+                answer: ledger.answer(voter),
+            })
+            .collect();
+        lease_holds(
+            me,
+            &voters,
+            now_ms(),
+            self.raft.config().election_timeout_max,
+        )
+    }
+
     /// The leader side of `Wake`: resume if parked (followers learn it from the heartbeat).
     pub fn wake_requested(&self) {
         if self.is_quiesced() {
@@ -349,10 +389,13 @@ impl MultiRaft {
             tokio::spawn(async move {
                 let pool = &host.pool;
                 match pool.ping(&addr, map_version).await {
-                    Ok((offset, client_addr)) => {
-                        host.rtt_watch.note(peer, &offset);
-                        pool.note_ping(peer, offset);
-                        pool.note_client_addr(peer, client_addr);
+                    Ok(answer) => {
+                        host.rtt_watch.note(peer, &answer.offset);
+                        pool.note_ping(peer, answer.offset);
+                        pool.note_client_addr(peer, answer.client_addr);
+                        if let Some(token) = answer.token {
+                            host.ping_ledger.note_answer(peer, answer.sent_ms, token);
+                        }
                     }
                     Err(PingFailure::Forgotten(said)) => {
                         crate::host::exit_forgotten(me, peer, &said)
@@ -444,17 +487,27 @@ impl MultiRaft {
             let request = request.clone();
             let shard = replica.shard;
             async move {
-                match addr {
-                    Some(addr) => pool.quiesce(&addr, shard, &request).await.unwrap_or(false),
-                    None => false,
-                }
+                let answer = match addr {
+                    Some(addr) => pool.quiesce(&addr, shard, &request).await.ok(),
+                    None => None,
+                };
+                (*f, answer.unwrap_or((false, None)))
             }
         });
-        let all_parked = futures::future::join_all(asks).await.into_iter().all(|p| p);
+        let answers = futures::future::join_all(asks).await;
+        let all_parked = answers.iter().all(|(_, (parked, _))| *parked);
         if !all_parked || !unchanged() {
             runtime.heartbeat(true);
             return;
         }
+        *replica
+            .quiet
+            .parked_tokens
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = answers
+            .into_iter()
+            .filter_map(|(f, (_, token))| Some((f, token?)))
+            .collect();
         replica.quiet.leader.store(self.node_id, SeqCst);
         replica.quiet.parked_at_ms.store(now_ms(), SeqCst);
         replica.quiet.state.store(PARKED, SeqCst);

@@ -481,9 +481,13 @@ impl RaftTransport for TransportService {
             return self.reply(Ok(false));
         };
         let rpc: crate::quiesce::QuiesceRequest = decode_payload(&req)?;
-        self.reply(Ok::<bool, String>(
-            replica.park_on_request(req.from_node, &rpc),
-        ))
+        // Heard before parking: a promise counts lapses from the token it is made with.
+        let token = self.host.ping_ledger.hear(req.from_node);
+        let parked = replica.park_on_request(req.from_node, &rpc);
+        let mut reply = self.reply(Ok::<bool, String>(parked))?;
+        reply.get_mut().incarnation = token.incarnation;
+        reply.get_mut().lapses = token.lapses;
+        Ok(reply)
     }
 
     async fn wake(&self, request: Request<RaftRequest>) -> Result<Response<RaftReply>, Status> {
@@ -547,10 +551,13 @@ impl RaftTransport for TransportService {
         }
         let payload = codec::encode(&Ok::<u64, String>(self.host.clock.physical_now().0))
             .map_err(|e| Status::internal(e.to_string()))?;
+        let token = self.host.ping_ledger.hear(req.from_node);
         Ok(Response::new(RaftReply {
             hlc: 0,
             payload: payload.into(),
             client_addr: self.host.client_addr.get().cloned().unwrap_or_default(),
+            incarnation: token.incarnation,
+            lapses: token.lapses,
         }))
     }
 

@@ -2,7 +2,8 @@
 //!
 //! # What
 //! Per-node figures an operator (or `bench/`) scrapes to see where time and work go:
-//! - Raft groups: replicas hosted, awake or quiesced, and how many this node leads;
+//! - Raft groups: replicas hosted, awake or quiesced, and how many this node leads (and of
+//!   those quiesced, how many hold a parked lease);
 //! - peer messages received, by kind (`meridian_raft_messages_received_total{type=…}`), so a
 //!   rate shows what idle or loaded groups cost on the wire;
 //! - the Raft log writer (the node-wide thread that merges every shard's appends into one
@@ -190,9 +191,13 @@ pub fn render(node: &Node, admission: &Admission) -> String {
     );
 
     let (mut awake, mut quiesced, mut led, mut resting) = (0u64, 0u64, 0u64, 0u64);
+    let mut parked_leases = 0u64;
     for replica in node.host.replicas() {
         if replica.is_quiesced() {
             quiesced += 1;
+            if replica.parked_lease_holds(&node.host.ping_ledger) {
+                parked_leases += 1;
+            }
         } else {
             awake += 1;
         }
@@ -220,6 +225,13 @@ pub fn render(node: &Node, admission: &Admission) -> String {
         "gauge",
         "Raft groups this node leads.",
         led as f64,
+    );
+    out.one(
+        "meridian_raft_parked_leases",
+        "gauge",
+        "Quiesced groups this node leads whose parked lease holds (docs/parked-reads.md; \
+         recorded only, no read uses it yet).",
+        parked_leases as f64,
     );
     out.one(
         "meridian_raft_followers_resting",

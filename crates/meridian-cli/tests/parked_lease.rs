@@ -1,0 +1,132 @@
+//! Cluster test: the records of parked leases (meridian-raft `parked_lease`) travel and age as
+//! the rules say, on real processes. Nothing serves reads from them yet; the metric
+//! `meridian_raft_parked_leases` shows, per node, the quiesced groups it leads whose lease
+//! would hold.
+//!
+//! 1. Idle, every group parks, and every group's leader holds its parked lease: the tokens its
+//!    followers gave with their parking (`Quiesce` replies) match the ones their ping answers
+//!    carry.
+//! 2. The two other nodes are frozen (SIGSTOP). The remaining node's leases end within the
+//!    lease window (0.9 × `election_timeout_max`) by age alone: its groups stay parked, as
+//!    nothing wakes a parked leader whose followers are silent.
+//! 3. Continued, the frozen nodes count a lapse of the remaining node (silent past
+//!    `election_timeout_max` from their view): their answers carry it, so the old leases do
+//!    not come back until the groups wake and park again; then every group holds one again.
+
+mod common;
+
+use common::*;
+use nix::sys::signal::Signal;
+use std::time::{Duration, Instant};
+
+const BASE_PORT: u16 = 26_800;
+const SHARDS: u32 = 4;
+/// The server's default `election_timeout_max` (the cluster does not set it).
+const ELECTION_TIMEOUT_MAX: Duration = Duration::from_millis(3_000);
+
+fn metrics_port(node: u64) -> u16 {
+    BASE_PORT + 50 + node as u16
+}
+
+fn parked_leases(node: u64) -> u64 {
+    sample(
+        &scrape_metrics(metrics_port(node)),
+        "meridian_raft_parked_leases",
+    ) as u64
+}
+
+/// Waits (bounded by `within`) until `node`'s parked leases satisfy `ok`; the last count.
+async fn wait_leases(node: u64, within: Duration, ok: impl Fn(u64) -> bool, what: &str) -> u64 {
+    let started = Instant::now();
+    loop {
+        let n = parked_leases(node);
+        if ok(n) {
+            eprintln!(
+                "node {node}: {n} parked leases ({what}) after {:?}",
+                started.elapsed()
+            );
+            return n;
+        }
+        assert!(
+            started.elapsed() < within,
+            "node {node}: {n} parked leases, expected {what} within {within:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Waits (bounded) until the three nodes together hold a parked lease for every group.
+async fn wait_every_group_leased(within: Duration) -> Vec<u64> {
+    let groups = u64::from(SHARDS) + 1;
+    let started = Instant::now();
+    loop {
+        let counts: Vec<u64> = (1..=3).map(parked_leases).collect();
+        if counts.iter().sum::<u64>() == groups {
+            eprintln!(
+                "parked leases per node {counts:?} after {:?}",
+                started.elapsed()
+            );
+            return counts;
+        }
+        assert!(
+            started.elapsed() < within,
+            "parked leases per node {counts:?}, expected {groups} in all within {within:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+#[test]
+fn parked_leases_hold_while_followers_answer_and_end_when_they_fall_silent() {
+    run_scenario(scenario());
+}
+
+async fn scenario() {
+    let dir = tempfile::tempdir().unwrap();
+    let cluster =
+        start_cluster_with_args(BASE_PORT, dir.path(), SHARDS, &metrics_flags(metrics_port));
+    cluster.wait_ready(READY_TIMEOUT).await.expect("ready");
+    let nodes = cluster.node_ids();
+
+    // 1. Every group parks, and its leader's lease holds.
+    wait_all_quiesced(&cluster, &nodes).await;
+    let counts = wait_every_group_leased(Duration::from_secs(30)).await;
+    let (keeper, held) = (1..=3u64)
+        .map(|n| (n, counts[n as usize - 1]))
+        .max_by_key(|(_, c)| *c)
+        .unwrap();
+    assert!(held > 0, "some node leads a parked group");
+
+    // 2. Freeze the other two: the keeper's leases end by age, within the lease window (and
+    //    a ping period and a scrape).
+    let others: Vec<u64> = nodes.iter().copied().filter(|n| *n != keeper).collect();
+    for n in &others {
+        cluster.kill(*n, Signal::SIGSTOP).expect("SIGSTOP");
+    }
+    let frozen_at = Instant::now();
+    wait_leases(
+        keeper,
+        ELECTION_TIMEOUT_MAX * 2,
+        |n| n == 0,
+        "none once its followers are silent",
+    )
+    .await;
+    let ended_after = frozen_at.elapsed();
+    assert!(
+        ended_after >= ELECTION_TIMEOUT_MAX * 9 / 10 - Duration::from_millis(300),
+        "the leases lasted {ended_after:?}: answers count for 0.9 × election_timeout_max after their pings' send"
+    );
+    // Past election_timeout_max from the followers' view, so they count a lapse.
+    tokio::time::sleep(ELECTION_TIMEOUT_MAX + Duration::from_millis(500)).await;
+
+    // 3. Continue them: the groups wake (the followers found the keeper silent), park again
+    //    with new tokens, and every group holds a lease again.
+    for n in &others {
+        cluster.kill(*n, Signal::SIGCONT).expect("SIGCONT");
+    }
+    wait_all_quiesced(&cluster, &nodes).await;
+    wait_every_group_leased(Duration::from_secs(30)).await;
+
+    assert_no_panics(&cluster, &nodes);
+    cluster.stop_all(Duration::from_secs(10));
+}
