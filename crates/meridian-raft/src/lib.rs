@@ -1,7 +1,8 @@
 //! Meridian's multi-Raft layer: one openraft group per shard, many groups per node.
 //!
 //! # Layout
-//! - [`types`]: the openraft type config, the replicated [`types::Command`], the binary codec.
+//! - [`types`]: the openraft type config, the replicated [`types::Command`], the binary codec;
+//!   the commands themselves are defined in `command` and checked in `command_check`.
 //! - [`log_store`]: a shard's Raft log in the node's shared RocksDB (`raft_log` / `raft_meta`).
 //! - [`log_writer`]: group commit — one fsync for the appends of every shard.
 //! - [`state_machine`]: MVCC apply with the applied index persisted atomically; file snapshots
@@ -42,6 +43,8 @@ mod apply_2pc;
 pub mod clock_fence;
 pub mod closed_ts;
 pub mod closed_ts_channel;
+mod command;
+mod command_check;
 pub mod dedup;
 pub mod early_locks;
 #[cfg(test)]
