@@ -10,8 +10,9 @@
 //!    lease window (0.9 × `election_timeout_max`) by age alone: its groups stay parked, as
 //!    nothing wakes a parked leader whose followers are silent.
 //! 3. Continued, the frozen nodes count a lapse of the remaining node (silent past
-//!    `election_timeout_max` from their view): their answers carry it, so the old leases do
-//!    not come back until the groups wake and park again; then every group holds one again.
+//!    `election_timeout_max` from their view; `meridian_raft_ping_lapses_total`), and it one
+//!    of each of them: their answers carry it, so the old leases cannot come back; the
+//!    groups wake, park again with new tokens, and every group holds a lease again.
 
 mod common;
 
@@ -21,8 +22,8 @@ use std::time::{Duration, Instant};
 
 const BASE_PORT: u16 = 26_800;
 const SHARDS: u32 = 4;
-/// The server's default `election_timeout_max` (the cluster does not set it).
-const ELECTION_TIMEOUT_MAX: Duration = Duration::from_millis(3_000);
+/// The cluster's `election_timeout_max`: twice the minimum the local cluster sets (600 ms).
+const ELECTION_TIMEOUT_MAX: Duration = Duration::from_millis(1_200);
 
 fn metrics_port(node: u64) -> u16 {
     BASE_PORT + 50 + node as u16
@@ -33,6 +34,29 @@ fn parked_leases(node: u64) -> u64 {
         &scrape_metrics(metrics_port(node)),
         "meridian_raft_parked_leases",
     ) as u64
+}
+
+fn lapses(node: u64) -> u64 {
+    sample(
+        &scrape_metrics(metrics_port(node)),
+        "meridian_raft_ping_lapses_total",
+    ) as u64
+}
+
+/// Waits (bounded) until `node` has counted at least `at_least` lapses in all.
+async fn wait_lapses(node: u64, at_least: u64) {
+    let started = Instant::now();
+    loop {
+        let n = lapses(node);
+        if n >= at_least {
+            return;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "node {node} counted {n} lapses, expected {at_least}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
 
 /// Waits (bounded by `within`) until `node`'s parked leases satisfy `ok`; the last count.
@@ -100,6 +124,9 @@ async fn scenario() {
     // 2. Freeze the other two: the keeper's leases end by age, within the lease window (and
     //    a ping period and a scrape).
     let others: Vec<u64> = nodes.iter().copied().filter(|n| *n != keeper).collect();
+    let lapses_before: std::collections::HashMap<u64, u64> =
+        others.iter().map(|n| (*n, lapses(*n))).collect();
+    let keeper_lapses_before = lapses(keeper);
     for n in &others {
         cluster.kill(*n, Signal::SIGSTOP).expect("SIGSTOP");
     }
@@ -119,11 +146,17 @@ async fn scenario() {
     // Past election_timeout_max from the followers' view, so they count a lapse.
     tokio::time::sleep(ELECTION_TIMEOUT_MAX + Duration::from_millis(500)).await;
 
-    // 3. Continue them: the groups wake (the followers found the keeper silent), park again
-    //    with new tokens, and every group holds a lease again.
+    // 3. Continue them: each counts a lapse of the keeper at its first ping (so the keeper's
+    //    old leases cannot come back), the groups wake (the followers found the keeper
+    //    silent), park again with new tokens, and every group holds a lease again.
     for n in &others {
         cluster.kill(*n, Signal::SIGCONT).expect("SIGCONT");
     }
+    for n in &others {
+        wait_lapses(*n, lapses_before[n] + 1).await;
+    }
+    // The keeper did not hear the frozen nodes' pings either: one lapse for each.
+    wait_lapses(keeper, keeper_lapses_before + 2).await;
     wait_all_quiesced(&cluster, &nodes).await;
     wait_every_group_leased(Duration::from_secs(30)).await;
 

@@ -30,7 +30,8 @@
 //!    start, and its tokens carry a new incarnation
 //!  leader L, parked, serves a read iff a majority of the voters, L counted, are voters that
 //!    confirmed parking with token T and whose latest answer carries T and answers a ping L
-//!    sent (L's clock) less than 0.9 × election_timeout_max ago
+//!    sent (L's clock) less than 0.9 × election_timeout_max ago, and after L had every
+//!    confirmation of the parking (so the voter received it after it parked)
 //!  L leaves the parked state (any vote request for the shard, a write, a transfer) before
 //!    it acts on what woke it, and serves no parked read after
 //! ```
@@ -55,11 +56,15 @@
 //! found the need for the lapse count: without it, a follower cut off past its promise,
 //! which voted for another, counted again on its next answer.
 //!
-//! # Not covered here (the wiring's job, see the design)
+//! # Not covered here (the enforcement's job, `docs/parked-reads.md` section 8)
 //! - How a promise ends other than by silence: an explicit `Unpark` from L, sent only after
 //!   L stopped serving parked reads (a late heartbeat from L must not end it).
 //! - A parked leader's own vote: it must leave the parked state before openraft sees a vote
 //!   request, a transfer or a proposal for the shard.
+//! - A follower parks only while its vote is L's, checked through the Raft core and with no
+//!   vote request in flight; `TransferLeader` is refused under a promise and during the
+//!   restart quarantine (openraft campaigns on it whatever the election switch says).
+//! - Times here are `Instant`s, which stop while the machine is suspended.
 
 use crate::quiesce::now_ms;
 use crate::types::NodeId;
@@ -91,7 +96,8 @@ impl Heard {
         if self.silent(now_ms, election_timeout_max_ms) && self.last_ms.is_some() {
             self.lapses += 1;
         }
-        self.last_ms = Some(now_ms);
+        // The max: two threads may hear the peer at once and take their times in either order.
+        self.last_ms = Some(self.last_ms.map_or(now_ms, |last| last.max(now_ms)));
     }
 
     /// Whether the peer has been silent for `election_timeout_max` (or never heard).
@@ -160,6 +166,9 @@ pub struct VoterLease {
     pub voter: NodeId,
     /// The voter's token when it confirmed parking (`None`: it did not).
     pub parked: Option<Token>,
+    /// When the leader had every confirmation of the parking (its clock): only answers to
+    /// pings sent from then on count, as only those were received after the voter parked.
+    pub confirmed_ms: u64,
     pub answer: Option<Answer>,
 }
 
@@ -169,6 +178,7 @@ impl VoterLease {
         match (self.parked, self.answer) {
             (Some(parked), Some(a)) => {
                 a.token == parked
+                    && a.sent_ms >= self.confirmed_ms
                     && now_ms.saturating_sub(a.sent_ms) < lease_window_ms(election_timeout_max_ms)
             }
             _ => false,
@@ -220,20 +230,32 @@ impl PingLedger {
 
     /// A ping or a `Quiesce` from `peer` received now: the token to answer with.
     pub fn hear(&self, peer: NodeId) -> Token {
-        self.hear_at(peer, now_ms())
+        self.hear_with(peer, now_ms)
     }
 
-    fn hear_at(&self, peer: NodeId, now_ms: u64) -> Token {
+    /// [`PingLedger::hear`] at the time `now` gives, read under the lock.
+    fn hear_with(&self, peer: NodeId, now: impl FnOnce() -> u64) -> Token {
         let mut heard = self.heard.lock().unwrap_or_else(|p| p.into_inner());
         let h = heard.entry(peer).or_default();
-        h.hear(now_ms, self.election_timeout_max_ms);
+        h.hear(now(), self.election_timeout_max_ms);
         h.token(self.incarnation)
+    }
+
+    #[cfg(test)]
+    fn hear_at(&self, peer: NodeId, now_ms: u64) -> Token {
+        self.hear_with(peer, || now_ms)
     }
 
     /// What this node heard of `peer`.
     pub fn heard(&self, peer: NodeId) -> Heard {
         let heard = self.heard.lock().unwrap_or_else(|p| p.into_inner());
         heard.get(&peer).copied().unwrap_or_default()
+    }
+
+    /// Lapses counted so far, over every peer (see [`Heard::lapses`]).
+    pub fn lapses_total(&self) -> u64 {
+        let heard = self.heard.lock().unwrap_or_else(|p| p.into_inner());
+        heard.values().map(|h| h.lapses).sum()
     }
 
     /// `peer` answered a ping this node sent at `sent_ms` with `token`; an answer to an older
@@ -284,6 +306,7 @@ mod tests {
         VoterLease {
             voter: id,
             parked,
+            confirmed_ms: 900,
             answer: answer.map(|(sent_ms, token)| Answer { sent_ms, token }),
         }
     }
@@ -321,6 +344,9 @@ mod tests {
         assert!(!lease_holds(me, &[none(1), restarted, none(3)], 1_100, E));
         let lapsed = voter(2, Some(t), Some((1_000, token(7, 1))));
         assert!(!lease_holds(me, &[none(1), lapsed, none(3)], 1_100, E));
+        // An answer to a ping sent before the parking was confirmed does not count.
+        let early = voter(2, Some(t), Some((899, t)));
+        assert!(!lease_holds(me, &[none(1), early, none(3)], 1_100, E));
         // A voter that did not confirm parking does not count.
         let unparked = voter(2, None, Some((1_000, t)));
         assert!(!lease_holds(me, &[none(1), unparked, none(3)], 1_100, E));
@@ -359,7 +385,10 @@ mod tests {
             "a first hearing is no lapse"
         );
         assert_eq!(ledger.hear_at(2, 2_099).lapses, 1);
+        // A time read earlier but applied later does not move the last hearing back.
+        assert_eq!(ledger.hear_at(2, 2_000).lapses, 1);
         assert_eq!(ledger.heard(2).last_ms, Some(2_099));
+        assert_eq!(ledger.lapses_total(), 1);
         let t = token(9, 0);
         ledger.note_answer(2, 500, t);
         ledger.note_answer(2, 400, token(9, 1));

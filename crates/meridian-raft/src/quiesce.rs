@@ -106,6 +106,8 @@ pub struct Quiet {
     /// Leader: each follower's token when it confirmed the last parking (see `parked_lease`;
     /// recorded, not acted on yet).
     parked_tokens: std::sync::Mutex<Vec<(NodeId, crate::parked_lease::Token)>>,
+    /// Leader: when it had every confirmation of the last parking (`now_ms`).
+    parked_confirmed_ms: AtomicU64,
 }
 
 impl Quiet {
@@ -324,21 +326,22 @@ impl ShardReplica {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .clone();
+        let confirmed_ms = self.quiet.parked_confirmed_ms.load(SeqCst);
         let voters: Vec<VoterLease> = view
             .voters
             .iter()
             .map(|&voter| VoterLease {
                 voter,
                 parked: tokens.iter().find(|(id, _)| *id == voter).map(|(_, t)| *t),
+                confirmed_ms,
                 answer: ledger.answer(voter),
             })
             .collect();
-        lease_holds(
-            me,
-            &voters,
-            now_ms(),
-            self.raft.config().election_timeout_max,
-        )
+        let etmax = self.raft.config().election_timeout_max;
+        let holds = lease_holds(me, &voters, now_ms(), etmax);
+        // Still parked after the evaluation: a vote request that woke the replica meanwhile
+        // (it stores AWAKE before openraft sees the request) ends the lease.
+        holds && self.quiet.state.load(SeqCst) == PARKED
     }
 
     /// The leader side of `Wake`: resume if parked (followers learn it from the heartbeat).
@@ -500,6 +503,8 @@ impl MultiRaft {
             runtime.heartbeat(true);
             return;
         }
+        // Every follower parked before it answered: pings sent from now on reach them parked.
+        replica.quiet.parked_confirmed_ms.store(now_ms(), SeqCst);
         *replica
             .quiet
             .parked_tokens

@@ -234,6 +234,13 @@ pub fn render(node: &Node, admission: &Admission) -> String {
         parked_leases as f64,
     );
     out.one(
+        "meridian_raft_ping_lapses_total",
+        "counter",
+        "Peers heard again after a silence of election_timeout_max or more (each ended this \
+         node's parked-lease promises to the peer).",
+        node.host.ping_ledger.lapses_total() as f64,
+    );
+    out.one(
         "meridian_raft_followers_resting",
         "gauge",
         "Awake follower replicas whose election ticker is off while they hear their leader.",
