@@ -29,75 +29,61 @@ fn metrics_port(node: u64) -> u16 {
     BASE_PORT + 50 + node as u16
 }
 
+/// One of `node`'s metrics, read now.
+fn metric(node: u64, name: &str) -> u64 {
+    sample(&scrape_metrics(metrics_port(node)), name) as u64
+}
+
 fn parked_leases(node: u64) -> u64 {
-    sample(
-        &scrape_metrics(metrics_port(node)),
-        "meridian_raft_parked_leases",
-    ) as u64
+    metric(node, "meridian_raft_parked_leases")
 }
 
 fn lapses(node: u64) -> u64 {
-    sample(
-        &scrape_metrics(metrics_port(node)),
-        "meridian_raft_ping_lapses_total",
-    ) as u64
+    metric(node, "meridian_raft_ping_lapses_total")
 }
 
-/// Waits (bounded) until `node` has counted at least `at_least` lapses in all.
-async fn wait_lapses(node: u64, at_least: u64) {
+/// Waits (bounded by `within`) until `read()` satisfies `ok`, polling every 100 ms; the
+/// value that did.
+async fn wait_for<T: std::fmt::Debug>(
+    what: &str,
+    within: Duration,
+    read: impl Fn() -> T,
+    ok: impl Fn(&T) -> bool,
+) -> T {
     let started = Instant::now();
     loop {
-        let n = lapses(node);
-        if n >= at_least {
-            return;
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(10),
-            "node {node} counted {n} lapses, expected {at_least}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
-/// Waits (bounded by `within`) until `node`'s parked leases satisfy `ok`; the last count.
-async fn wait_leases(node: u64, within: Duration, ok: impl Fn(u64) -> bool, what: &str) -> u64 {
-    let started = Instant::now();
-    loop {
-        let n = parked_leases(node);
-        if ok(n) {
-            eprintln!(
-                "node {node}: {n} parked leases ({what}) after {:?}",
-                started.elapsed()
-            );
-            return n;
+        let value = read();
+        if ok(&value) {
+            eprintln!("{what}: {value:?} after {:?}", started.elapsed());
+            return value;
         }
         assert!(
             started.elapsed() < within,
-            "node {node}: {n} parked leases, expected {what} within {within:?}"
+            "{what}: still {value:?} after {within:?}"
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
 
-/// Waits (bounded) until the three nodes together hold a parked lease for every group.
+/// Waits until `node` has counted at least `at_least` lapses in all.
+async fn wait_lapses(node: u64, at_least: u64) {
+    let what = format!("node {node}, at least {at_least} lapses");
+    wait_for(
+        &what,
+        Duration::from_secs(10),
+        || lapses(node),
+        |n| *n >= at_least,
+    )
+    .await;
+}
+
+/// Waits until the three nodes together hold a parked lease for every group; the count
+/// per node.
 async fn wait_every_group_leased(within: Duration) -> Vec<u64> {
     let groups = u64::from(SHARDS) + 1;
-    let started = Instant::now();
-    loop {
-        let counts: Vec<u64> = (1..=3).map(parked_leases).collect();
-        if counts.iter().sum::<u64>() == groups {
-            eprintln!(
-                "parked leases per node {counts:?} after {:?}",
-                started.elapsed()
-            );
-            return counts;
-        }
-        assert!(
-            started.elapsed() < within,
-            "parked leases per node {counts:?}, expected {groups} in all within {within:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    let what = format!("parked leases per node, {groups} in all");
+    let per_node = || (1..=3).map(parked_leases).collect::<Vec<u64>>();
+    wait_for(&what, within, per_node, |c| c.iter().sum::<u64>() == groups).await
 }
 
 #[test]
@@ -131,13 +117,9 @@ async fn scenario() {
         cluster.kill(*n, Signal::SIGSTOP).expect("SIGSTOP");
     }
     let frozen_at = Instant::now();
-    wait_leases(
-        keeper,
-        ELECTION_TIMEOUT_MAX * 2,
-        |n| n == 0,
-        "none once its followers are silent",
-    )
-    .await;
+    let what = format!("node {keeper}, parked leases once its followers are silent");
+    let leases = || parked_leases(keeper);
+    wait_for(&what, ELECTION_TIMEOUT_MAX * 2, leases, |n| *n == 0).await;
     let ended_after = frozen_at.elapsed();
     assert!(
         ended_after >= ELECTION_TIMEOUT_MAX * 9 / 10 - Duration::from_millis(300),

@@ -75,7 +75,8 @@ use std::sync::Mutex;
 /// rates), in tenths.
 pub const LEASE_TENTHS: u64 = 9;
 
-/// How long after a ping's send time an answer to it counts for a parked lease.
+/// How long after a ping's send time an answer to it counts for a parked lease; also the
+/// window of the server's ordinary lease reads (`kv.rs`'s `lease_read_window`).
 pub fn lease_window_ms(election_timeout_max_ms: u64) -> u64 {
     election_timeout_max_ms * LEASE_TENTHS / 10
 }

@@ -322,9 +322,9 @@ impl PeerPool {
         let offset = ClockOffset::estimate(sent, Timestamp(remote), received);
         Ok(PingAnswer {
             offset,
-            client_addr: reply.client_addr.clone(),
-            sent_ms,
             token: reply_token(&reply),
+            client_addr: reply.client_addr,
+            sent_ms,
         })
     }
 

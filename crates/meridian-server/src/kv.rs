@@ -63,15 +63,14 @@ use meridian_types::{ShardId, Timestamp};
 use std::sync::Arc;
 use tonic::{Request, Response, Status};
 
-/// Fraction of the leader lease not used for lease reads (clock-rate drift between nodes).
-const LEASE_DRIFT_MARGIN: f64 = 0.1;
-
 /// How long after the last quorum acknowledgement a leader serves lease reads: the lease
-/// (`election_timeout_max`, what followers wait before voting for another) less the drift
-/// margin, rounded down to whole milliseconds so it never exceeds the exact fraction.
+/// (`election_timeout_max`, what followers wait before voting for another) less a tenth, the
+/// margin for clock-rate drift between nodes, rounded down to whole milliseconds so it never
+/// exceeds the exact fraction. The same window as a parked lease's
+/// (`meridian_raft::parked_lease::lease_window_ms`).
 fn lease_read_window(election_timeout_max_ms: u64) -> std::time::Duration {
-    let ms = election_timeout_max_ms as f64 * (1.0 - LEASE_DRIFT_MARGIN);
-    std::time::Duration::from_millis(ms.floor() as u64)
+    let ms = meridian_raft::parked_lease::lease_window_ms(election_timeout_max_ms);
+    std::time::Duration::from_millis(ms)
 }
 
 /// The request id of a write, if the client sent one (client_id 0 = none).

@@ -82,7 +82,7 @@ impl KvService {
         )))
     }
 
-    /// Whether this leader's lease has at least [`LEASE_DRIFT_MARGIN`] of its length left.
+    /// Whether this leader's lease has at least a tenth of its length left (see `lease_read_window`).
     ///
     /// openraft lets a leader serve lease reads until `election_timeout_max` after the last
     /// quorum acknowledgement, and followers refuse votes for as long after they last heard
