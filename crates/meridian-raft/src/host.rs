@@ -92,8 +92,12 @@ pub struct MultiRaft {
     /// Every shard's proposal counters (the node's metrics).
     pub propose_stats: Arc<crate::proposals::ProposeStats>,
     /// The boot incarnation, and the pings heard and answered, for parked leases (see
-    /// `parked_lease`; recorded, not acted on yet).
-    pub ping_ledger: crate::parked_lease::PingLedger,
+    /// `parked_lease`, `parked_promise`).
+    pub ping_ledger: Arc<crate::parked_lease::PingLedger>,
+    /// When this node started (`quiesce::now_ms`): its restart quarantine runs from here.
+    pub started_ms: u64,
+    /// Reads served on a parked lease, without waking their shard (see `parked_promise`).
+    pub parked_reads: std::sync::atomic::AtomicU64,
 }
 
 /// Peers with a message of one kind in flight: at most one each, so a slow peer costs one
@@ -166,7 +170,11 @@ impl MultiRaft {
                 crate::proposals::DEFAULT_IN_FLIGHT,
             )),
             propose_stats: Default::default(),
-            ping_ledger: crate::parked_lease::PingLedger::new(raft_config.election_timeout_max),
+            ping_ledger: Arc::new(crate::parked_lease::PingLedger::new(
+                raft_config.election_timeout_max,
+            )),
+            started_ms: crate::quiesce::now_ms(),
+            parked_reads: Default::default(),
             raft_config,
         }))
     }
@@ -252,10 +260,18 @@ impl MultiRaft {
         .map_err(|e| format!("opening shard {shard} state machine: {e}"))?;
         let log = LogStore::new(shard, self.engine.clone(), self.writer.clone());
         let urgent = Arc::new(crate::heartbeat_batch::Urgent::new(&self.pool));
+        let quiet = crate::quiesce::Quiet::new(self.node_id);
         let network = NetworkFactory {
             shard,
             pool: self.pool.clone(),
             urgent: urgent.clone(),
+            gate: Arc::new(crate::parked_promise::CampaignGate {
+                me: self.node_id,
+                promise: quiet.promise.clone(),
+                ledger: self.ping_ledger.clone(),
+                started_ms: self.started_ms,
+                election_timeout_max_ms: self.raft_config.election_timeout_max,
+            }),
         };
         let raft = Raft::new(
             self.node_id,
@@ -284,7 +300,7 @@ impl MultiRaft {
             raft,
             proposer,
             sm,
-            quiet: crate::quiesce::Quiet::new(self.node_id),
+            quiet,
             rest: Default::default(),
             issued,
             closer: Default::default(),

@@ -99,6 +99,8 @@ pub struct NetworkFactory {
     pub pool: Arc<PeerPool>,
     /// The shard's waiting requests (see `heartbeat_batch::Urgent`), for its heartbeats.
     pub urgent: Arc<crate::heartbeat_batch::Urgent>,
+    /// Whether the replica may campaign now (see `parked_promise`).
+    pub gate: Arc<crate::parked_promise::CampaignGate>,
 }
 
 impl RaftNetworkFactory<TypeConfig> for NetworkFactory {
@@ -111,6 +113,7 @@ impl RaftNetworkFactory<TypeConfig> for NetworkFactory {
             addr: node.addr.clone(),
             pool: self.pool.clone(),
             heartbeats: None,
+            gate: self.gate.clone(),
         }
     }
 
@@ -132,6 +135,7 @@ pub struct PeerConnection {
     /// its `stream_append` calls (one empty request each) are coalesced per peer node (see
     /// `heartbeat_batch`).
     heartbeats: Option<Arc<crate::heartbeat_batch::Urgent>>,
+    gate: Arc<crate::parked_promise::CampaignGate>,
 }
 
 pub(crate) fn status_to_rpc_error(status: tonic::Status) -> RPCError {
@@ -140,6 +144,18 @@ pub(crate) fn status_to_rpc_error(status: tonic::Status) -> RPCError {
             RPCError::Unreachable(Unreachable::new(&status))
         }
         _ => RPCError::Network(NetworkError::new(&status)),
+    }
+}
+
+impl PeerConnection {
+    /// A refusal, answered here, of this replica's own (pre-)vote request when it may not
+    /// campaign now (see `parked_promise::CampaignGate`): a refusal, not an error, so the
+    /// campaign ends quietly instead of logging a warning per peer. It carries a vote of term
+    /// 0, below the candidate's, so the candidate adopts nothing from it.
+    fn campaign_refused(&self) -> Option<VoteResponse> {
+        let why = self.gate.refusal()?;
+        tracing::debug!(shard = %self.shard, target = self.target, %why, "not campaigning");
+        Some(VoteResponse::new(Vote::new(0, self.gate.me), None, false))
     }
 }
 
@@ -432,6 +448,9 @@ impl RaftNetworkV2<TypeConfig> for PeerConnection {
         rpc: VoteRequest,
         option: RPCOption,
     ) -> Result<VoteResponse, RPCError> {
+        if let Some(refused) = self.campaign_refused() {
+            return Ok(refused);
+        }
         self.call("vote", &rpc, &option).await
     }
 
@@ -440,6 +459,9 @@ impl RaftNetworkV2<TypeConfig> for PeerConnection {
         rpc: VoteRequest,
         option: RPCOption,
     ) -> Result<VoteResponse, RPCError> {
+        if let Some(refused) = self.campaign_refused() {
+            return Ok(refused);
+        }
         self.call("pre_vote", &rpc, &option).await
     }
 

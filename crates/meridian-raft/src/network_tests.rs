@@ -18,6 +18,13 @@ async fn open_stream(pool: &Arc<PeerPool>, addr: &str, shard: u64) -> Result<Ope
         shard: ShardId(shard),
         pool: pool.clone(),
         urgent: Default::default(),
+        gate: Arc::new(crate::parked_promise::CampaignGate {
+            me: 1,
+            promise: Default::default(),
+            ledger: Arc::new(crate::parked_lease::PingLedger::new(1_000)),
+            started_ms: 0,
+            election_timeout_max_ms: 1_000,
+        }),
     };
     let node = Node {
         addr: addr.to_string(),

@@ -1,10 +1,9 @@
 //! Parked leases: the rules for serving linearizable reads from a quiesced shard.
 //!
-//! Status: the rules, their model, and the ping records ([`PingLedger`]) only. Pings and
-//! `Quiesce` answers carry tokens, and leaders record them, but nothing acts on them yet: a
-//! read still wakes its shard (`ShardReplica::touch`), a parked leader serves no lease read,
-//! and no follower refuses a vote for a promise. The design, and
-//! the wiring still to build, are in `docs/parked-reads.md`.
+//! This module holds the rules, as pure functions, their model, and the ping records
+//! ([`PingLedger`]). `parked_promise` enforces them: followers keep their promises, and a
+//! parked leader whose lease holds serves linearizable point reads without waking its shard
+//! (`MultiRaft::serves_parked_read`). The design is in `docs/parked-reads.md`.
 //!
 //! # Why
 //! A read keeps its group awake, because the lease is the group's own quorum acknowledgement
@@ -56,15 +55,15 @@
 //! found the need for the lapse count: without it, a follower cut off past its promise,
 //! which voted for another, counted again on its next answer.
 //!
-//! # Not covered here (the enforcement's job, `docs/parked-reads.md` section 8)
-//! - How a promise ends other than by silence: an explicit `Unpark` from L, sent only after
-//!   L stopped serving parked reads (a late heartbeat from L must not end it).
-//! - A parked leader's own vote: it must leave the parked state before openraft sees a vote
-//!   request, a transfer or a proposal for the shard.
+//! # Not covered here (the enforcement's job, `parked_promise`)
+//! - How a promise ends other than by silence: L releases it (the answer to a follower's
+//!   `Wake`, given only after L left the parked state; a late heartbeat from L does not).
+//! - A parked leader's own vote: it leaves the parked state before openraft sees a vote
+//!   request, a transfer or a proposal for the shard (`on_peer_message`, `touch`).
 //! - A follower parks only while its vote is L's, checked through the Raft core and with no
 //!   vote request in flight; `TransferLeader` is refused under a promise and during the
 //!   restart quarantine (openraft campaigns on it whatever the election switch says).
-//! - Times here are `Instant`s, which stop while the machine is suspended.
+//! - Times here are `Instant`s, which stop while the machine is suspended (not handled).
 
 use crate::quiesce::now_ms;
 use crate::types::NodeId;

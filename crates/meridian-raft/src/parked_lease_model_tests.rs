@@ -9,6 +9,9 @@
 //! Node 0 is the leader; all voters (three in even cases, five in odd ones) park under it at
 //! the start (incarnation 0).
 //!
+//! A leader that hears a vote request leaves the parked state and then releases its followers'
+//! promises (a lossy, delayed message, as `parked_promise`'s answer to a `Wake` is).
+//!
 //! Negative controls: each [`Rule`] breaks one rule and the search must find a violation with
 //! it. Non-vacuity: the safe run must serve many parked reads and elect many leaders while the
 //! old one was still parked, each with the leader not told, some of them within 100 ms of
@@ -42,6 +45,9 @@ enum Rule {
     RestartedVotes,
     /// A follower's promise ends after 0.85 × `election_timeout_max` of silence.
     ShortPromise,
+    /// A message from the leader ends a follower's promise even while the leader is still
+    /// parked (a late heartbeat, say), not only its release after it left the parked state.
+    LateMessageReleases,
 }
 
 struct Node {
@@ -77,6 +83,11 @@ enum Msg {
         from: usize,
         sent_ms: u64,
         token: Token,
+    },
+    /// The leader, out of the parked state, releases a follower's promise (`parked_promise`:
+    /// its answer to the follower's `Wake`).
+    Release {
+        to: usize,
     },
 }
 
@@ -193,6 +204,9 @@ impl Model {
             if self.rng.below(3_000) == 0 {
                 self.nodes[j].cut_until = real + self.rng.below(3 * E);
             }
+            if self.rule == Rule::LateMessageReleases && self.rng.below(3_000) == 0 {
+                self.send(real, j, Msg::Release { to: j });
+            }
             if self.nodes[j].up(real) && self.rng.below(4_000) == 0 {
                 // A restart: down a while, then up with every promise forgotten.
                 let n = &mut self.nodes[j];
@@ -229,6 +243,11 @@ impl Model {
                                 token,
                             },
                         );
+                    }
+                }
+                Msg::Release { to } => {
+                    if self.nodes[to].up(real) {
+                        self.nodes[to].promise = None;
                     }
                 }
                 Msg::Answer {
@@ -318,6 +337,11 @@ impl Model {
         if leader_hears {
             self.leader_parked = false;
             votes += 1;
+            // Out of the parked state, it releases its followers' promises (they arrive later,
+            // or not at all: the wire delays and loses them).
+            for j in 1..self.voters {
+                self.send(real, j, Msg::Release { to: j });
+            }
         }
         if votes * 2 > self.voters {
             self.elected_at = Some(real);
@@ -443,6 +467,11 @@ fn a_restarted_node_voting_at_once_is_caught() {
 #[test]
 fn a_promise_shorter_than_an_election_timeout_is_caught() {
     assert!(search(Rule::ShortPromise).0.is_some());
+}
+
+#[test]
+fn a_release_while_the_leader_is_still_parked_is_caught() {
+    assert!(search(Rule::LateMessageReleases).0.is_some());
 }
 
 #[test]

@@ -35,9 +35,12 @@
 //!
 //! # Safety
 //! Quiescence only switches openraft's timers (`runtime_config().tick`, `.heartbeat`); every
-//! message is still processed, so Raft's safety does not depend on it. Leases stay sound: a
-//! parked leader's last quorum acknowledgement ages, so it serves no lease read until a new
-//! heartbeat round (the wake) renews it; followers vote by openraft's lease rule as before.
+//! message is still processed, so Raft's safety does not depend on it. A parked leader's last
+//! quorum acknowledgement ages, so it serves no openraft lease read until a new heartbeat
+//! round (the wake) renews it. It may instead serve point reads on a parked lease, built from
+//! the node-level pings (`parked_lease`), which its parked followers' promises back: they
+//! refuse other candidates until it releases them or its node falls silent
+//! (`parked_promise`).
 //!
 //! # Invariants
 //! - A leader parks only after every voter said it parked at the leader's last log id.
@@ -48,8 +51,9 @@
 //! - One ping per peer node per heartbeat interval, at most one in flight per peer.
 //!
 //! # Not done yet
-//! - A node that restarts does not know its peers' groups are parked: its election timers run,
-//!   and it may win elections of idle shards (safe, but it moves leaders).
+//! - A node that restarts does not know its peers' groups are parked: its election timers run
+//!   (it campaigns only after its restart quarantine, see `parked_promise`), and it may win
+//!   elections of idle shards (safe, but it moves leaders).
 //! - Learners (zone survival's replicas outside the home region) are not parked with their
 //!   group: only voters count for quiescing, and a learner's timers keep running (it never
 //!   campaigns).
@@ -108,6 +112,11 @@ pub struct Quiet {
     parked_tokens: std::sync::Mutex<Vec<(NodeId, crate::parked_lease::Token)>>,
     /// Leader: when it had every confirmation of the last parking (`now_ms`).
     parked_confirmed_ms: AtomicU64,
+    /// Follower: its promise to the leader it parked under (see `parked_promise`), shared
+    /// with its Raft network's campaign gate.
+    pub promise: Arc<crate::parked_promise::PromiseSlot>,
+    /// Follower: a `Wake` asking that leader to release the promise is in flight.
+    pub(crate) releasing: AtomicBool,
 }
 
 impl Quiet {
@@ -216,7 +225,7 @@ impl ShardReplica {
         self.quiet.state.load(SeqCst) != AWAKE
     }
 
-    fn view(&self) -> GroupView {
+    pub(crate) fn view(&self) -> GroupView {
         GroupView::of(&self.raft.metrics().borrow_watched())
     }
 
@@ -270,7 +279,8 @@ impl ShardReplica {
     }
 
     /// Any peer message for this shard. Returns the leader to ask to `Wake` when a follower
-    /// was woken by someone else (the caller sends it).
+    /// was woken by someone else, or by its leader while it holds a promise (the answer
+    /// releases it); the caller sends it.
     pub fn on_peer_message(&self, from: NodeId) -> Option<NodeId> {
         match self.quiet.state.load(SeqCst) {
             AWAKE => None,
@@ -278,7 +288,8 @@ impl ShardReplica {
                 let leader = self.quiet.leader.load(SeqCst);
                 if from == leader || leader == self.quiet.me {
                     self.resume("peer message");
-                    None
+                    // A follower woken by its leader has its promise released by a `Wake`.
+                    self.quiet.promise.held().map(|(p, _)| p.leader)
                 } else if self
                     .quiet
                     .state
@@ -294,22 +305,18 @@ impl ShardReplica {
         }
     }
 
-    /// The follower side of `Quiesce`: parks if `from` may; returns whether it did.
-    pub fn park_on_request(&self, from: NodeId, req: &QuiesceRequest) -> bool {
-        if !self.view().follower_can_park(from, req) {
-            return false;
-        }
-        self.quiet.leader.store(from, SeqCst);
+    /// Parks this follower under `leader` (see `park_on_request` in `parked_promise`).
+    pub(crate) fn park_under(&self, leader: NodeId) {
+        self.quiet.leader.store(leader, SeqCst);
         self.quiet.state.store(PARKED, SeqCst);
         self.forget_rest();
         self.raft.runtime_config().tick(false);
-        true
     }
 
     /// Whether this replica is a parked leader whose parked lease holds now (see
     /// `parked_lease`): a majority of its voters, itself counted, confirmed its last parking
-    /// and answered a ping sent within the lease window with the same token. Nothing serves a
-    /// read on it yet.
+    /// and answered a ping sent within the lease window with the same token. Reads use it
+    /// through `MultiRaft::serves_parked_read`.
     pub fn parked_lease_holds(&self, ledger: &crate::parked_lease::PingLedger) -> bool {
         use crate::parked_lease::{lease_holds, VoterLease};
         let me = self.quiet.me;
@@ -317,7 +324,8 @@ impl ShardReplica {
             return false;
         }
         let view = self.view();
-        if !view.membership_settled {
+        if !view.membership_settled || view.state != ServerState::Leader || view.leader != Some(me)
+        {
             return false;
         }
         let tokens = self
@@ -344,7 +352,20 @@ impl ShardReplica {
         holds && self.quiet.state.load(SeqCst) == PARKED
     }
 
+    /// The peer address of `node` in this group's membership, if it is a member.
+    pub(crate) fn member_addr(&self, node: NodeId) -> Option<String> {
+        self.raft
+            .metrics()
+            .borrow_watched()
+            .membership_config
+            .nodes()
+            .find(|(id, _)| **id == node)
+            .map(|(_, n)| n.addr.clone())
+    }
+
     /// The leader side of `Wake`: resume if parked (followers learn it from the heartbeat).
+    /// Returns only once this replica is not parked: the answer releases a follower's promise
+    /// (see `parked_promise`).
     pub fn wake_requested(&self) {
         if self.is_quiesced() {
             self.resume("wake request");
@@ -431,8 +452,10 @@ impl MultiRaft {
                     if now.saturating_sub(since) >= base_ms {
                         replica.resume("leader did not answer a wake");
                     }
+                    self.release_promise(&replica);
                 }
                 _ => {
+                    self.release_promise(&replica);
                     let last = replica.quiet.last_activity_ms.load(SeqCst);
                     let needed = replica.quiet.idle_threshold_ms.load(SeqCst).max(base_ms);
                     if now.saturating_sub(last) >= needed
@@ -533,24 +556,11 @@ impl MultiRaft {
         (replicas.len() - quiet, quiet)
     }
 
-    /// Sends `Wake` for `shard` to `leader` (a follower woken by a non-leader).
+    /// Sends `Wake` for `shard` to `leader` (a follower woken by a non-leader, or holding a
+    /// promise to `leader` it wants released).
     pub fn send_wake(self: &Arc<Self>, shard: meridian_types::ShardId, leader: NodeId) {
-        let Some(replica) = self.get(shard) else {
-            return;
-        };
-        let addr = replica
-            .raft
-            .metrics()
-            .borrow_watched()
-            .membership_config
-            .nodes()
-            .find(|(id, _)| **id == leader)
-            .map(|(_, n)| n.addr.clone());
-        if let Some(addr) = addr {
-            let pool = self.pool.clone();
-            tokio::spawn(async move {
-                let _ = pool.wake(&addr, shard).await;
-            });
+        if let Some(replica) = self.get(shard) {
+            self.wake_leader(&replica, leader);
         }
     }
 }

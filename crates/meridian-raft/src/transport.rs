@@ -23,11 +23,16 @@ use meridian_types::limits::{
     MAX_MESSAGE_BYTES, MAX_PEER_STREAMS_PER_CONNECTION, SNAPSHOT_CHUNK_BYTES,
 };
 use meridian_types::{ShardId, Timestamp};
+use openraft::type_config::async_runtime::WatchReceiver;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::AsyncWriteExt;
 use tonic::{Request, Response, Status, Streaming};
+
+pub(crate) use crate::transport_admit::exit_forgotten;
+use crate::transport_admit::{admit, admit_stream_request, decode_payload, refuse_forgotten};
+pub use crate::transport_admit::{EXIT_FORGOTTEN, FORGOTTEN_HEADER};
 
 /// Numbers incoming snapshot files so concurrent or retried streams never share one.
 static INCOMING_SNAPSHOTS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
@@ -113,6 +118,20 @@ impl TransportService {
         Ok(())
     }
 
+    /// A refusal of a (pre-)vote for `candidate` when this replica's promise to a parked
+    /// leader forbids it (see `parked_promise`): it carries this replica's vote, which is not
+    /// above the candidate's, so the candidate only learns it was refused.
+    fn promised_elsewhere(
+        &self,
+        replica: &ShardReplica,
+        candidate: NodeId,
+    ) -> Option<VoteResponse> {
+        let leader = replica.promise_forbids(candidate, &self.host.ping_ledger)?;
+        tracing::debug!(shard = %replica.shard, candidate, leader, "vote refused: promised to a parked leader");
+        let vote = replica.raft.metrics().borrow_watched().vote;
+        Some(VoteResponse::new(vote, None, false))
+    }
+
     fn reply<T: serde::Serialize>(
         &self,
         result: Result<T, String>,
@@ -124,112 +143,6 @@ impl TransportService {
             ..Default::default()
         }))
     }
-}
-
-/// The metadata key of a refusal as forgotten; its value is the refused node's id.
-pub const FORGOTTEN_HEADER: &str = "meridian-forgotten";
-
-/// The exit status of a node that a peer refused as forgotten (see [`exit_forgotten`]).
-pub const EXIT_FORGOTTEN: i32 = 79;
-
-/// Stops this node: peer `peer` refused its ping because the cluster forgot it (`meridian
-/// cluster forget`). Nothing is lost: a member is forgotten only once no shard lists it, and
-/// the list of forgotten members only grows (ids are never reused), so one peer's word is the
-/// cluster's. Running on would only have its peers refuse everything it sends.
-pub(crate) fn exit_forgotten(node: NodeId, peer: NodeId, said: &str) -> ! {
-    tracing::error!(peer, %said, exit_status = EXIT_FORGOTTEN, "stopping the node: the cluster forgot it");
-    eprintln!(
-        "fatal: node {node} was forgotten by the cluster (node {peer} says: {said}); stopping \
-         (it holds no replica: wipe its data directory and --join it with a new id to use it again)"
-    );
-    std::process::exit(EXIT_FORGOTTEN)
-}
-
-/// PERMISSION_DENIED for a message from a forgotten member (see [`MultiRaft::set_forgotten`]),
-/// marked with [`FORGOTTEN_HEADER`] naming it (what makes a pinging node stop: a bare
-/// PERMISSION_DENIED, say from a proxy, does not).
-fn refuse_forgotten(host: &MultiRaft, from: u64) -> Result<(), Status> {
-    if host.is_forgotten(from) {
-        let mut status = Status::permission_denied(format!(
-            "node {from} was forgotten by the cluster (meridian cluster forget): it is no longer \
-             a member; ids are never reused, so wipe its data directory and --join it with a \
-             new id"
-        ));
-        status.metadata_mut().insert(FORGOTTEN_HEADER, from.into());
-        return Err(status);
-    }
-    Ok(())
-}
-
-/// Admits one peer message for a shard: merges the sender's clock (rejecting it beyond
-/// `max_offset`), notes the sender alive, finds the replica, and wakes it if quiesced.
-/// Refuses a forgotten member first ([`refuse_forgotten`]), before its clock reading is merged.
-fn admit(
-    host: &Arc<MultiRaft>,
-    clock_log: &RateLimitedLog,
-    shard_id: u64,
-    hlc: u64,
-    from: u64,
-) -> Result<Arc<ShardReplica>, Status> {
-    refuse_forgotten(host, from)?;
-    if let Err(e) = host.clock.update(Timestamp(hlc)) {
-        if clock_log.should_log() {
-            tracing::error!(from_node = from, error = %e, "rejecting peer message");
-        }
-        return Err(clock_rejection(&e));
-    }
-    host.pool.mark_seen(from);
-    let replica = host.get(ShardId(shard_id)).ok_or_else(|| {
-        Status::not_found(format!(
-            "shard {shard_id} has no replica on node {}",
-            host.node_id
-        ))
-    })?;
-    if let Some(leader) = replica.on_peer_message(from) {
-        host.send_wake(replica.shard, leader);
-    }
-    Ok(replica)
-}
-
-/// One request after the first on an append stream, or `None` to end the stream: a transport
-/// error, a switch of shard, a clock beyond `max_offset` or a malformed payload. Ending (not
-/// skipping) matters: a skipped request would leave a gap the next one's `prev_log_id`
-/// cannot match, and the leader learns of a failure sooner from a closed stream.
-fn admit_stream_request(
-    host: &Arc<MultiRaft>,
-    replica: &ShardReplica,
-    shard_id: u64,
-    r: Result<RaftRequest, Status>,
-) -> Option<AppendEntriesRequest> {
-    let req = r.ok()?;
-    host.transport_stats.received(PeerMessage::StreamedAppend);
-    if let Some(leader) = replica.on_peer_message(req.from_node) {
-        host.send_wake(replica.shard, leader);
-    }
-    if req.shard_id != shard_id {
-        tracing::warn!(
-            shard_id,
-            got = req.shard_id,
-            "append stream switched shards; closing"
-        );
-        return None;
-    }
-    if let Err(e) = host.clock.update(Timestamp(req.hlc)) {
-        tracing::error!(from_node = req.from_node, error = %e, "rejecting peer message; closing the append stream");
-        return None;
-    }
-    match decode_payload::<AppendEntriesRequest>(&req) {
-        Ok(rpc) => Some(rpc),
-        Err(e) => {
-            tracing::warn!(shard_id, error = %e, "malformed append on a stream; closing");
-            None
-        }
-    }
-}
-
-fn decode_payload<T: serde::de::DeserializeOwned>(req: &RaftRequest) -> Result<T, Status> {
-    codec::decode(&req.payload)
-        .map_err(|e| Status::invalid_argument(format!("malformed raft payload: {e}")))
 }
 
 #[tonic::async_trait]
@@ -413,6 +326,10 @@ impl RaftTransport for TransportService {
         self.refuse_votes_after_start()?;
         let replica = self.admit(req.shard_id, req.hlc, req.from_node)?;
         let rpc: VoteRequest = decode_payload(&req)?;
+        let _in_flight = replica.quiet.promise.vote_starts();
+        if let Some(refused) = self.promised_elsewhere(&replica, req.from_node) {
+            return self.reply(Ok::<VoteResponse, String>(refused));
+        }
         self.reply(replica.raft.vote(rpc).await.map_err(|e| e.to_string()))
     }
 
@@ -422,6 +339,10 @@ impl RaftTransport for TransportService {
         self.refuse_votes_after_start()?;
         let replica = self.admit(req.shard_id, req.hlc, req.from_node)?;
         let rpc: VoteRequest = decode_payload(&req)?;
+        let _in_flight = replica.quiet.promise.vote_starts();
+        if let Some(refused) = self.promised_elsewhere(&replica, req.from_node) {
+            return self.reply(Ok::<VoteResponse, String>(refused));
+        }
         self.reply(replica.raft.pre_vote(rpc).await.map_err(|e| e.to_string()))
     }
 
@@ -435,6 +356,15 @@ impl RaftTransport for TransportService {
         let req = request.into_inner();
         let replica = self.admit(req.shard_id, req.hlc, req.from_node)?;
         let rpc: TransferLeaderRequest = decode_payload(&req)?;
+        // openraft campaigns on a transfer whatever its election switch says: not during the
+        // restart quarantine, not under a promise (see `parked_promise`).
+        self.refuse_votes_after_start()?;
+        if let Some(leader) = replica.promise_forbids(self.host.node_id, &self.host.ping_ledger) {
+            return Err(Status::failed_precondition(format!(
+                "shard {}: node {} promised its parked leader {leader} not to campaign while that leader's node is heard; retry once the leader has woken",
+                req.shard_id, self.host.node_id
+            )));
+        }
         // Its target is about to campaign: a candidate needs its ticker (see `rest`).
         replica.on_transfer_leader(*rpc.to_node_id());
         self.reply(
@@ -483,7 +413,9 @@ impl RaftTransport for TransportService {
         let rpc: crate::quiesce::QuiesceRequest = decode_payload(&req)?;
         // Heard before parking: a promise counts lapses from the token it is made with.
         let token = self.host.ping_ledger.hear(req.from_node);
-        let parked = replica.park_on_request(req.from_node, &rpc);
+        let parked = replica
+            .park_on_request(req.from_node, &rpc, token.lapses)
+            .await;
         let mut reply = self.reply(Ok::<bool, String>(parked))?;
         reply.get_mut().incarnation = token.incarnation;
         reply.get_mut().lapses = token.lapses;
