@@ -42,29 +42,6 @@ fn lapses(node: u64) -> u64 {
     metric(node, "meridian_raft_ping_lapses_total")
 }
 
-/// Waits (bounded by `within`) until `read()` satisfies `ok`, polling every 100 ms; the
-/// value that did.
-async fn wait_for<T: std::fmt::Debug>(
-    what: &str,
-    within: Duration,
-    read: impl Fn() -> T,
-    ok: impl Fn(&T) -> bool,
-) -> T {
-    let started = Instant::now();
-    loop {
-        let value = read();
-        if ok(&value) {
-            eprintln!("{what}: {value:?} after {:?}", started.elapsed());
-            return value;
-        }
-        assert!(
-            started.elapsed() < within,
-            "{what}: still {value:?} after {within:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
 /// Waits until `node` has counted at least `at_least` lapses in all.
 async fn wait_lapses(node: u64, at_least: u64) {
     let what = format!("node {node}, at least {at_least} lapses");

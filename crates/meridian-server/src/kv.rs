@@ -189,11 +189,17 @@ impl Kv for KvService {
         if let Some(mode) = stale_mode(req.consistency, req.staleness.as_ref())? {
             return Ok(Response::new(self.stale_get(req, mode).await?));
         }
-        let (desc, replica) = self.node.route(&req.key)?;
+        // An explicit ReadIndex read asks for a quorum round: no parked lease for it.
+        let parked_ok = req.consistency != ReadConsistency::LinearizableReadIndex as i32;
+        let (desc, replica, parked) = self.route_read(&req.key, parked_ok)?;
         check_route(&desc, req.route.as_ref())?;
         let shard = desc.id;
         let t0 = std::time::Instant::now();
-        let read_ts = self.linearize(shard, &replica, req.consistency).await?;
+        let read_ts = if parked {
+            self.read_ts_now(&replica)?
+        } else {
+            self.linearize(shard, &replica, req.consistency).await?
+        };
         let t1 = t0.elapsed();
         let (key, probe) = (req.key.clone(), req.key.clone());
         let found = self

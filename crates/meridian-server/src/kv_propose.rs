@@ -94,6 +94,7 @@ impl KvService {
         // untracks a proposal still in the log nor frees its place in the node's budgets
         // early. Under load it coalesces this proposal with others of the shard into one
         // entry (see `meridian_raft::proposals`); each still answers for itself.
+        self.node.touch(replica);
         let answer = replica
             .proposer
             .propose(cmd, Box::new((issued, permit)))

@@ -5,6 +5,7 @@
 
 use crate::error::{invalid, Result, ServerError};
 use crate::kv::KvService;
+use crate::shard_map::ShardDescriptor;
 use meridian_proto::kv::ReadConsistency;
 use meridian_raft::locks::{LockInfo, LockTable};
 use meridian_raft::ShardReplica;
@@ -99,6 +100,39 @@ impl KvService {
             .is_some_and(|at| openraft::Instant::elapsed(&at.into_inner()) < self.lease_read_window)
     }
 
+    /// The shard owning `key` and this node's replica of it, for a linearizable point read
+    /// that may use a lease (`lease_ok`: not `LINEARIZABLE_READ_INDEX`). Without waking the
+    /// shard or counting as its activity, a leader serves the read on its parked lease (the
+    /// third value is true: no Raft round; see `meridian_raft::parked_promise`) or, awake or
+    /// parked, on its openraft lease while that has margin. So a read load alone lets a shard
+    /// quiesce, and its reads move from the one lease to the other as it parks. Anything
+    /// else (a follower, no lease) wakes the shard first, as every other request does.
+    pub(crate) fn route_read(
+        &self,
+        key: &[u8],
+        lease_ok: bool,
+    ) -> Result<(ShardDescriptor, Arc<ShardReplica>, bool)> {
+        let desc = self.node.map().lookup(key).clone();
+        if let Some(replica) = self.node.host.get(desc.id).filter(|_| lease_ok) {
+            if self.node.host.serves_parked_read(&replica) {
+                return Ok((desc, replica, true));
+            }
+            if replica.raft.is_leader() && self.lease_has_margin(&replica) {
+                return Ok((desc, replica, false));
+            }
+        }
+        let replica = self.node.replica(desc.id)?;
+        Ok((desc, replica, false))
+    }
+
+    /// The timestamp of a linearizable read once the replica's leadership is confirmed (by a
+    /// lease, a quorum round or a parked lease): now, or the applied floor if above.
+    pub(crate) fn read_ts_now(&self, replica: &ShardReplica) -> Result<Timestamp> {
+        let read_ts = self.node.clock.now().max(replica.sm.applied_floor());
+        self.check_ceiling(read_ts)?;
+        Ok(read_ts)
+    }
+
     /// Makes a read on `replica` linearizable; returns the timestamp to read at.
     pub(crate) async fn linearize(
         &self,
@@ -125,12 +159,7 @@ impl KvService {
             result = replica.ensure_linearizable(ReadPolicy::ReadIndex).await;
         }
         match result {
-            Ok(_) => {
-                let now = self.node.clock.now();
-                let read_ts = now.max(replica.sm.applied_floor());
-                self.check_ceiling(read_ts)?;
-                Ok(read_ts)
-            }
+            Ok(_) => self.read_ts_now(replica),
             Err(e) => {
                 if let Some(f) = e.forward_to_leader() {
                     return Err(self.node.not_leader(shard, f.leader_id).await);

@@ -191,8 +191,11 @@ pub fn render(node: &Node, admission: &Admission) -> String {
     );
 
     let (mut awake, mut quiesced, mut led, mut resting) = (0u64, 0u64, 0u64, 0u64);
-    let mut parked_leases = 0u64;
+    let (mut parked_leases, mut promises) = (0u64, 0u64);
     for replica in node.host.replicas() {
+        if replica.quiet.promise.held().is_some() {
+            promises += 1;
+        }
         if replica.is_quiesced() {
             quiesced += 1;
             if replica.parked_lease_holds(&node.host.ping_ledger) {
@@ -229,9 +232,24 @@ pub fn render(node: &Node, admission: &Admission) -> String {
     out.one(
         "meridian_raft_parked_leases",
         "gauge",
-        "Quiesced groups this node leads whose parked lease holds (docs/parked-reads.md; \
-         recorded only, no read uses it yet).",
+        "Quiesced groups this node leads whose parked lease holds (docs/parked-reads.md): \
+         their linearizable reads are served without waking them.",
         parked_leases as f64,
+    );
+    out.one(
+        "meridian_raft_parked_promises",
+        "gauge",
+        "Groups whose replica here holds a promise to a parked leader (refusing other \
+         candidates until that leader releases it or its node falls silent).",
+        promises as f64,
+    );
+    out.one(
+        "meridian_raft_parked_reads_total",
+        "counter",
+        "Linearizable reads served on a parked lease, without waking the group.",
+        node.host
+            .parked_reads
+            .load(std::sync::atomic::Ordering::Relaxed) as f64,
     );
     out.one(
         "meridian_raft_ping_lapses_total",

@@ -479,9 +479,7 @@ impl Node {
         cmd: Command,
     ) -> std::result::Result<CommandResult, String> {
         if let Some(replica) = self.host.get(shard) {
-            if let Some(leader) = replica.touch() {
-                self.host.send_wake(shard, leader);
-            }
+            self.touch(&replica);
             if replica.raft.is_leader() {
                 return replica
                     .raft
@@ -545,10 +543,18 @@ impl Node {
                 self.config.node_id
             ))
         })?;
-        if let Some(leader) = replica.touch() {
-            self.host.send_wake(shard, leader);
-        }
+        self.touch(&replica);
         Ok(replica)
+    }
+
+    /// Notes activity on `replica` and wakes it if quiesced (a parked follower asks its leader
+    /// to `Wake`). Also right before anything is proposed to it: a parked leader then leaves
+    /// the parked state, and serves no more parked reads, before the entry exists (a request
+    /// may wait longer than the shard's idle threshold between routing and proposing).
+    pub fn touch(&self, replica: &ShardReplica) {
+        if let Some(leader) = replica.touch() {
+            self.host.send_wake(replica.shard, leader);
+        }
     }
 
     /// The data shard owning `key` and this node's replica of it.

@@ -218,6 +218,29 @@ pub async fn wait_for_gc_total(
     }
 }
 
+/// Waits (bounded by `within`) until `read()` satisfies `ok`, polling every 100 ms; the
+/// value that did.
+pub async fn wait_for<T: std::fmt::Debug>(
+    what: &str,
+    within: Duration,
+    read: impl Fn() -> T,
+    ok: impl Fn(&T) -> bool,
+) -> T {
+    let started = Instant::now();
+    loop {
+        let value = read();
+        if ok(&value) {
+            eprintln!("{what}: {value:?} after {:?}", started.elapsed());
+            return value;
+        }
+        assert!(
+            started.elapsed() < within,
+            "{what}: still {value:?} after {within:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 /// The value of `name=N` in a log line.
 pub fn field(line: &str, name: &str) -> Option<u64> {
     let at = line.find(&format!("{name}="))? + name.len() + 1;
