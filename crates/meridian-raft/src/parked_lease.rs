@@ -25,8 +25,8 @@
 //!    becomes, a candidate other than L, and drops TransferLeader. Once ended, it stays
 //!    ended: hearing L again does not restore it (F may have voted meanwhile)
 //!  node restart → every promise and count forgotten; the node neither grants votes
-//!    (`refuses_votes`) nor campaigns (the election hold) for election_timeout_max after its
-//!    start, and its tokens carry a new incarnation
+//!    (`refuses_votes`) nor campaigns (`parked_promise::CampaignGate`) for
+//!    election_timeout_max after its start, and its tokens carry a new incarnation
 //!  leader L, parked, serves a read iff a majority of the voters, L counted, are voters that
 //!    confirmed parking with token T and whose latest answer carries T and answers a ping L
 //!    sent (L's clock) less than 0.9 × election_timeout_max ago, and after L had every

@@ -6,10 +6,13 @@
 //! the follower
 //! - grants no vote and no pre-vote to a candidate other than L (the transport answers such a
 //!   request with a refusal before openraft sees it),
-//! - does not become a candidate itself: its own vote and pre-vote requests are answered
+//! - gets no vote for its own candidacy: its own vote and pre-vote requests are answered
 //!   locally with a refusal ([`CampaignGate`]), whatever openraft's election switch says (an
-//!   election timer, `TransferLeader`, `trigger().elect()`),
-//! - and takes no `TransferLeader` (refused by the transport).
+//!   election timer, `TransferLeader`, `trigger().elect()`; openraft may still raise its
+//!   term, which disrupts but elects no one),
+//! - and hands a `TransferLeader` for another target to openraft only once the promise's
+//!   leader released it (`settle_for_transfer`; during the restart quarantine, once that is
+//!   over).
 //!
 //! The same gate keeps a restarted node from campaigning during its restart quarantine
 //! (`election_timeout_max` after its start, when it also refuses votes): it forgot its
@@ -21,8 +24,10 @@
 //!   dropped.
 //! - **L released it.** A follower with a promise that is not parked any more (woken by L or by
 //!   anyone else) sends L's node a `Wake` for the shard, once per quiescence round until it is
-//!   answered. L's node answers only after its replica left the parked state (`wake_requested`
-//!   resumes it first), so after the answer L serves no more parked reads on that parking.
+//!   answered. L's node answers only after its replica left the parked state
+//!   (`wake_requested` records the activity, waits out a quiesce round in progress, and
+//!   resumes the replica first), so after the answer L serves no more parked reads on that
+//!   parking.
 //!   A late message from L (a heartbeat sent before the parking) wakes the follower but does
 //!   not end the promise: only the answer does.
 //! - Each promise has a generation; an answer ends only the promise it was asked for, not one
@@ -33,9 +38,11 @@
 //! reads, can lag the core, and a vote request may be between the transport's check and the
 //! core. So parking first makes the promise (from then on every new vote request for another
 //! candidate is refused), then checks that no vote request is in flight, then asks the core
-//! for its vote (`with_raft_state`): a vote granted before the promise shows there, one in
-//! flight shows in the count. Each side writes its own flag and then reads the other's, with
-//! a full fence between, so at least one of them sees the other.
+//! for its vote (`with_raft_state`): a vote answered before the count was read shows there,
+//! one in flight shows in the count. Each side writes its own flag and then reads the
+//! other's, with a full fence between, so at least one of them sees the other. A parking that
+//! fails puts back the promise held before it (a repeated `Quiesce` must not end a promise
+//! the leader's current parking counts).
 //!
 //! # Not done yet
 //! - Times are `Instant`s (CLOCK_MONOTONIC), which stop while the machine is suspended.
@@ -88,6 +95,15 @@ impl PromiseSlot {
             return true;
         }
         false
+    }
+
+    /// Puts `previous` back in place of the promise of `generation`, if that is still the
+    /// one held (a parking that failed after [`PromiseSlot::make`]).
+    pub fn restore(&self, generation: u64, previous: Option<(Promise, u64)>) {
+        let mut held = self.lock();
+        if held.is_some_and(|(_, g)| g == generation) {
+            *held = previous;
+        }
     }
 
     /// The promise held, with its generation (in force or not).
@@ -152,6 +168,49 @@ pub struct VoteInFlight<'a>(&'a PromiseSlot);
 impl Drop for VoteInFlight<'_> {
     fn drop(&mut self) {
         self.0.votes_in_flight.fetch_sub(1, SeqCst);
+    }
+}
+
+impl MultiRaft {
+    /// Whether `replica` may take part in a leadership transfer to `target` now: past this
+    /// node's restart quarantine, with no promise in force that forbids helping `target`.
+    pub fn may_join_transfer(&self, replica: &ShardReplica, target: NodeId) -> bool {
+        let (now, etmax) = (now_ms(), self.raft_config.election_timeout_max);
+        !restart_quarantine(self.started_ms, now, etmax)
+            && replica
+                .quiet
+                .promise
+                .forbidding(target, &self.ping_ledger, now, etmax)
+                .is_none()
+    }
+
+    /// Waits (at most 2 × `election_timeout_max`) until [`MultiRaft::may_join_transfer`],
+    /// asking the leader of a promise in the way to release it; whether it may.
+    pub async fn settle_for_transfer(&self, replica: &ShardReplica, target: NodeId) -> bool {
+        let etmax = self.raft_config.election_timeout_max;
+        let deadline = now_ms() + 2 * etmax;
+        while !self.may_join_transfer(replica, target) {
+            if now_ms() >= deadline {
+                return false;
+            }
+            let promise = &replica.quiet.promise;
+            if let Some((held, generation)) = promise.held() {
+                match replica.member_addr(held.leader) {
+                    None => {
+                        promise.end(generation);
+                        continue;
+                    }
+                    Some(addr) => {
+                        if self.pool.wake(&addr, replica.shard).await.is_ok() {
+                            promise.end(generation);
+                            continue;
+                        }
+                    }
+                }
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+        true
     }
 }
 
@@ -250,17 +309,23 @@ impl ShardReplica {
         if !self.view().follower_can_park(from, req) {
             return false;
         }
-        // The promise first, then the core's vote, then no vote in flight: a vote granted
-        // before the promise shows in the core, one still in flight in the count, and one
-        // that starts later sees the promise (see the module docs).
+        // The promise first, then no vote in flight, then the core's vote: a vote that starts
+        // later sees the promise, one in flight shows in the count, and one answered before
+        // the count was read shows in the core (see the module docs).
         let promise = &self.quiet.promise;
+        let previous = promise.held();
         let generation = promise.make(crate::parked_lease::Promise {
             leader: from,
             lapses,
         });
-        let core_vote = self.raft.with_raft_state(|st| *st.vote_ref()).await.ok();
-        if core_vote != Some(req.vote) || promise.votes_in_flight() {
-            promise.end(generation);
+        let in_flight = promise.votes_in_flight();
+        let core_vote = match in_flight {
+            true => None,
+            false => self.raft.with_raft_state(|st| *st.vote_ref()).await.ok(),
+        };
+        if core_vote != Some(req.vote) {
+            // A promise it held before (a repeated Quiesce of a parking still counted) stays.
+            promise.restore(generation, previous);
             return false;
         }
         self.park_under(from);
@@ -322,6 +387,30 @@ mod tests {
         assert!(slot.end(second));
         assert_eq!(slot.held(), None);
         assert!(!slot.end(second));
+    }
+
+    #[test]
+    fn a_failed_parking_puts_back_the_promise_held_before_it() {
+        let slot = PromiseSlot::default();
+        let p = Promise {
+            leader: 1,
+            lapses: 0,
+        };
+        let counted = slot.make(p);
+        // A repeated Quiesce: a new promise, and the parking fails.
+        let previous = slot.held();
+        let failed = slot.make(p);
+        slot.restore(failed, previous);
+        assert_eq!(slot.held(), Some((p, counted)), "the counted promise stays");
+        // A first parking that fails leaves none.
+        let empty = PromiseSlot::default();
+        let failed = empty.make(p);
+        empty.restore(failed, None);
+        assert_eq!(empty.held(), None);
+        // A newer promise made meanwhile is not replaced.
+        let newer = slot.make(p);
+        slot.restore(failed, None);
+        assert_eq!(slot.held(), Some((p, newer)));
     }
 
     #[test]

@@ -329,4 +329,4 @@ fn coalescable(cmd: &Command) -> bool {
 
 #[cfg(test)]
 #[path = "proposals_tests.rs"]
-mod tests;
+pub(crate) mod tests;

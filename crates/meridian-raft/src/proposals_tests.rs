@@ -150,13 +150,13 @@ fn an_entrys_result_is_split_among_its_members() {
 }
 
 /// A one-voter shard on this process (no peers needed), led by node 1.
-struct OneNode {
+pub(crate) struct OneNode {
     _dir: tempfile::TempDir,
     _host: Arc<crate::host::MultiRaft>,
-    replica: Arc<crate::host::ShardReplica>,
+    pub(crate) replica: Arc<crate::host::ShardReplica>,
 }
 
-async fn one_node(initialize: bool) -> OneNode {
+pub(crate) async fn one_node(initialize: bool) -> OneNode {
     use meridian_storage::{Engine, MemoryEngine};
     let dir = tempfile::tempdir().unwrap();
     let engine: Arc<dyn Engine> = Arc::new(MemoryEngine::new());

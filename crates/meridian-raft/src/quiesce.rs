@@ -366,10 +366,24 @@ impl ShardReplica {
     /// The leader side of `Wake`: resume if parked (followers learn it from the heartbeat).
     /// Returns only once this replica is not parked: the answer releases a follower's promise
     /// (see `parked_promise`).
-    pub fn wake_requested(&self) {
-        if self.is_quiesced() {
-            self.resume("wake request");
+    ///
+    /// A `Wake` counts as activity, and a quiesce round in progress is waited out (it gives
+    /// up on the activity, or parks and at once resumes on it): otherwise the answer could be
+    /// sent between the round's last check and its parking, and release a promise the new
+    /// parking still counts. Returns false if a round is still running after 2 s (then no
+    /// answer is given).
+    pub async fn wake_requested(&self) -> bool {
+        self.quiet.last_activity_ms.store(now_ms(), SeqCst);
+        for _ in 0..400 {
+            if !self.quiet.attempting.load(SeqCst) {
+                if self.is_quiesced() {
+                    self.resume("wake request");
+                }
+                return true;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
         }
+        false
     }
 }
 

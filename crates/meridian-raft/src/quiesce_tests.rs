@@ -115,3 +115,28 @@ fn a_follower_parks_only_for_its_leader_at_the_same_log() {
     v.state = ServerState::Candidate;
     assert!(!v.follower_can_park(1, &request()));
 }
+
+/// A `Wake` that arrives while a quiesce round is running is answered only once the round has
+/// ended, and counts as activity (so the round gives up, or parks and resumes at once): an
+/// answer given between the round's last check and its parking would release a follower's
+/// promise that the new parking still counts (found by review; `parked_promise`).
+#[tokio::test]
+async fn a_wake_waits_out_a_quiesce_round_and_counts_as_activity() {
+    let node = crate::proposals::tests::one_node(true).await;
+    let replica = node.replica.clone();
+    replica.quiet.last_activity_ms.store(0, SeqCst);
+    replica.quiet.attempting.store(true, SeqCst);
+    let woken = tokio::spawn({
+        let replica = replica.clone();
+        async move { replica.wake_requested().await }
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(!woken.is_finished(), "answered while the round was running");
+    assert!(
+        replica.quiet.last_activity_ms.load(SeqCst) > 0,
+        "a Wake is activity, which ends the round"
+    );
+    replica.quiet.attempting.store(false, SeqCst);
+    assert!(woken.await.unwrap(), "answered once the round ended");
+    assert!(!replica.is_quiesced());
+}

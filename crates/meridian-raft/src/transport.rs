@@ -356,17 +356,27 @@ impl RaftTransport for TransportService {
         let req = request.into_inner();
         let replica = self.admit(req.shard_id, req.hlc, req.from_node)?;
         let rpc: TransferLeaderRequest = decode_payload(&req)?;
-        // openraft campaigns on a transfer whatever its election switch says: not during the
-        // restart quarantine, not under a promise (see `parked_promise`).
-        self.refuse_votes_after_start()?;
-        if let Some(leader) = replica.promise_forbids(self.host.node_id, &self.host.ping_ledger) {
-            return Err(Status::failed_precondition(format!(
-                "shard {}: node {} promised its parked leader {leader} not to campaign while that leader's node is heard; retry once the leader has woken",
-                req.shard_id, self.host.node_id
-            )));
+        let target = *rpc.to_node_id();
+        // openraft acts on a transfer whatever its election switch says (the target campaigns,
+        // the others drop their leader lease), so not during the restart quarantine and not
+        // under a promise that forbids helping the target (see `parked_promise`). Refusing would
+        // leave the leader in its transfer until an election; instead the transfer is accepted
+        // and handed to openraft once those have passed (the promise's leader asked to release
+        // it), within 2 × election_timeout_max.
+        if !self.host.may_join_transfer(&replica, target) {
+            let (host, replica) = (self.host.clone(), replica.clone());
+            tokio::spawn(async move {
+                if host.settle_for_transfer(&replica, target).await {
+                    replica.on_transfer_leader(target);
+                    let _ = replica.raft.handle_transfer_leader(rpc).await;
+                } else {
+                    tracing::info!(shard = %replica.shard, target, "dropping a leader transfer: still in the restart quarantine or under a promise");
+                }
+            });
+            return self.reply(Ok::<TransferLeaderResponse, String>(Ok(())));
         }
         // Its target is about to campaign: a candidate needs its ticker (see `rest`).
-        replica.on_transfer_leader(*rpc.to_node_id());
+        replica.on_transfer_leader(target);
         self.reply(
             replica
                 .raft
@@ -427,7 +437,14 @@ impl RaftTransport for TransportService {
         let req = request.into_inner();
         self.admit_node(req.hlc, req.from_node)?;
         if let Some(replica) = self.host.get(ShardId(req.shard_id)) {
-            replica.wake_requested();
+            // Answered only once the replica is out of the parked state: the answer releases a
+            // follower's promise (see `parked_promise`).
+            if !replica.wake_requested().await {
+                return Err(Status::unavailable(format!(
+                    "shard {}: a quiesce round is still running; wake again",
+                    req.shard_id
+                )));
+            }
         }
         self.reply(Ok::<(), String>(()))
     }

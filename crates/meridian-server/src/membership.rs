@@ -209,6 +209,7 @@ pub async fn add_replica(
     })
     .await?;
     tracing::info!(%shard, target, "adding a replica: learner first");
+    node.touch(&replica);
     replica
         .raft
         .add_learner(target, BasicNode::new(addr), false)
