@@ -193,19 +193,10 @@ impl MultiRaft {
             if now_ms() >= deadline {
                 return false;
             }
-            let promise = &replica.quiet.promise;
-            if let Some((held, generation)) = promise.held() {
-                match replica.member_addr(held.leader) {
-                    None => {
-                        promise.end(generation);
-                        continue;
-                    }
-                    Some(addr) => {
-                        if self.pool.wake(&addr, replica.shard).await.is_ok() {
-                            promise.end(generation);
-                            continue;
-                        }
-                    }
+            let held = replica.quiet.promise.held();
+            if let Some((promise, _)) = held {
+                if self.wake_and_release(replica, promise.leader).await {
+                    continue;
                 }
             }
             tokio::time::sleep(std::time::Duration::from_millis(50)).await;
@@ -269,24 +260,26 @@ impl MultiRaft {
     /// `Wake` was sent (see `parked_promise`); a leader no longer in the group's membership
     /// leads nothing there, and a promise to it ends at once.
     pub(crate) fn wake_leader(self: &Arc<Self>, replica: &Arc<ShardReplica>, leader: NodeId) {
-        let promise = &replica.quiet.promise;
-        let held = promise.held().filter(|(p, _)| p.leader == leader);
-        let Some(addr) = replica.member_addr(leader) else {
-            if let Some((_, generation)) = held {
-                promise.end(generation);
-            }
-            replica.quiet.releasing.store(false, SeqCst);
-            return;
-        };
-        let (pool, replica) = (self.pool.clone(), replica.clone());
+        let (host, replica) = (self.clone(), replica.clone());
         tokio::spawn(async move {
-            if pool.wake(&addr, replica.shard).await.is_ok() {
-                if let Some((_, generation)) = held {
-                    replica.quiet.promise.end(generation);
-                }
-            }
+            host.wake_and_release(&replica, leader).await;
             replica.quiet.releasing.store(false, SeqCst);
         });
+    }
+
+    /// [`MultiRaft::wake_leader`], awaited: whether the `Wake` was answered (or `leader` is no
+    /// longer a member); a promise to `leader` held before it was sent is then ended.
+    async fn wake_and_release(&self, replica: &ShardReplica, leader: NodeId) -> bool {
+        let promise = &replica.quiet.promise;
+        let held = promise.held().filter(|(p, _)| p.leader == leader);
+        let answered = match replica.member_addr(leader) {
+            None => true,
+            Some(addr) => self.pool.wake(&addr, replica.shard).await.is_ok(),
+        };
+        if let (true, Some((_, generation))) = (answered, held) {
+            promise.end(generation);
+        }
+        answered
     }
 
     /// A follower that holds a promise but is not parked any more asks the promise's leader

@@ -166,9 +166,14 @@ pub struct GroupView {
     pub matched: Vec<(NodeId, Option<LogId>)>,
 }
 
+/// A single (not joint) voter set, and its change committed.
+fn membership_settled(m: &RaftMetrics) -> bool {
+    m.membership_config.get_joint_config().len() == 1
+        && m.membership_config == m.committed_membership_config
+}
+
 impl GroupView {
     pub fn of(m: &RaftMetrics) -> GroupView {
-        let joint = m.membership_config.get_joint_config();
         GroupView {
             state: m.state,
             leader: m.current_leader,
@@ -176,8 +181,7 @@ impl GroupView {
             last_log_index: m.last_log_index,
             committed: m.local_committed,
             applied: m.last_applied,
-            membership_settled: joint.len() == 1
-                && m.membership_config == m.committed_membership_config,
+            membership_settled: membership_settled(m),
             voters: m.membership_config.voter_ids().collect(),
             matched: m
                 .replication
@@ -323,8 +327,11 @@ impl ShardReplica {
         if self.quiet.state.load(SeqCst) != PARKED || self.quiet.leader.load(SeqCst) != me {
             return false;
         }
-        let view = self.view();
-        if !view.membership_settled || view.state != ServerState::Leader || view.leader != Some(me)
+        // Read in place: this runs on every read of a parked shard (a `GroupView` would clone
+        // the membership and the replication map each time).
+        let metrics = self.raft.metrics();
+        let m = metrics.borrow_watched();
+        if !membership_settled(&m) || m.state != ServerState::Leader || m.current_leader != Some(me)
         {
             return false;
         }
@@ -332,19 +339,19 @@ impl ShardReplica {
             .quiet
             .parked_tokens
             .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone();
+            .unwrap_or_else(|p| p.into_inner());
         let confirmed_ms = self.quiet.parked_confirmed_ms.load(SeqCst);
-        let voters: Vec<VoterLease> = view
-            .voters
-            .iter()
-            .map(|&voter| VoterLease {
+        let voters: Vec<VoterLease> = m
+            .membership_config
+            .voter_ids()
+            .map(|voter| VoterLease {
                 voter,
                 parked: tokens.iter().find(|(id, _)| *id == voter).map(|(_, t)| *t),
                 confirmed_ms,
                 answer: ledger.answer(voter),
             })
             .collect();
+        drop((tokens, m));
         let etmax = self.raft.config().election_timeout_max;
         let holds = lease_holds(me, &voters, now_ms(), etmax);
         // Still parked after the evaluation: a vote request that woke the replica meanwhile
