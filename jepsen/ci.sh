@@ -3,7 +3,8 @@
 # register and set under kill, pause, partition, clock and power-loss faults, bank and append
 # (transactions) under kill, clock, partition, pause and power-loss faults, register, set and
 # append under replica moves (membership), register, set and
-# bank under the `all` mix, plus every negative control,
+# bank under the `all` mix, register with reads on parked leases under pauses, plus every
+# negative control,
 # each run a fresh 3-node cluster for JEPSEN_TIME_LIMIT seconds (default 20). A run passes when
 # its history checks valid (for a negative control: when the control makes it invalid, which the
 # harness checks itself). A run written "@S ..." runs S seconds instead. Ends with "jepsen: N passed, N failed"; exits non-zero if any failed.
@@ -56,6 +57,10 @@ RUNS=(
   # The same with commit-wait (TxnOptions::linearizable): real-time order checked between all
   # transactions, clocks skewed or not.
   "append clock --linearizable --concurrency 10"
+  # Reads on parked leases: each key written once per 5 s, read otherwise, so its shard
+  # quiesces between writes and its leader serves the reads without waking it, while the
+  # leaders are paused past their leases (the run fails if no read was served parked).
+  "@40 register pause --shards 8 --keys 8 --write-gap-ms 5000"
   # Five nodes under partitions; seed 24's schedule has two bridges and a ring (each node
   # reaching only its two neighbours) besides isolations (`--plan-only` prints it).
   "@45 append partition --nodes 5 --seed 24"

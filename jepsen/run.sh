@@ -8,6 +8,7 @@
 #                 [--time-limit SECONDS] [--concurrency N] [--nodes 3|5] [--seed S]
 #                 [--negative-control lost-ack|stale-read|wrong-total|fractured-read]
 #                 [--base-port P] [--store DIR] [--linearizable (append)]
+#                 [--shards N] [--keys N] [--write-gap-ms MS (register: parked-lease reads)]
 #
 # Exit status: 0 valid, 1 invalid/unknown, 2 bad arguments, 3 harness failure, 130 interrupted.
 set -euo pipefail

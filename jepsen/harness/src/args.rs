@@ -7,6 +7,10 @@ use clap::{Parser, ValueEnum};
 use meridian_jepsen::controls::NegativeControl;
 use std::path::PathBuf;
 
+/// Node i serves its metrics on 127.0.0.1:<base + this + i> (after the client API at base+i
+/// and Raft at base+100+i).
+pub const METRICS_PORT_OFFSET: u32 = 200;
+
 /// Ports the cluster test suite uses; a harness run must stay out of them.
 pub const RESERVED_TEST_PORTS: std::ops::RangeInclusive<u32> = 21_000..=22_999;
 
@@ -45,7 +49,8 @@ pub struct Args {
     /// `fractured-read` for append); the run passes only if the checker then finds it invalid.
     #[arg(long)]
     pub negative_control: Option<String>,
-    /// Node i listens on 127.0.0.1:<base+i> (clients) and <base+100+i> (Raft).
+    /// Node i listens on 127.0.0.1:<base+i> (clients), <base+100+i> (Raft) and <base+200+i>
+    /// (metrics).
     #[arg(long, default_value_t = 23_000)]
     pub base_port: u16,
     /// Directory under which the run directory is created (default: jepsen/store).
@@ -57,6 +62,12 @@ pub struct Args {
     /// Register keys (register workload).
     #[arg(long, default_value_t = 4)]
     pub keys: usize,
+    /// Register workload: write each key at most once per this many milliseconds (whichever
+    /// client comes first; every other operation on it is a read), so its shard sits idle
+    /// between writes, quiesces, and serves the reads on its parked lease. 0 (the default):
+    /// half of the operations write.
+    #[arg(long, default_value_t = 0)]
+    pub write_gap_ms: u64,
     /// The `meridian` binary (default: $CARGO_TARGET_DIR/release/meridian).
     #[arg(long)]
     pub meridian_bin: Option<PathBuf>,
@@ -174,6 +185,8 @@ pub struct RunConfig {
     pub store: Option<PathBuf>,
     pub shards: u32,
     pub keys: usize,
+    /// Register: the least time between two writes of one key (`None`: half the ops write).
+    pub write_gap: Option<std::time::Duration>,
     pub meridian_bin: Option<PathBuf>,
     pub plan_only: bool,
     pub linearizable: bool,
@@ -222,8 +235,17 @@ impl Args {
         if !(1..=64).contains(&self.keys) {
             return usage(format!("--keys must be 1..=64, got {}", self.keys));
         }
+        if self.write_gap_ms > 0 && self.workload != Workload::Register {
+            return usage("--write-gap-ms applies to the register workload only");
+        }
+        if self.write_gap_ms > 60_000 {
+            return usage(format!(
+                "--write-gap-ms must be 0..=60000, got {}",
+                self.write_gap_ms
+            ));
+        }
         let low = u32::from(self.base_port) + 1;
-        let high = u32::from(self.base_port) + 100 + self.nodes as u32;
+        let high = u32::from(self.base_port) + METRICS_PORT_OFFSET + self.nodes as u32;
         if self.base_port < 1024 || high > u32::from(u16::MAX) {
             return usage(format!(
                 "--base-port {} must leave ports {low}..={high} inside 1025..=65535",
@@ -270,6 +292,8 @@ impl Args {
             store: self.store.clone(),
             shards: self.shards,
             keys: self.keys,
+            write_gap: (self.write_gap_ms > 0)
+                .then(|| std::time::Duration::from_millis(self.write_gap_ms)),
             meridian_bin: self.meridian_bin.clone(),
             plan_only: self.plan_only,
             linearizable: self.linearizable,
@@ -333,6 +357,9 @@ mod tests {
             "--workload register --negative-control lost-ack",
             "--workload bank --linearizable",
             "--workload append --nemesis all --linearizable",
+            "--workload set --write-gap-ms 5000",
+            "--workload register --write-gap-ms 60001",
+            "--workload set --base-port 20800", // only its metrics ports overlap
         ] {
             assert!(parse(line).validate(0).is_err(), "{line}");
         }
@@ -365,5 +392,18 @@ mod tests {
             .validate(0)
             .unwrap();
         assert_eq!(c.negative_control, Some(NegativeControl::StaleRead));
+    }
+
+    /// A register write gap is kept as a duration; 0 means none.
+    #[test]
+    fn write_gap_parses() {
+        let c = parse("--workload register --write-gap-ms 4000")
+            .validate(0)
+            .unwrap();
+        assert_eq!(c.write_gap, Some(std::time::Duration::from_secs(4)));
+        assert_eq!(
+            parse("--workload register").validate(0).unwrap().write_gap,
+            None
+        );
     }
 }

@@ -2,7 +2,8 @@
 //! per-node uid wrapper that lets nftables tell nodes apart.
 //!
 //! # Layout
-//! Node i: client API 127.0.0.1:<base+i>, Raft 127.0.0.1:<base+100+i>, data and log in a fresh
+//! Node i: client API 127.0.0.1:<base+i>, Raft 127.0.0.1:<base+100+i>, metrics
+//! 127.0.0.1:<base+200+i> (`--metrics-addr`, read after the workload), data and log in a fresh
 //! temporary directory (`/var/tmp/meridian-jepsen-<base>-<pid>/`, deleted at the end; logs are
 //! copied to the run directory). Every node gets the loopback Raft timings
 //! (`--heartbeat-interval-ms 100 --election-timeout-min-ms 600`, so the election timeout and
@@ -122,6 +123,10 @@ pub fn start(
     };
     let mut config = LocalClusterConfig::new(binary, nodes, base_port, data_dir)
         .common_args(common_node_args(shards, MAX_OFFSET_MS));
+    for node in 1..=nodes as u64 {
+        let addr = format!("127.0.0.1:{}", metrics_port(base_port, node));
+        config = config.node_args(node, ["--metrics-addr".to_string(), addr]);
+    }
     if let Some(clocks) = clocks {
         for node in 1..=nodes as u64 {
             for (key, value) in clocks.env(node) {
@@ -140,11 +145,17 @@ pub fn start(
     LocalCluster::start(config)
 }
 
+/// Node `node`'s metrics port (`--metrics-addr`; see `args::METRICS_PORT_OFFSET`).
+pub fn metrics_port(base_port: u16, node: u64) -> u16 {
+    (u32::from(base_port) + crate::args::METRICS_PORT_OFFSET + node as u32) as u16
+}
+
 /// Fails like `LocalCluster::start` would if a node port is taken, before anything else of the
 /// run (nftables table included) is set up.
 pub fn ensure_ports_free(base_port: u16, nodes: usize) -> anyhow::Result<()> {
     for id in 1..=nodes as u16 {
-        for port in [base_port + id, base_port + 100 + id] {
+        let metrics = metrics_port(base_port, u64::from(id));
+        for port in [base_port + id, base_port + 100 + id, metrics] {
             std::net::TcpListener::bind(("127.0.0.1", port)).map_err(|e| {
                 anyhow!(
                     "127.0.0.1:{port} is unavailable ({e}); another cluster may be running \

@@ -7,7 +7,8 @@
 //!               [--time-limit SECONDS] [--concurrency N] [--nodes 3|5] [--seed S]
 //!               [--negative-control lost-ack|stale-read|wrong-total|fractured-read]
 //!               [--base-port P] [--store DIR]
-//!               [--shards N] [--keys N] [--meridian-bin PATH] [--plan-only]
+//!               [--shards N] [--keys N] [--write-gap-ms MS (register)] [--meridian-bin PATH]
+//!               [--plan-only]
 //! ```
 //!
 //! # One run
@@ -35,6 +36,13 @@
 //!   writes a unique value `"<process>-<counter>"` on a random key. Checked per key for
 //!   linearizability (WGL search in `meridian-jepsen`, `Info` writes may or may not have
 //!   happened). Writes: `Ambiguous` → info, other errors → fail; reads: errors → fail.
+//!   With `--write-gap-ms G`, a key is written at most once per G ms (by whichever client
+//!   draws it first) and every other op on it reads: its shard quiesces between writes (after
+//!   1.2 s idle) and its leader serves the reads on its parked lease, which is what such a run
+//!   checks. Every run reports, per node, the reads it served on parked leases (its
+//!   `/metrics`, scraped after the heal) and fails a write-gap run that served none (exit
+//!   status 3; the counters restart with a node, so use write gaps with nemeses that restart
+//!   no node: pause, partition).
 //! - **set**: each op puts `set/<x:010>` = x for a fresh integer x (recorded as `add x`); after
 //!   healing one paged scan of `set/` is the final `read_all`. Checked: every acknowledged add
 //!   is present, nothing unattempted or failed is, no duplicates (`meridian-jepsen`'s set

@@ -49,6 +49,9 @@ struct Collected {
     converged: Option<replicas::Converged>,
     /// Register workload: per key, its shard and which replicas converged.
     register_converged: Vec<(String, replicas::Converged)>,
+    /// Per node, the reads it served on parked leases (`meridian_raft_parked_reads_total`,
+    /// read after the heal: since the node's last start), `None` if it did not answer.
+    parked_reads: std::collections::BTreeMap<String, Option<u64>>,
 }
 
 async fn shutdown_signal() -> &'static str {
@@ -189,6 +192,19 @@ pub async fn run(cfg: RunConfig, meridian: PathBuf) -> anyhow::Result<u8> {
         .collect();
     drop(cluster);
 
+    // A write-gap run exists to check reads served on parked leases: one that served none
+    // checked nothing it was asked to (a harness failure, recorded in results.json).
+    if cfg.write_gap.is_some()
+        && interrupted.is_none()
+        && phase_error.is_none()
+        && collected.parked_reads.values().flatten().sum::<u64>() == 0
+    {
+        phase_error = Some(
+            "--write-gap-ms was given, but no node reports a read served on a parked lease: the \
+             run did not exercise them"
+                .into(),
+        );
+    }
     let history = recorder.snapshot();
     let real_time = if cfg.nemesis.skews_clocks() && !cfg.linearizable {
         meridian_jepsen::checker::append::RealTime::PerKey
@@ -309,6 +325,8 @@ pub async fn run(cfg: RunConfig, meridian: PathBuf) -> anyhow::Result<u8> {
         "harness_failure": phase_error,
         "errors": collected.errors,
         "recovery_ms": collected.recovery_ms,
+        "parked_reads": collected.parked_reads,
+        "write_gap_ms": cfg.write_gap.map(|g| g.as_millis() as u64),
         "final_read_ok": collected.final_read_ok,
         "workload_ms": collected.workload_ms,
         "total_ms": t0.elapsed().as_millis() as u64,
@@ -434,6 +452,9 @@ async fn cluster_phase(
     let mut tasks = tokio::task::JoinSet::new();
     let keys = Arc::new(out.keys.clone());
     let next = Arc::new(AtomicU64::new(0));
+    let write_gap = cfg
+        .write_gap
+        .map(|gap| Arc::new(workload::WriteGap::new(gap)));
     for (process, client) in clients.into_iter().enumerate() {
         let (recorder, process) = (recorder.clone(), process as u64);
         match cfg.workload {
@@ -441,8 +462,8 @@ async fn cluster_phase(
                 client,
                 recorder,
                 keys.clone(),
-                process,
-                cfg.seed,
+                (process, cfg.seed),
+                write_gap.clone(),
                 until,
             )),
             Workload::Append => tasks.spawn(append::append_client(
@@ -512,6 +533,11 @@ async fn cluster_phase(
         }
     }
     drop(nemesis);
+    for node in cluster.node_ids() {
+        let port = cluster::metrics_port(cfg.base_port, node);
+        let served = crate::status::metric_sum(port, "meridian_raft_parked_reads_total").await;
+        out.parked_reads.insert(format!("n{node}"), served);
+    }
 
     // Final reads, by a process of their own.
     let process = cfg.concurrency as u64;
@@ -576,6 +602,20 @@ fn summarize(
             exit.node,
             exit.time_ns as f64 / 1e9,
             exit.status
+        );
+    }
+    if !collected.parked_reads.is_empty() {
+        eprintln!(
+            "  reads served on parked leases (since each node's last start): {}",
+            collected
+                .parked_reads
+                .iter()
+                .map(|(node, n)| match n {
+                    Some(n) => format!("{node} {n}"),
+                    None => format!("{node} ?"),
+                })
+                .collect::<Vec<_>>()
+                .join(", ")
         );
     }
     for e in &collected.errors {

@@ -98,3 +98,71 @@ pub async fn measured_offset(cluster: &LocalCluster, asker: u64, node: u64) -> O
         })
         .map(|n| (n.clock_offset_ms, n.clock_offset_uncertainty_ms as i64))
 }
+
+/// Bound on reading one node's `/metrics`.
+const METRICS_TIMEOUT: Duration = Duration::from_secs(2);
+/// Most bytes of one `/metrics` answer read.
+const MAX_METRICS_BYTES: u64 = 4 << 20;
+
+/// The sum of every sample of metric `name` (any labels) on the node whose metrics are served
+/// at 127.0.0.1:`port`; `None` if it does not answer in time or does not export it. Counters
+/// start at 0 when a node starts, so after a restart this counts since the restart.
+pub async fn metric_sum(port: u16, name: &str) -> Option<u64> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let body = tokio::time::timeout(METRICS_TIMEOUT, async {
+        let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .ok()?;
+        stream
+            .write_all(b"GET /metrics HTTP/1.1\r\nHost: meridian\r\nConnection: close\r\n\r\n")
+            .await
+            .ok()?;
+        let mut text = String::new();
+        stream
+            .take(MAX_METRICS_BYTES)
+            .read_to_string(&mut text)
+            .await
+            .ok()?;
+        Some(text)
+    })
+    .await
+    .ok()??;
+    sum_samples(&body, name)
+}
+
+/// The sum of the samples of `name` in a Prometheus text exposition (`name value` or
+/// `name{labels} value`); `None` if there is none.
+pub fn sum_samples(text: &str, name: &str) -> Option<u64> {
+    let mut sum = None;
+    for line in text.lines() {
+        let Some(rest) = line.strip_prefix(name) else {
+            continue;
+        };
+        let rest = match rest.chars().next() {
+            Some('{') => match rest.find('}') {
+                Some(end) => &rest[end + 1..],
+                None => continue,
+            },
+            Some(' ') => rest,
+            _ => continue, // another metric whose name starts with `name`
+        };
+        if let Ok(value) = rest.trim().parse::<f64>() {
+            *sum.get_or_insert(0) += value as u64;
+        }
+    }
+    sum
+}
+
+#[cfg(test)]
+mod tests {
+    use super::sum_samples;
+
+    /// Labelled and bare samples add up; comments and longer names do not count.
+    #[test]
+    fn samples_are_summed_by_exact_name() {
+        let text = "# HELP m_total reads\n# TYPE m_total counter\nm_total{shard=\"1\"} 3\n\
+                    m_total{shard=\"2\"} 4\nm_total_extra 100\nm_total 5\nother 9\n";
+        assert_eq!(sum_samples(text, "m_total"), Some(12));
+        assert_eq!(sum_samples(text, "absent"), None);
+    }
+}

@@ -223,7 +223,37 @@ fn cas_outcome(
     }
 }
 
-/// One register client until `until`: half reads; of the rest, a compare-and-swap from the
+/// Register keys written at most once per `gap` (`--write-gap-ms`), shared by every client:
+/// between two writes a key's shard has only reads, so it quiesces and serves them on its
+/// parked lease.
+pub struct WriteGap {
+    gap: Duration,
+    last_write: std::sync::Mutex<std::collections::HashMap<String, Instant>>,
+}
+
+impl WriteGap {
+    pub fn new(gap: Duration) -> WriteGap {
+        WriteGap {
+            gap,
+            last_write: Default::default(),
+        }
+    }
+
+    /// Whether the caller may write `key` at `now`; if so, the key's next write is `gap` away.
+    pub fn claim(&self, key: &str, now: Instant) -> bool {
+        let mut last = self.last_write.lock().unwrap_or_else(|p| p.into_inner());
+        match last.get(key) {
+            Some(at) if now.saturating_duration_since(*at) < self.gap => false,
+            _ => {
+                last.insert(key.to_string(), now);
+                true
+            }
+        }
+    }
+}
+
+/// One register client until `until`: half reads (with a `write_gap`, every op on a key whose
+/// last write is younger than the gap); of the rest, a compare-and-swap from the
 /// value this client last saw for the key (when it saw one) half the time, else a blind write.
 /// Every written value is unique (`"<process>-<counter>"`), as the checker's pruning and the
 /// stale-read control need.
@@ -231,8 +261,8 @@ pub async fn register_client(
     client: Client,
     recorder: Arc<Recorder>,
     keys: Arc<Vec<String>>,
-    process: u64,
-    seed: u64,
+    (process, seed): (u64, u64),
+    write_gap: Option<Arc<WriteGap>>,
     until: Instant,
 ) {
     let mut rng = StdRng::seed_from_u64(seed.wrapping_add(process));
@@ -240,7 +270,11 @@ pub async fn register_client(
     let mut last_seen: std::collections::HashMap<String, String> = Default::default();
     while Instant::now() < until {
         let key = keys[rng.gen_range(0..keys.len())].as_str();
-        if rng.gen_bool(0.5) {
+        let read = match &write_gap {
+            Some(gap) => !gap.claim(key, Instant::now()),
+            None => rng.gen_bool(0.5),
+        };
+        if read {
             recorder.record(
                 process,
                 OpKind::Invoke,
@@ -517,6 +551,19 @@ mod tests {
         assert_eq!(element_of(b"set/0000000042", b"42"), json!(42));
         assert!(element_of(b"set/0000000042", b"43").is_string());
         assert!(element_of(b"set/0000000042", b"x").is_string());
+    }
+
+    /// A key is written once per gap, whoever asks; keys are independent.
+    #[test]
+    fn write_gap_allows_one_write_per_gap_per_key() {
+        let gap = WriteGap::new(Duration::from_secs(5));
+        let t = Instant::now();
+        assert!(gap.claim("a", t));
+        assert!(!gap.claim("a", t + Duration::from_secs(1)));
+        assert!(gap.claim("b", t + Duration::from_secs(1)));
+        assert!(!gap.claim("a", t + Duration::from_millis(4_999)));
+        assert!(gap.claim("a", t + Duration::from_secs(5)));
+        assert!(!gap.claim("a", t + Duration::from_secs(6)));
     }
 
     /// The recorder keeps indices and times in order.
