@@ -98,6 +98,10 @@ pub struct MultiRaft {
     pub started_ms: u64,
     /// Reads served on a parked lease, without waking their shard (see `parked_promise`).
     pub parked_reads: std::sync::atomic::AtomicU64,
+    /// This node runs quiesce rounds (`spawn_quiescence` with quiescence enabled): only then
+    /// do its replicas park on a peer's `Quiesce`, since only then does its loop watch parked
+    /// followers' leaders and retry the release of their promises.
+    pub quiescing: std::sync::atomic::AtomicBool,
 }
 
 /// Peers with a message of one kind in flight: at most one each, so a slow peer costs one
@@ -175,6 +179,7 @@ impl MultiRaft {
             )),
             started_ms: crate::quiesce::now_ms(),
             parked_reads: Default::default(),
+            quiescing: Default::default(),
             raft_config,
         }))
     }

@@ -333,6 +333,16 @@ impl ShardReplica {
             .promise
             .forbidding(candidate, ledger, now_ms(), etmax)
     }
+
+    /// Whether this replica holds a promise in force now (one that lapsed is dropped, not
+    /// counted: `meridian_raft_parked_promises`).
+    pub fn promise_in_force(&self, ledger: &PingLedger) -> bool {
+        let etmax = self.raft.config().election_timeout_max;
+        self.quiet
+            .promise
+            .in_force(ledger, now_ms(), etmax)
+            .is_some()
+    }
 }
 
 #[cfg(test)]
@@ -425,6 +435,32 @@ mod tests {
         // election_timeout_max after the leader's node was last heard: lapsed.
         assert_eq!(slot.forbidding(2, &ledger, now + E, E), None);
         assert_eq!(slot.held(), None, "a lapsed promise is dropped");
+    }
+
+    /// The metric counts promises in force: one whose leader's node was never heard (or fell
+    /// silent) is held until something looks at it, and must not count.
+    #[tokio::test]
+    async fn a_replica_counts_only_a_promise_in_force() {
+        let node = crate::proposals::tests::one_node(false).await;
+        let replica = &node.replica;
+        // one_node's election_timeout_max: 300 ms.
+        let ledger = &PingLedger::new(300);
+        replica.quiet.promise.make(Promise {
+            leader: 7,
+            lapses: 0,
+        });
+        assert!(replica.quiet.promise.held().is_some());
+        assert!(
+            !replica.promise_in_force(ledger),
+            "node 7 was never heard: the promise has lapsed"
+        );
+        assert_eq!(replica.quiet.promise.held(), None);
+        let token = ledger.hear(7);
+        replica.quiet.promise.make(Promise {
+            leader: 7,
+            lapses: token.lapses,
+        });
+        assert!(replica.promise_in_force(ledger));
     }
 
     #[test]

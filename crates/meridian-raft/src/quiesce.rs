@@ -19,8 +19,8 @@
 //!        on, one heartbeat at once; a follower wakes on any message from its leader; woken by
 //!        anyone else (a candidate's vote request) it first asks its leader to `Wake` and keeps
 //!        its election timer off until the leader is heard (or `election_timeout_max` passes)
-//!  flapping: a leader woken within 10× its idle threshold of parking doubles the threshold
-//!        (up to 64× `election_timeout_max`); one that stayed parked longer goes back to the
+//!  flapping: a leader woken within 2× its idle threshold of parking doubles the threshold
+//!        (up to 8× `election_timeout_max`); one that stayed parked longer goes back to the
 //!        base, so a cold but touched shard stops paying a quiesce round and a wake per request
 //!  dead leader: every node pings every other node once per heartbeat_interval (one message
 //!        per node pair, not per shard); a parked follower whose leader's node has not been
@@ -131,17 +131,31 @@ impl Quiet {
 
 /// Longest idle time a shard may be made to wait for before it quiesces, in multiples of the
 /// base threshold.
-pub const MAX_IDLE_THRESHOLD_FACTOR: u64 = 64;
+pub const MAX_IDLE_THRESHOLD_FACTOR: u64 = 8;
+
+/// A wake that comes less than this many thresholds after the parking counts as flapping.
+pub const FLAP_FACTOR: u64 = 2;
 
 /// The idle time a leader needs before it quiesces again, after a wake that came `parked_for_ms`
-/// after it parked. A shard woken soon after parking (within 10× its threshold) doubles its
-/// threshold, up to [`MAX_IDLE_THRESHOLD_FACTOR`]× the base; one that stayed parked longer goes
-/// back to the base. So a shard touched every few seconds — a cold key of a zipfian workload —
-/// stops paying a quiesce round and a wake (a ReadIndex round instead of a lease read) for each
-/// request, while a really idle shard still quiesces after `base`.
+/// after it parked. A shard woken soon after parking (within [`FLAP_FACTOR`]× its threshold)
+/// doubles its threshold, up to [`MAX_IDLE_THRESHOLD_FACTOR`]× the base; one that stayed parked
+/// longer goes back to the base. So a shard touched about as often as its threshold stops
+/// paying a quiesce round and a wake (the woken leader's first write waits for a quorum round)
+/// for each request, while a shard idle for a few thresholds at a time still quiesces, and one
+/// whose writes stop (reads served on the parked lease do not wake it) parks again within
+/// 8 × `base`.
+///
+/// Why these factors: a parking costs a few messages per follower (a `Quiesce` and its answer;
+/// at the wake, a `Wake` and its answer), and the first write after it one extra round trip,
+/// while an awake leader sends each follower a heartbeat every `heartbeat_interval`, several
+/// per `base` (loopback timings: 12). A shard that stays parked for 2 × its threshold has saved
+/// more messages than its parking cost. The cap was 64
+/// before reads were served on parked leases: a shard then woken by reads stayed awake for up
+/// to 64 × `base` after a write load ended, and a read-only load that followed paid its
+/// heartbeats (YCSB C after A at 256 shards, `bench/results/2026-12-07/parked-reads/`).
 pub fn next_idle_threshold(current_ms: u64, base_ms: u64, parked_for_ms: u64) -> u64 {
     let current = current_ms.max(base_ms);
-    if parked_for_ms < current.saturating_mul(10) {
+    if parked_for_ms < current.saturating_mul(FLAP_FACTOR) {
         current
             .saturating_mul(2)
             .min(base_ms.saturating_mul(MAX_IDLE_THRESHOLD_FACTOR))
@@ -401,6 +415,7 @@ impl MultiRaft {
     /// parked followers; with `rest_followers`, also the resting loop (see `rest`) when the
     /// Raft timings leave it room. Also starts the clock fence over what the pings measure.
     pub fn spawn_quiescence(self: &Arc<Self>, enabled: bool, rest_followers: bool) {
+        self.quiescing.store(enabled, SeqCst);
         crate::clock_fence::spawn_for(self);
         let host = self.clone();
         let in_flight = Arc::new(InFlight::default());
@@ -497,6 +512,18 @@ impl MultiRaft {
         }
     }
 
+    /// After a quiesce round a follower refused: the next one waits for the doubled idle
+    /// threshold (see [`next_idle_threshold`]), counted from now.
+    fn back_off(&self, replica: &ShardReplica) {
+        let base = self.raft_config.election_timeout_max;
+        let current = replica.quiet.idle_threshold_ms.load(SeqCst);
+        replica
+            .quiet
+            .idle_threshold_ms
+            .store(next_idle_threshold(current, base, 0), SeqCst);
+        replica.quiet.last_activity_ms.fetch_max(now_ms(), SeqCst);
+    }
+
     /// One quiesce round for a shard this node leads (see the module docs).
     async fn quiesce(&self, replica: &ShardReplica, activity: u64) {
         let runtime = replica.raft.runtime_config();
@@ -544,6 +571,13 @@ impl MultiRaft {
         let answers = futures::future::join_all(asks).await;
         let all_parked = answers.iter().all(|(_, (parked, _))| *parked);
         if !all_parked || !unchanged() {
+            if unchanged() {
+                // A follower refused with nothing new here: behind, or on a node that does not
+                // quiesce (`--quiesce false`), which refuses every time. Back off as a
+                // flapping shard does, so such a shard pays a failed round at most once per
+                // 8 × the base, not once per base.
+                self.back_off(replica);
+            }
             runtime.heartbeat(true);
             return;
         }

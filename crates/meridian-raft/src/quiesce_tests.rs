@@ -30,17 +30,19 @@ fn leader_view() -> GroupView {
 #[test]
 fn a_shard_woken_soon_after_parking_waits_longer_before_the_next_quiesce() {
     let base = 1_000;
-    // Woken 2 s after parking (< 10 × 1 s): the threshold doubles, and keeps doubling...
-    assert_eq!(next_idle_threshold(0, base, 2_000), 2_000);
-    assert_eq!(next_idle_threshold(2_000, base, 5_000), 4_000);
-    // ... up to 64 × the base.
+    // Woken 1.5 s after parking (< 2 × 1 s): the threshold doubles, and keeps doubling...
+    assert_eq!(next_idle_threshold(0, base, 1_500), 2_000);
+    assert_eq!(next_idle_threshold(2_000, base, 3_999), 4_000);
+    // ... up to 8 × the base.
+    assert_eq!(MAX_IDLE_THRESHOLD_FACTOR, 8);
+    assert_eq!(next_idle_threshold(4_000, base, 1_000), 8_000);
     assert_eq!(
-        next_idle_threshold(64_000, base, 1_000),
+        next_idle_threshold(8_000, base, 1_000),
         base * MAX_IDLE_THRESHOLD_FACTOR
     );
-    // Parked long enough (≥ 10 × its threshold): back to the base.
-    assert_eq!(next_idle_threshold(4_000, base, 40_000), base);
-    assert_eq!(next_idle_threshold(0, base, 10_000), base);
+    // Parked long enough (≥ 2 × its threshold): back to the base.
+    assert_eq!(next_idle_threshold(4_000, base, 8_000), base);
+    assert_eq!(next_idle_threshold(0, base, 2_000), base);
 }
 
 #[test]

@@ -420,6 +420,15 @@ impl RaftTransport for TransportService {
         let Some(replica) = self.host.get(ShardId(req.shard_id)) else {
             return self.reply(Ok(false));
         };
+        if !self
+            .host
+            .quiescing
+            .load(std::sync::atomic::Ordering::SeqCst)
+        {
+            // `--quiesce false`: nothing here would wake a parked replica when its leader's
+            // node dies, nor retry the release of its promise.
+            return self.reply(Ok(false));
+        }
         let rpc: crate::quiesce::QuiesceRequest = decode_payload(&req)?;
         // Heard before parking: a promise counts lapses from the token it is made with.
         let token = self.host.ping_ledger.hear(req.from_node);

@@ -193,7 +193,7 @@ pub fn render(node: &Node, admission: &Admission) -> String {
     let (mut awake, mut quiesced, mut led, mut resting) = (0u64, 0u64, 0u64, 0u64);
     let (mut parked_leases, mut promises) = (0u64, 0u64);
     for replica in node.host.replicas() {
-        if replica.quiet.promise.held().is_some() {
+        if replica.promise_in_force(&node.host.ping_ledger) {
             promises += 1;
         }
         if replica.is_quiesced() {
