@@ -149,10 +149,10 @@ pub const FLAP_FACTOR: u64 = 2;
 /// at the wake, a `Wake` and its answer), and the first write after it one extra round trip,
 /// while an awake leader sends each follower a heartbeat every `heartbeat_interval`, several
 /// per `base` (loopback timings: 12). A shard that stays parked for 2 × its threshold has saved
-/// more messages than its parking cost. The cap was 64
-/// before reads were served on parked leases: a shard then woken by reads stayed awake for up
-/// to 64 × `base` after a write load ended, and a read-only load that followed paid its
-/// heartbeats (YCSB C after A at 256 shards, `bench/results/2026-12-07/parked-reads/`).
+/// more messages than its parking cost. The cap was 64 before reads were served on parked
+/// leases: a shard then woken by reads stayed awake for up to 64 × `base` after a write load
+/// ended, and a read-only load that followed paid its heartbeats (YCSB C after A at 256
+/// shards, `bench/results/2026-12-07/parked-reads/`).
 pub fn next_idle_threshold(current_ms: u64, base_ms: u64, parked_for_ms: u64) -> u64 {
     let current = current_ms.max(base_ms);
     if parked_for_ms < current.saturating_mul(FLAP_FACTOR) {

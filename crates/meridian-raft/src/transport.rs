@@ -368,7 +368,9 @@ impl RaftTransport for TransportService {
             tokio::spawn(async move {
                 if host.settle_for_transfer(&replica, target).await {
                     replica.on_transfer_leader(target);
-                    let _ = replica.raft.handle_transfer_leader(rpc).await;
+                    if let Err(e) = replica.raft.handle_transfer_leader(rpc).await {
+                        tracing::info!(shard = %replica.shard, target, error = %e, "a deferred leader transfer failed");
+                    }
                 } else {
                     tracing::info!(shard = %replica.shard, target, "dropping a leader transfer: still in the restart quarantine or under a promise");
                 }
