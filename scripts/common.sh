@@ -71,6 +71,23 @@ prune_stale_binaries() {
     while read -r stale; do rm -f "$deps/$stale"; done
 }
 
+# report_disk LABEL: prints the free space where the build and the tests write (the shared
+# target directory and /tmp) and warns below 4 GiB. The machines share their disk with others
+# and have been seen with under 300 MB free; a test that then fails with ENOSPC says so in
+# its own output, and this line puts the figure beside it.
+report_disk() {
+  local target="${CARGO_TARGET_DIR:-/var/tmp/meridian-target}" dir free
+  for dir in "$target" /tmp; do
+    [[ -d "$dir" ]] || dir="$(dirname "$dir")"
+    free="$(df -Pk "$dir" 2>/dev/null | awk 'NR == 2 { print $4 }')"
+    [[ -n "$free" ]] || continue
+    say "disk $1: $((free / 1024)) MiB free under $dir"
+    if ((free < 4 * 1024 * 1024)); then
+      echo "warning: under 4 GiB free under $dir; tests that write RocksDB or etcd data may fail with 'No space left on device'" >&2
+    fi
+  done
+}
+
 ensure_build_deps() {
   command -v cargo >/dev/null || { echo "error: cargo (Rust toolchain) is required" >&2; exit 1; }
   # libclang: bindgen for librocksdb-sys. protoc: tonic-prost-build. g++: RocksDB itself.

@@ -34,10 +34,12 @@ export MERIDIAN_BENCH_ETCD="http://127.0.0.1:$ETCD_PORT"
 say "building and running the test suite (release profile, shared with the demo)"
 cd "$ROOT"
 prune_stale_binaries
+report_disk "before the test suite"
 status=0
 cargo nextest run --workspace --release --locked --no-fail-fast "$@" || status=$?
 # The run linked this generation's binaries: older ones of the same names go.
 prune_stale_binaries
+report_disk "after the test suite"
 ((status == 0)) || exit "$status"
 
 if [[ "${MERIDIAN_SKIP_DOCKER:-0}" != 1 ]]; then
@@ -48,4 +50,5 @@ fi
 if [[ "${MERIDIAN_SKIP_JEPSEN:-0}" != 1 ]]; then
   say "running the short Jepsen matrix (jepsen/ci.sh)"
   "$ROOT/jepsen/ci.sh"
+  report_disk "after the Jepsen matrix"
 fi
