@@ -719,4 +719,30 @@ mod tests {
             None
         );
     }
+
+    /// Every timing the node's own checks accept, openraft accepts too, so a bad setting is
+    /// refused at load with the setting's name rather than by openraft when the first shard
+    /// starts. openraft also wants the widest gap between heartbeats (twice the interval,
+    /// since `heartbeat_min_interval` equals it, plus one tick of 13/64 of it, at least
+    /// 1 ms) below `election_timeout_min`: a 1 ms interval with a 3 ms minimum passed the
+    /// "a third of the minimum" rule and not openraft's.
+    #[test]
+    fn timings_the_node_accepts_openraft_accepts() {
+        let mut accepted = 0;
+        for hb in 1..=40u64 {
+            for min in 1..=130u64 {
+                let mut args = crate::config::test_args();
+                args.heartbeat_interval_ms = Some(hb);
+                args.election_timeout_min_ms = Some(min);
+                let Ok(cfg) = NodeConfig::load(&args) else {
+                    continue;
+                };
+                accepted += 1;
+                if let Err(e) = raft_config(&cfg).validate() {
+                    panic!("heartbeat {hb} ms, election timeout min {min} ms: the node accepts it, openraft refuses: {e}");
+                }
+            }
+        }
+        assert!(accepted > 1_000, "only {accepted} timings accepted");
+    }
 }

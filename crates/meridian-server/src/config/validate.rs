@@ -177,10 +177,12 @@ impl NodeConfig {
             None => crate::home::parse_rules(c, &initial_cluster)?,
         };
         let r = &file.raft;
-        if r.heartbeat_interval_ms == 0 || r.heartbeat_interval_ms * 3 > r.election_timeout_min_ms {
+        // openraft wants the widest gap between heartbeats, 2 intervals plus a tick of at least
+        // 1 ms, below the minimum election timeout: at 1 ms a third is not enough.
+        if r.heartbeat_interval_ms < 2 || r.heartbeat_interval_ms * 3 > r.election_timeout_min_ms {
             return Err(err(
                 "raft.heartbeat_interval_ms",
-                "must be > 0 and at most a third of raft.election_timeout_min_ms",
+                "must be at least 2 and at most a third of raft.election_timeout_min_ms",
             ));
         }
         if r.election_timeout_max_ms <= r.election_timeout_min_ms {
