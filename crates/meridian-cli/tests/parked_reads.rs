@@ -4,7 +4,8 @@
 //! 1. Idle, every group parks and holds its parked lease; every follower replica holds a
 //!    promise to its leader (`meridian_raft_parked_promises`).
 //! 2. Linearizable reads of every key are served on the parked leases: they return what was
-//!    written, `meridian_raft_parked_reads_total` counts them, and no group wakes. A
+//!    written, `meridian_raft_parked_reads_total` counts them, and no group wakes; so are a
+//!    batch read and a scan of every key (one count per shard asked). A
 //!    ReadIndex read (which asks for a quorum round) wakes its group instead: the control
 //!    that the count and the quiet state tell the two paths apart.
 //! 3. A vote request for another candidate, sent straight over the peer transport to a
@@ -126,6 +127,28 @@ async fn scenario() {
     );
     let (quiet, all) = quiesced(&node_statuses(&cluster, &nodes).await);
     assert_eq!(quiet, all, "no group woke for the parked reads");
+    // So are batch reads and scan pages, one count per shard asked.
+    let before = total("meridian_raft_parked_reads_total");
+    let got = client.batch_get(keys.clone()).await.expect("batch read");
+    assert!(
+        got.iter().all(|v| v.as_deref() == Some(&b"v1"[..])),
+        "{got:?}"
+    );
+    let batched = total("meridian_raft_parked_reads_total") - before;
+    let before = total("meridian_raft_parked_reads_total");
+    let rows = client
+        .scan(bytes::Bytes::new(), None, 1_000, false)
+        .await
+        .expect("scan");
+    let scanned: Vec<_> = rows.iter().map(|r| r.key.clone()).collect();
+    assert_eq!(scanned, keys, "the scan returns every key once, in order");
+    let paged = total("meridian_raft_parked_reads_total") - before;
+    assert!(
+        batched >= 1 && paged >= 1,
+        "served on parked leases: {batched} batch parts, {paged} scan pages"
+    );
+    let (quiet, all) = quiesced(&node_statuses(&cluster, &nodes).await);
+    assert_eq!(quiet, all, "no group woke for the batch read or the scan");
     // The control: a ReadIndex read takes a quorum round, so it wakes its group.
     let mut config = meridian_client::ClientConfig::new(cluster.endpoints());
     config.read_consistency = meridian_client::ReadConsistency::LinearizableReadIndex;

@@ -195,11 +195,9 @@ impl Kv for KvService {
         check_route(&desc, req.route.as_ref())?;
         let shard = desc.id;
         let t0 = std::time::Instant::now();
-        let read_ts = if parked {
-            self.read_ts_now(&replica)?
-        } else {
-            self.linearize(shard, &replica, req.consistency).await?
-        };
+        let read_ts = self
+            .plain_read_ts(shard, &replica, parked, req.consistency)
+            .await?;
         let t1 = t0.elapsed();
         let (key, probe) = (req.key.clone(), req.key.clone());
         let found = self
@@ -286,10 +284,14 @@ impl Kv for KvService {
         if stale.is_some() && req.snapshot.is_some() {
             return Err(invalid("a stale read takes no transaction snapshot").into());
         }
-        // A stale read must not wake a quiesced follower (see `kv_follower`).
-        let replica = match stale {
-            Some(_) => self.stale_replica(shard)?,
-            None => self.node.replica(shard)?,
+        // A stale read must not wake a quiesced follower (see `kv_follower`); a plain page may
+        // be served on a lease without waking its shard, as a point read (`route_shard_read`).
+        let plain_lease_ok = req.snapshot.is_none()
+            && req.consistency != ReadConsistency::LinearizableReadIndex as i32;
+        let (replica, parked) = match stale {
+            Some(_) => (self.stale_replica(shard)?, false),
+            None if plain_lease_ok => self.route_shard_read(shard, true)?,
+            None => (self.node.replica(shard)?, false),
         };
         // Every page at its own linearizable timestamp: an earlier page's timestamp is not a
         // stable snapshot (a write below it may be applied after it was chosen), so reusing it
@@ -325,7 +327,10 @@ impl Kv for KvService {
         let read_ts = match (snapshot, stale_read) {
             (Some(snap), _) => snap.read_ts,
             (None, Some(read)) => read.read_ts,
-            (None, None) => self.linearize(shard, &replica, req.consistency).await?,
+            (None, None) => {
+                self.plain_read_ts(shard, &replica, parked, req.consistency)
+                    .await?
+            }
         };
         // Clamp [start, end) to the shard's range.
         let start = std::cmp::max(req.start.to_vec(), desc.start.clone());
@@ -431,14 +436,19 @@ impl Kv for KvService {
                 self.stale_batch_get(shard, req.keys, mode).await?,
             ));
         }
-        let replica = self.node.replica(shard)?;
         if let Some(spec) = &req.snapshot {
+            let replica = self.node.replica(shard)?;
             return Ok(Response::new(
                 self.snapshot_batch_get(shard, &replica, req.keys, spec, req.consistency, req.lock)
                     .await?,
             ));
         }
-        let read_ts = self.linearize(shard, &replica, req.consistency).await?;
+        // As a point read: on a lease, without waking the shard (`route_shard_read`).
+        let lease_ok = req.consistency != ReadConsistency::LinearizableReadIndex as i32;
+        let (replica, parked) = self.route_shard_read(shard, lease_ok)?;
+        let read_ts = self
+            .plain_read_ts(shard, &replica, parked, req.consistency)
+            .await?;
         let keys = Arc::new(req.keys);
         let probe = keys.clone();
         let found = self

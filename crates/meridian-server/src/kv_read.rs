@@ -101,28 +101,57 @@ impl KvService {
     }
 
     /// The shard owning `key` and this node's replica of it, for a linearizable point read
-    /// that may use a lease (`lease_ok`: not `LINEARIZABLE_READ_INDEX`). Without waking the
-    /// shard or counting as its activity, a leader serves the read on its parked lease (the
-    /// third value is true: no Raft round; see `meridian_raft::parked_promise`) or, awake or
-    /// parked, on its openraft lease while that has margin. So a read load alone lets a shard
-    /// quiesce, and its reads move from the one lease to the other as it parks. Anything
-    /// else (a follower, no lease) wakes the shard first, as every other request does.
+    /// (see [`Self::route_shard_read`]).
     pub(crate) fn route_read(
         &self,
         key: &[u8],
         lease_ok: bool,
     ) -> Result<(ShardDescriptor, Arc<ShardReplica>, bool)> {
         let desc = self.node.map().lookup(key).clone();
-        if let Some(replica) = self.node.host.get(desc.id).filter(|_| lease_ok) {
+        let (replica, parked) = self.route_shard_read(desc.id, lease_ok)?;
+        Ok((desc, replica, parked))
+    }
+
+    /// This node's replica of `shard`, for a linearizable read (a point read, a batch read or
+    /// a scan page, none in a transaction) that may use a lease (`lease_ok`: not
+    /// `LINEARIZABLE_READ_INDEX`). Without waking the shard or counting as its activity, a
+    /// leader serves the read on its parked lease (the second value is true: no Raft round;
+    /// see `meridian_raft::parked_promise`) or, awake or parked, on its openraft lease while
+    /// that has margin. So a read load alone lets a shard quiesce, and its reads move from the
+    /// one lease to the other as it parks. Anything else (a follower, no lease) wakes the
+    /// shard first, as every other request does. Either lease covers the whole shard, so what
+    /// holds for one key holds for a batch or a range of them.
+    pub(crate) fn route_shard_read(
+        &self,
+        shard: ShardId,
+        lease_ok: bool,
+    ) -> Result<(Arc<ShardReplica>, bool)> {
+        if let Some(replica) = self.node.host.get(shard).filter(|_| lease_ok) {
             if self.node.host.serves_parked_read(&replica) {
-                return Ok((desc, replica, true));
+                return Ok((replica, true));
             }
             if replica.raft.is_leader() && self.lease_has_margin(&replica) {
-                return Ok((desc, replica, false));
+                return Ok((replica, false));
             }
         }
-        let replica = self.node.replica(desc.id)?;
-        Ok((desc, replica, false))
+        Ok((self.node.replica(shard)?, false))
+    }
+
+    /// The timestamp of a plain linearizable read on `replica`, routed by
+    /// [`Self::route_shard_read`]: on a parked lease, now (no round); otherwise as
+    /// [`Self::linearize`] decides.
+    pub(crate) async fn plain_read_ts(
+        &self,
+        shard: ShardId,
+        replica: &ShardReplica,
+        parked: bool,
+        consistency: i32,
+    ) -> Result<Timestamp> {
+        if parked {
+            self.read_ts_now(replica)
+        } else {
+            self.linearize(shard, replica, consistency).await
+        }
     }
 
     /// The timestamp of a linearizable read once the replica's leadership is confirmed (by a
