@@ -71,6 +71,41 @@ prune_stale_binaries() {
     while read -r stale; do rm -f "$deps/$stale"; done
 }
 
+# prune_unlisted_binaries: after a test run, deletes every executable in release/deps that is
+# neither one of the workspace's current test binaries (nextest's list; nothing is rebuilt,
+# the run just built them) nor a program cargo uplifted to release/ (the same file): older
+# generations, and binaries of test targets that no longer exist, which the newest-of-each-name
+# rule above keeps forever (the cluster tests were 39 binaries of ~470 MB each).
+prune_unlisted_binaries() {
+  local release="${CARGO_TARGET_DIR:-/var/tmp/meridian-target}/release" list
+  [[ -d "$release/deps" ]] || return 0
+  command -v python3 >/dev/null || { say "python3 missing: stale test binaries not pruned"; return 0; }
+  list="$(mktemp)"
+  if cargo nextest list --workspace --release --locked --list-type binaries-only \
+       --message-format json >"$list" 2>/dev/null; then
+    python3 - "$release" "$list" <<'PY' >&2 || say "pruning stale test binaries failed (left in place)"
+import json, os, sys
+release, listing = sys.argv[1], sys.argv[2]
+keep = {os.path.realpath(b["binary-path"]) for b in json.load(open(listing))["rust-binaries"].values()}
+def executables(d):
+    for name in os.listdir(d):
+        path = os.path.join(d, name)
+        if "." not in name and os.path.isfile(path) and os.access(path, os.X_OK):
+            yield path
+uplifted = {os.stat(p).st_ino for p in executables(release)}
+count = freed = 0
+for path in executables(os.path.join(release, "deps")):
+    st = os.stat(path)
+    if os.path.realpath(path) in keep or st.st_ino in uplifted:
+        continue
+    os.remove(path)
+    count, freed = count + 1, freed + st.st_size
+print(f"==> removed {count} stale executables from {release}/deps ({freed / 2**30:.1f} GiB)")
+PY
+  fi
+  rm -f "$list"
+}
+
 # report_disk LABEL: prints the free space where the build and the tests write (the shared
 # target directory and /tmp) and warns below 4 GiB. The machines share their disk with others
 # and have been seen with under 300 MB free; a test that then fails with ENOSPC says so in

@@ -1,7 +1,7 @@
 //! The closed-economy workload end to end against embedded RocksDB (an
 //! `OptimisticTransactionDB`), through `run_cli`: contended transfers conserve the total and
 //! the validation says so; transfers done without a transaction would not (see the Meridian
-//! cluster test `crates/meridian-cli/tests/txn.rs` for that control on a real cluster).
+//! cluster test `crates/meridian-cli/tests/cluster/txn.rs` for that control on a real cluster).
 
 use std::path::Path;
 
