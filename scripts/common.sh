@@ -58,24 +58,46 @@ find_libclang_dir() {
   [[ -n "$lib" ]] && dirname "$lib"
 }
 
-# prune_stale_binaries: in the shared target directory's release/deps, deletes every
-# executable (test binaries, `name-<hash>`) but the newest of each name. Each change to the
-# dependency graph links a new generation beside the old ones (hundreds of MB each with debug
-# line tables); left alone they filled this machine's disk (79 GB) and made the linker fail.
+# prune_stale_binaries: before a build, deletes from the shared target directory's
+# release/deps every executable (`name-<hash>`) named after no target of the workspace (a test
+# file since removed or merged); it needs no build (`cargo metadata`), so their space is free
+# before the build needs it. Older generations of current targets go after the run
+# (`prune_unlisted_binaries`, which knows exactly which are current). Each binary is hundreds
+# of MB with debug line tables; left alone they filled this machine's disk (79 GB) and made
+# the linker fail, and stop 52's CI ran out of space two minutes into the tests.
 prune_stale_binaries() {
-  local deps="${CARGO_TARGET_DIR:-/var/tmp/meridian-target}/release/deps"
+  local deps="${CARGO_TARGET_DIR:-/var/tmp/meridian-target}/release/deps" targets
   [[ -d "$deps" ]] || return 0
-  find "$deps" -maxdepth 1 -type f -perm -u+x ! -name '*.*' -printf '%T@ %f\n' |
-    sort -rn |
-    awk '{ name = $2; sub(/-[0-9a-f]+$/, "", name); if (seen[name]++) print $2 }' |
-    while read -r stale; do rm -f "$deps/$stale"; done
+  command -v python3 >/dev/null || return 0
+  targets="$(mktemp)"
+  if (cd "$ROOT" && cargo metadata --no-deps --locked --format-version 1 >"$targets" 2>/dev/null); then
+    python3 - "$deps" "$targets" <<'PY' >&2 || true
+import json, os, re, sys
+deps, meta = sys.argv[1], sys.argv[2]
+names = {t["name"].replace("-", "_") for p in json.load(open(meta))["packages"] for t in p["targets"]}
+count = freed = 0
+for name in os.listdir(deps):
+    path = os.path.join(deps, name)
+    m = re.fullmatch(r"(.+)-[0-9a-f]{16}", name)
+    if not m or not os.path.isfile(path) or not os.access(path, os.X_OK):
+        continue
+    if m.group(1).replace("-", "_") in names:
+        continue
+    freed += os.stat(path).st_size
+    os.remove(path)
+    count += 1
+if count:
+    print(f"==> removed {count} executables of retired targets from {deps} ({freed / 2**30:.1f} GiB)")
+PY
+  fi
+  rm -f "$targets"
 }
 
 # prune_unlisted_binaries: after a test run, deletes every executable in release/deps that is
 # neither one of the workspace's current test binaries (nextest's list; nothing is rebuilt,
 # the run just built them) nor a program cargo uplifted to release/ (the same file): older
-# generations, and binaries of test targets that no longer exist, which the newest-of-each-name
-# rule above keeps forever (the cluster tests were 39 binaries of ~470 MB each).
+# generations (each change to the dependency graph or to a package's features links new ones
+# beside the old) and binaries of test targets that no longer exist.
 prune_unlisted_binaries() {
   local release="${CARGO_TARGET_DIR:-/var/tmp/meridian-target}/release" list
   [[ -d "$release/deps" ]] || return 0

@@ -38,7 +38,6 @@ report_disk "before the test suite"
 status=0
 cargo nextest run --workspace --release --locked --no-fail-fast "$@" || status=$?
 # The run linked this generation's binaries: older ones, and those of retired targets, go.
-prune_stale_binaries
 prune_unlisted_binaries
 report_disk "after the test suite"
 ((status == 0)) || exit "$status"
