@@ -6,9 +6,7 @@
 //! test's target directory (`<target>/release/meridian`), which `cargo nextest run --workspace`
 //! builds; it is not built here.
 
-mod common;
-
-use common::meridian_binary;
+use crate::common::meridian_binary;
 
 use meridian_bench::cli::run_cli;
 use meridian_bench::compare::stores::find_on_path;

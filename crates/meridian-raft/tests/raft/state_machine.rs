@@ -2,8 +2,6 @@
 //! restart from persisted state, snapshot files moving data between engines, retried writes
 //! applied once, bad commands rejected without a panic, and crash-atomic snapshot install.
 
-mod common;
-
 use bytes::Bytes;
 use meridian_raft::state_machine::ShardStateMachine;
 use meridian_raft::types::Entry;
@@ -62,7 +60,7 @@ async fn apply(sm: &mut ShardStateMachine, entries: Vec<Entry>) {
 }
 
 fn open(engine: &Arc<dyn Engine>, dir: &std::path::Path) -> ShardStateMachine {
-    common::open_shard(SHARD, engine, dir)
+    crate::common::open_shard(SHARD, engine, dir)
 }
 
 fn read(engine: &Arc<dyn Engine>, key: &str) -> Option<(Timestamp, Vec<u8>)> {

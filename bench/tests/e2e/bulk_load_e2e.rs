@@ -2,8 +2,6 @@
 //! is written once, under the key `load` would use, with a value `run` can decode; and a `run`
 //! of reads finds every record it asks for.
 
-mod common;
-
 use std::time::Duration;
 
 use meridian_bench::cli::{run_cli, CliOutcome};
@@ -22,7 +20,7 @@ fn args(parts: &[&str]) -> Vec<String> {
 async fn bulk_load_writes_every_record_that_run_then_reads() {
     let dir = tempfile::tempdir().expect("temp dir");
     let cluster = LocalCluster::start(LocalClusterConfig::new(
-        common::meridian_binary(),
+        crate::common::meridian_binary(),
         3,
         BASE_PORT,
         dir.path(),

@@ -2,8 +2,6 @@
 //! before it whatever the apply batching, its threshold survives a reopen and travels with a
 //! snapshot, and its pages resume where the previous one stopped.
 
-mod common;
-
 use bytes::Bytes;
 use meridian_raft::state_machine::ShardStateMachine;
 use meridian_raft::types::Entry;
@@ -49,7 +47,7 @@ async fn apply(sm: &mut ShardStateMachine, entries: Vec<Entry>) -> Vec<CommandRe
 }
 
 fn open(engine: &Arc<dyn Engine>, dir: &std::path::Path) -> ShardStateMachine {
-    common::open_shard(SHARD, engine, dir)
+    crate::common::open_shard(SHARD, engine, dir)
 }
 
 /// Every stored entry of the shard's data, raw: its shard-local keys, then its span's.

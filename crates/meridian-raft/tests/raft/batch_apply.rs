@@ -6,8 +6,6 @@
 //! result, every key's newest version, the closed timestamp and the prepared locks; and a
 //! control that the comparison sees member order.
 
-mod common;
-
 use bytes::Bytes;
 use meridian_raft::locks::Decision;
 use meridian_raft::state_machine::ShardStateMachine;
@@ -195,7 +193,7 @@ fn entry_at(index: u64, cmd: Command) -> Entry {
 }
 
 fn open(engine: &Arc<dyn Engine>, dir: &std::path::Path) -> ShardStateMachine {
-    common::open_shard(SHARD, engine, dir)
+    crate::common::open_shard(SHARD, engine, dir)
 }
 
 /// What every key reads as at the end, and the shard's closed timestamp.

@@ -7,9 +7,8 @@
 //! meridian`), which `cargo nextest run --workspace` builds.
 
 use meridian_bench::cli::run_cli;
-mod common;
 
-use common::meridian_binary;
+use crate::common::meridian_binary;
 
 /// Nodes 20_001..20_003 (clients) and 20_101..20_103 (Raft), links 20_200..20_205 (peers) and
 /// 20_300..20_308 (clients).

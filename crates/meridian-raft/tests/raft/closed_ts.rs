@@ -2,8 +2,6 @@
 //! timestamp with the batch it is applied in, a side-channel offer waits for its index, and
 //! what was closed survives a snapshot install (which replaces the rest of the lock table).
 
-mod common;
-
 use bytes::Bytes;
 use meridian_raft::state_machine::ShardStateMachine;
 use meridian_raft::types::Entry;
@@ -41,7 +39,7 @@ fn blank(index: u64) -> Entry {
 }
 
 fn open(engine: &Arc<dyn Engine>, dir: &std::path::Path) -> ShardStateMachine {
-    common::open_shard(SHARD, engine, dir)
+    crate::common::open_shard(SHARD, engine, dir)
 }
 
 /// Only an entry applied in the term it was closed in raises the closed timestamp, and an
