@@ -18,6 +18,7 @@ fn args(parts: &[&str]) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bulk_load_writes_every_record_that_run_then_reads() {
+    let _servers = crate::common::SERVERS.lock().await;
     let dir = tempfile::tempdir().expect("temp dir");
     let cluster = LocalCluster::start(LocalClusterConfig::new(
         crate::common::meridian_binary(),

@@ -67,6 +67,7 @@ fn server_children() -> Vec<String> {
 /// SVG, and every server is gone with its ports free.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn short_comparison_of_all_stores() {
+    let _servers = crate::common::SERVERS.lock().await;
     if !etcd_available() {
         return;
     }

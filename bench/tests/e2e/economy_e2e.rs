@@ -17,6 +17,7 @@ fn workload() -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn contended_transfers_keep_the_total() {
+    let _servers = crate::common::SERVERS.lock().await;
     let dir = tempfile::tempdir().unwrap();
     let args: Vec<String> = [
         "meridian-ycsb",

@@ -16,6 +16,7 @@ const BASE_PORT: u16 = 20_000;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn short_geo_run_measures_every_phase_and_the_oracle_costs_a_round_trip() {
+    let _servers = crate::common::SERVERS.lock().await;
     let dir = tempfile::tempdir().expect("temp dir");
     let out = dir.path().join("out");
     let data = dir.path().join("data");

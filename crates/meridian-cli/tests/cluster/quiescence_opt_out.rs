@@ -15,7 +15,7 @@ const SHARDS: u32 = 4;
 /// few seconds (election_timeout_max 1.2 s, then one quiesce round).
 const WATCH: Duration = Duration::from_secs(15);
 /// Node 3's metrics port.
-const METRICS_PORT: u16 = 27_590;
+const METRICS_PORT: u16 = 15_590;
 /// Most quiesce rounds a shard led elsewhere may ask node 3 for during [`WATCH`]: each refusal
 /// doubles the leader's idle threshold (1.2, 2.4, 4.8, 9.6 s), so about 3 rounds; retrying
 /// once per threshold would be about 10.
@@ -30,7 +30,7 @@ async fn scenario() {
     let dir = tempfile::tempdir().unwrap();
     let metrics = format!("127.0.0.1:{METRICS_PORT}");
     let node3: &[&str] = &["--quiesce", "false", "--metrics-addr", &metrics];
-    let cluster = start_cluster(27_500, dir.path(), SHARDS, &[(3, node3)]);
+    let cluster = start_cluster(15_500, dir.path(), SHARDS, &[(3, node3)]);
     cluster
         .wait_ready(READY_TIMEOUT)
         .await
