@@ -744,5 +744,14 @@ mod tests {
             }
         }
         assert!(accepted > 1_000, "only {accepted} timings accepted");
+        // Three times a huge interval must not wrap around below the minimum.
+        let mut args = crate::config::test_args();
+        args.heartbeat_interval_ms = Some(u64::MAX / 3 + 1);
+        args.election_timeout_min_ms = Some(3_000);
+        args.election_timeout_max_ms = Some(6_000);
+        assert!(
+            NodeConfig::load(&args).is_err(),
+            "a wrapped 3 x interval passed"
+        );
     }
 }

@@ -250,3 +250,19 @@ fn unknown_file_fields_are_rejected() {
     let e = NodeConfig::load(&a).unwrap_err().to_string();
     assert!(e.contains("bogus"), "{e}");
 }
+
+/// A bound computed from a huge setting must not wrap around and let a small one pass: each
+/// of these was accepted in a release build (and panicked in a debug one).
+#[test]
+fn huge_settings_do_not_wrap_the_bounds_they_set() {
+    let mut a = test_args();
+    a.max_offset_ms = Some(u64::MAX / 4 + 1);
+    a.gc_ttl_ms = Some(60_000);
+    let e = NodeConfig::load(&a).expect_err("a wrapped 4 x max_offset_ms");
+    assert!(e.to_string().contains("cluster.gc_ttl_ms"), "{e}");
+    let mut a = test_args();
+    a.closed_ts_interval_ms = Some(u64::MAX / 4 + 1);
+    a.closed_ts_lag_ms = Some(60_000);
+    let e = NodeConfig::load(&a).expect_err("a wrapped 4 x closed_ts_interval_ms");
+    assert!(e.to_string().contains("cluster.closed_ts_lag_ms"), "{e}");
+}

@@ -143,12 +143,12 @@ impl NodeConfig {
         }
         // A linearizable read is served at a clock reading that may lag the leader that chose
         // the threshold by up to max_offset: the history kept must cover that and more.
-        if c.gc_ttl_ms != 0 && c.gc_ttl_ms < MIN_GC_TTL_OFFSETS * c.max_offset_ms {
+        if c.gc_ttl_ms != 0 && c.gc_ttl_ms < MIN_GC_TTL_OFFSETS.saturating_mul(c.max_offset_ms) {
             return Err(err(
                 "cluster.gc_ttl_ms",
                 format!(
                     "must be 0 (never collect) or at least {MIN_GC_TTL_OFFSETS} x max_offset_ms ({} ms)",
-                    MIN_GC_TTL_OFFSETS * c.max_offset_ms
+                    MIN_GC_TTL_OFFSETS.saturating_mul(c.max_offset_ms)
                 ),
             ));
         }
@@ -161,13 +161,14 @@ impl NodeConfig {
         // An idle shard's closed timestamp is republished every interval; a lag of a few
         // intervals keeps a follower's bound from lapsing between two rounds.
         if c.closed_ts_lag_ms != 0
-            && c.closed_ts_lag_ms < MIN_CLOSED_TS_LAG_INTERVALS * c.closed_ts_interval_ms
+            && c.closed_ts_lag_ms
+                < MIN_CLOSED_TS_LAG_INTERVALS.saturating_mul(c.closed_ts_interval_ms)
         {
             return Err(err(
                 "cluster.closed_ts_lag_ms",
                 format!(
                     "must be 0 (no follower reads) or at least {MIN_CLOSED_TS_LAG_INTERVALS} x closed_ts_interval_ms ({} ms)",
-                    MIN_CLOSED_TS_LAG_INTERVALS * c.closed_ts_interval_ms
+                    MIN_CLOSED_TS_LAG_INTERVALS.saturating_mul(c.closed_ts_interval_ms)
                 ),
             ));
         }
@@ -179,7 +180,9 @@ impl NodeConfig {
         let r = &file.raft;
         // openraft wants the widest gap between heartbeats, 2 intervals plus a tick of at least
         // 1 ms, below the minimum election timeout: at 1 ms a third is not enough.
-        if r.heartbeat_interval_ms < 2 || r.heartbeat_interval_ms * 3 > r.election_timeout_min_ms {
+        if r.heartbeat_interval_ms < 2
+            || r.heartbeat_interval_ms.saturating_mul(3) > r.election_timeout_min_ms
+        {
             return Err(err(
                 "raft.heartbeat_interval_ms",
                 "must be at least 2 and at most a third of raft.election_timeout_min_ms",
