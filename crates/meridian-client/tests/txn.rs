@@ -198,7 +198,7 @@ async fn a_transaction_that_writes_two_shards_prepares_each_under_one_id_and_anc
     txn.put("a", "1").unwrap();
     txn.put("z", "1").unwrap();
     // The fake refuses prepares (a multi-shard commit runs against real nodes in meridian-cli's
-    // tests/txn.rs): the refusal comes back, and the transaction is aborted at its anchor.
+    // tests/cluster/txn.rs): the refusal comes back, and the transaction is aborted at its anchor.
     let e = txn.commit().await.unwrap_err();
     assert!(e.to_string().contains("the fake does not prepare"), "{e}");
     let prepares = fake.world.prepares.lock().unwrap().clone();

@@ -26,7 +26,7 @@
 //! each member in order through the same [`ApplyBatch::apply`], with the entry's term: a
 //! member sees every earlier member in `pending`, is fenced, checked and deduplicated on its
 //! own, and its result is its own ([`CommandResult::batch`]). So a batch writes exactly what
-//! its members would have written as consecutive entries (`tests/batch_apply.rs` checks it).
+//! its members would have written as consecutive entries (`tests/raft/batch_apply.rs` checks it).
 //! Only the batch's shape (size, members that are fenced data commands, no nesting) can
 //! refuse it whole.
 //!

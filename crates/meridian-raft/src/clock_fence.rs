@@ -42,7 +42,7 @@
 //! does nothing: it takes [`CHECKS_TO_FENCE`] in a row, [`CHECK_INTERVAL`] apart, and pings run
 //! every heartbeat interval (400 ms by default), so the checks read different samples. So a
 //! node fences about 3 s after it can first measure its peers (on loopback, a node started
-//! 450 ms ahead exited 3.1 s after it was spawned: `tests/clock_offset.rs` in meridian-cli).
+//! 450 ms ahead exited 3.1 s after it was spawned: `tests/cluster/clock_offset.rs` in meridian-cli).
 //!
 //! # Pings carry no HLC
 //! The measurement must work exactly when clocks are bad. While pings carried the sender's HLC

@@ -2,7 +2,7 @@
 //!
 //! This module holds the rules, as pure functions, their model, and the ping records
 //! ([`PingLedger`]). `parked_promise` enforces them: followers keep their promises, and a
-//! parked leader whose lease holds serves linearizable point reads without waking its shard
+//! parked leader whose lease holds serves linearizable plain reads (point, batch, scan page) without waking its shard
 //! (`MultiRaft::serves_parked_read`). The design is in `docs/parked-reads.md`.
 //!
 //! # Why

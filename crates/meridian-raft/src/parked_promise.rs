@@ -1,5 +1,6 @@
 //! Parked leases, enforced: followers keep their promises, and a parked leader whose lease
-//! holds serves reads ([`MultiRaft::serves_parked_read`], used by the server's point reads).
+//! holds serves reads ([`MultiRaft::serves_parked_read`], used by the server's plain reads:
+//! `Get`, `BatchGet` parts and scan pages outside transactions).
 //!
 //! `parked_lease` states the rules; this module makes the nodes keep them. A follower that
 //! parks under leader L (answering L's `Quiesce`) makes a [`Promise`]: while it is in force,

@@ -2,7 +2,7 @@
 //! coalesce, how an entry's result is split among its members), then the queue against a
 //! one-voter shard in this process (coalescing, answers, keeps, a follower's refusal, a sender
 //! that ends early). Against a real cluster: meridian-cli's `coalesced_writes` test; apply of
-//! a batch: `tests/batch_apply.rs`.
+//! a batch: `tests/raft/batch_apply.rs`.
 
 use super::*;
 use bytes::Bytes;

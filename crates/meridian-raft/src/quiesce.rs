@@ -37,7 +37,7 @@
 //! Quiescence only switches openraft's timers (`runtime_config().tick`, `.heartbeat`); every
 //! message is still processed, so Raft's safety does not depend on it. A parked leader's last
 //! quorum acknowledgement ages, so it serves no openraft lease read until a new heartbeat
-//! round (the wake) renews it. It may instead serve point reads on a parked lease, built from
+//! round (the wake) renews it. It may instead serve plain reads on a parked lease, built from
 //! the node-level pings (`parked_lease`), which its parked followers' promises back: they
 //! refuse other candidates until it releases them or its node falls silent
 //! (`parked_promise`).

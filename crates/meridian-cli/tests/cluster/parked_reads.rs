@@ -141,9 +141,10 @@ async fn scenario() {
     let scanned: Vec<_> = rows.iter().map(|r| r.key.clone()).collect();
     assert_eq!(scanned, keys, "the scan returns every key once, in order");
     let paged = total("meridian_raft_parked_reads_total") - before;
+    // The keys may all sit in one shard; the scan asks every data shard for a page.
     assert!(
-        batched >= 1 && paged >= 1,
-        "served on parked leases: {batched} batch parts, {paged} scan pages"
+        batched >= 1 && paged >= u64::from(SHARDS),
+        "served on parked leases: {batched} batch parts, {paged} scan pages of {SHARDS} shards"
     );
     let (quiet, all) = quiesced(&node_statuses(&cluster, &nodes).await);
     assert_eq!(quiet, all, "no group woke for the batch read or the scan");

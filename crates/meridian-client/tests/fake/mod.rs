@@ -326,7 +326,7 @@ impl Kv for FakeNode {
             return Err(Status::unknown("h2 protocol error: connection reset"));
         }
         if let Some(prepare) = &r.prepare {
-            // Two-phase commit is tested against real nodes (meridian-cli's tests/txn.rs); the
+            // Two-phase commit is tested against real nodes (meridian-cli's tests/cluster/txn.rs); the
             // fake records what it was asked and refuses, unless `two_phase` is set.
             let key = r.writes.first().map(|w| w.key.clone()).unwrap_or_default();
             let shard = self.lead("prepare", &key, false)?;

@@ -1,10 +1,12 @@
 //! Helpers shared by the cluster tests: real `meridian start` processes on loopback.
 //!
 //! Every test uses its own port range (nodes at base+i and base+100+i) and temporary
-//! directory, and every wait is bounded. Tests in one binary are serialized ([`run_scenario`])
-//! because a 3-node cluster already keeps this 2-core machine busy.
+//! directory, and every wait is bounded. nextest runs each test in its own process, one cluster
+//! test at a time (`.config/nextest.toml`); under plain `cargo test` the tests, all in this one
+//! binary, are serialized by [`run_scenario`], because a 3-node cluster already keeps this
+//! 2-core machine busy.
 
-#![allow(dead_code)] // each test binary uses a different subset
+#![allow(dead_code)] // kept for tests to come; the binary's modules use most of it
 
 use meridian_cli::{LocalCluster, LocalClusterConfig};
 use meridian_client::{Client, ClientConfig};
@@ -28,7 +30,7 @@ fn serial() -> MutexGuard<'static, ()> {
         .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
-/// Runs one cluster scenario: alone in its binary, on a fresh multi-threaded runtime, within
+/// Runs one cluster scenario: alone in its process, on a fresh multi-threaded runtime, within
 /// TEST_TIMEOUT. Started nodes die with the scenario (LocalCluster's Drop) even on panic.
 pub fn run_scenario(scenario: impl std::future::Future<Output = ()>) {
     let _serial = serial();
