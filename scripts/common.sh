@@ -60,7 +60,8 @@ find_libclang_dir() {
 
 # prune_stale_binaries: before a build, deletes from the shared target directory's
 # release/deps every executable (`name-<hash>`) named after no target of the workspace (a test
-# file since removed or merged); it needs no build (`cargo metadata`), so their space is free
+# file since removed or merged) and not linked in the last hour (another checkout sharing the
+# directory may be running it); it needs no build (`cargo metadata`), so their space is free
 # before the build needs it. Older generations of current targets go after the run
 # (`prune_unlisted_binaries`, which knows exactly which are current). Each binary is hundreds
 # of MB with debug line tables; left alone they filled this machine's disk (79 GB) and made
@@ -69,10 +70,10 @@ prune_stale_binaries() {
   local deps="${CARGO_TARGET_DIR:-/var/tmp/meridian-target}/release/deps" targets
   [[ -d "$deps" ]] || return 0
   command -v python3 >/dev/null || return 0
-  targets="$(mktemp)"
+  targets="$(mktemp)" || return 0
   if (cd "$ROOT" && cargo metadata --no-deps --locked --format-version 1 >"$targets" 2>/dev/null); then
     python3 - "$deps" "$targets" <<'PY' >&2 || true
-import json, os, re, sys
+import json, os, re, sys, time
 deps, meta = sys.argv[1], sys.argv[2]
 names = {t["name"].replace("-", "_") for p in json.load(open(meta))["packages"] for t in p["targets"]}
 count = freed = 0
@@ -81,7 +82,8 @@ for name in os.listdir(deps):
     m = re.fullmatch(r"(.+)-[0-9a-f]{16}", name)
     if not m or not os.path.isfile(path) or not os.access(path, os.X_OK):
         continue
-    if m.group(1).replace("-", "_") in names:
+    # Another checkout sharing the directory may be running what it built in the last hour.
+    if m.group(1).replace("-", "_") in names or time.time() - os.stat(path).st_mtime < 3600:
         continue
     freed += os.stat(path).st_size
     os.remove(path)
@@ -93,21 +95,23 @@ PY
   rm -f "$targets"
 }
 
-# prune_unlisted_binaries: after a test run, deletes every executable in release/deps that is
-# neither one of the workspace's current test binaries (nextest's list; nothing is rebuilt,
-# the run just built them) nor a program cargo uplifted to release/ (the same file): older
-# generations (each change to the dependency graph or to a package's features links new ones
-# beside the old) and binaries of test targets that no longer exist.
+# prune_unlisted_binaries SINCE: after a test run that began at SINCE (epoch seconds), deletes
+# every executable in release/deps linked before SINCE that is neither one of the workspace's
+# current test binaries (nextest's list; nothing is rebuilt, the run just built them) nor a
+# program cargo uplifted to release/ (the same file): older generations (each change to the
+# dependency graph or to a package's features links new ones beside the old) and binaries of
+# test targets that no longer exist. What was linked during the run and is not listed belongs
+# to another checkout sharing the directory, and stays.
 prune_unlisted_binaries() {
-  local release="${CARGO_TARGET_DIR:-/var/tmp/meridian-target}/release" list
+  local release="${CARGO_TARGET_DIR:-/var/tmp/meridian-target}/release" since="$1" list
   [[ -d "$release/deps" ]] || return 0
   command -v python3 >/dev/null || { say "python3 missing: stale test binaries not pruned"; return 0; }
-  list="$(mktemp)"
+  list="$(mktemp)" || return 0
   if cargo nextest list --workspace --release --locked --list-type binaries-only \
        --message-format json >"$list" 2>/dev/null; then
-    python3 - "$release" "$list" <<'PY' >&2 || say "pruning stale test binaries failed (left in place)"
+    python3 - "$release" "$list" "$since" <<'PY' >&2 || say "pruning stale test binaries failed (left in place)"
 import json, os, sys
-release, listing = sys.argv[1], sys.argv[2]
+release, listing, since = sys.argv[1], sys.argv[2], float(sys.argv[3])
 keep = {os.path.realpath(b["binary-path"]) for b in json.load(open(listing))["rust-binaries"].values()}
 def executables(d):
     for name in os.listdir(d):
@@ -118,7 +122,8 @@ uplifted = {os.stat(p).st_ino for p in executables(release)}
 count = freed = 0
 for path in executables(os.path.join(release, "deps")):
     st = os.stat(path)
-    if os.path.realpath(path) in keep or st.st_ino in uplifted:
+    # Linked since this run began: another checkout's, sharing the directory (`since`).
+    if os.path.realpath(path) in keep or st.st_ino in uplifted or st.st_mtime >= since:
         continue
     os.remove(path)
     count, freed = count + 1, freed + st.st_size
@@ -136,7 +141,7 @@ report_disk() {
   local target="${CARGO_TARGET_DIR:-/var/tmp/meridian-target}" dir free
   for dir in "$target" /tmp; do
     [[ -d "$dir" ]] || dir="$(dirname "$dir")"
-    free="$(df -Pk "$dir" 2>/dev/null | awk 'NR == 2 { print $4 }')"
+    free="$(df -Pk "$dir" 2>/dev/null | awk 'NR == 2 { print $4 }')" || true
     [[ -n "$free" ]] || continue
     say "disk $1: $((free / 1024)) MiB free under $dir"
     if ((free < 4 * 1024 * 1024)); then

@@ -36,9 +36,10 @@ cd "$ROOT"
 prune_stale_binaries
 report_disk "before the test suite"
 status=0
+run_started="$(date +%s)"
 cargo nextest run --workspace --release --locked --no-fail-fast "$@" || status=$?
 # The run linked this generation's binaries: older ones, and those of retired targets, go.
-prune_unlisted_binaries
+prune_unlisted_binaries "$run_started"
 report_disk "after the test suite"
 ((status == 0)) || exit "$status"
 
