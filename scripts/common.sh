@@ -72,25 +72,7 @@ prune_stale_binaries() {
   command -v python3 >/dev/null || return 0
   targets="$(mktemp)" || return 0
   if (cd "$ROOT" && cargo metadata --no-deps --locked --format-version 1 >"$targets" 2>/dev/null); then
-    python3 - "$deps" "$targets" <<'PY' >&2 || true
-import json, os, re, sys, time
-deps, meta = sys.argv[1], sys.argv[2]
-names = {t["name"].replace("-", "_") for p in json.load(open(meta))["packages"] for t in p["targets"]}
-count = freed = 0
-for name in os.listdir(deps):
-    path = os.path.join(deps, name)
-    m = re.fullmatch(r"(.+)-[0-9a-f]{16}", name)
-    if not m or not os.path.isfile(path) or not os.access(path, os.X_OK):
-        continue
-    # Another checkout sharing the directory may be running what it built in the last hour.
-    if m.group(1).replace("-", "_") in names or time.time() - os.stat(path).st_mtime < 3600:
-        continue
-    freed += os.stat(path).st_size
-    os.remove(path)
-    count += 1
-if count:
-    print(f"==> removed {count} executables of retired targets from {deps} ({freed / 2**30:.1f} GiB)")
-PY
+    python3 "$ROOT/scripts/prune_binaries.py" retired "$deps" "$targets" >&2 || true
   fi
   rm -f "$targets"
 }
@@ -109,26 +91,8 @@ prune_unlisted_binaries() {
   list="$(mktemp)" || return 0
   if cargo nextest list --workspace --release --locked --list-type binaries-only \
        --message-format json >"$list" 2>/dev/null; then
-    python3 - "$release" "$list" "$since" <<'PY' >&2 || say "pruning stale test binaries failed (left in place)"
-import json, os, sys
-release, listing, since = sys.argv[1], sys.argv[2], float(sys.argv[3])
-keep = {os.path.realpath(b["binary-path"]) for b in json.load(open(listing))["rust-binaries"].values()}
-def executables(d):
-    for name in os.listdir(d):
-        path = os.path.join(d, name)
-        if "." not in name and os.path.isfile(path) and os.access(path, os.X_OK):
-            yield path
-uplifted = {os.stat(p).st_ino for p in executables(release)}
-count = freed = 0
-for path in executables(os.path.join(release, "deps")):
-    st = os.stat(path)
-    # Linked since this run began: another checkout's, sharing the directory (`since`).
-    if os.path.realpath(path) in keep or st.st_ino in uplifted or st.st_mtime >= since:
-        continue
-    os.remove(path)
-    count, freed = count + 1, freed + st.st_size
-print(f"==> removed {count} stale executables from {release}/deps ({freed / 2**30:.1f} GiB)")
-PY
+    python3 "$ROOT/scripts/prune_binaries.py" unlisted "$release" "$list" "$since" >&2 ||
+      say "pruning stale test binaries failed (left in place)"
   fi
   rm -f "$list"
 }

@@ -189,9 +189,7 @@ impl Kv for KvService {
         if let Some(mode) = stale_mode(req.consistency, req.staleness.as_ref())? {
             return Ok(Response::new(self.stale_get(req, mode).await?));
         }
-        // An explicit ReadIndex read asks for a quorum round: no parked lease for it.
-        let parked_ok = req.consistency != ReadConsistency::LinearizableReadIndex as i32;
-        let (desc, replica, parked) = self.route_read(&req.key, parked_ok)?;
+        let (desc, replica, parked) = self.route_read(&req.key, req.consistency)?;
         check_route(&desc, req.route.as_ref())?;
         let shard = desc.id;
         let t0 = std::time::Instant::now();
@@ -286,11 +284,9 @@ impl Kv for KvService {
         }
         // A stale read must not wake a quiesced follower (see `kv_follower`); a plain page may
         // be served on a lease without waking its shard, as a point read (`route_shard_read`).
-        let plain_lease_ok = req.snapshot.is_none()
-            && req.consistency != ReadConsistency::LinearizableReadIndex as i32;
         let (replica, parked) = match stale {
             Some(_) => (self.stale_replica(shard)?, false),
-            None if plain_lease_ok => self.route_shard_read(shard, true)?,
+            None if req.snapshot.is_none() => self.route_shard_read(shard, req.consistency)?,
             None => (self.node.replica(shard)?, false),
         };
         // Every page at its own linearizable timestamp: an earlier page's timestamp is not a
@@ -444,8 +440,7 @@ impl Kv for KvService {
             ));
         }
         // As a point read: on a lease, without waking the shard (`route_shard_read`).
-        let lease_ok = req.consistency != ReadConsistency::LinearizableReadIndex as i32;
-        let (replica, parked) = self.route_shard_read(shard, lease_ok)?;
+        let (replica, parked) = self.route_shard_read(shard, req.consistency)?;
         let read_ts = self
             .plain_read_ts(shard, &replica, parked, req.consistency)
             .await?;

@@ -105,16 +105,16 @@ impl KvService {
     pub(crate) fn route_read(
         &self,
         key: &[u8],
-        lease_ok: bool,
+        consistency: i32,
     ) -> Result<(ShardDescriptor, Arc<ShardReplica>, bool)> {
         let desc = self.node.map().lookup(key).clone();
-        let (replica, parked) = self.route_shard_read(desc.id, lease_ok)?;
+        let (replica, parked) = self.route_shard_read(desc.id, consistency)?;
         Ok((desc, replica, parked))
     }
 
     /// This node's replica of `shard`, for a linearizable read (a point read, a batch read or
-    /// a scan page, none in a transaction) that may use a lease (`lease_ok`: not
-    /// `LINEARIZABLE_READ_INDEX`). Without waking the shard or counting as its activity, a
+    /// a scan page, none in a transaction) at `consistency`, which may use a lease unless it
+    /// is `LINEARIZABLE_READ_INDEX` (that asks for a quorum round). Without waking the shard or counting as its activity, a
     /// leader serves the read on its parked lease (the second value is true: no Raft round;
     /// see `meridian_raft::parked_promise`) or, awake or parked, on its openraft lease while
     /// that has margin. So a read load alone lets a shard quiesce, and its reads move from the
@@ -124,8 +124,9 @@ impl KvService {
     pub(crate) fn route_shard_read(
         &self,
         shard: ShardId,
-        lease_ok: bool,
+        consistency: i32,
     ) -> Result<(Arc<ShardReplica>, bool)> {
+        let lease_ok = consistency != ReadConsistency::LinearizableReadIndex as i32;
         if let Some(replica) = self.node.host.get(shard).filter(|_| lease_ok) {
             if self.node.host.serves_parked_read(&replica) {
                 return Ok((replica, true));

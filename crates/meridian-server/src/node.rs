@@ -721,8 +721,8 @@ mod tests {
     }
 
     /// Every timing the node's own checks accept, openraft accepts too, so a bad setting is
-    /// refused at load with the setting's name rather than by openraft when the first shard
-    /// starts. openraft also wants the widest gap between heartbeats (twice the interval,
+    /// refused at load with the setting's name rather than by openraft when the node starts
+    /// (`MultiRaft::new`). openraft also wants the widest gap between heartbeats (twice the interval,
     /// since `heartbeat_min_interval` equals it, plus one tick of 13/64 of it, at least
     /// 1 ms) below `election_timeout_min`: a 1 ms interval with a 3 ms minimum passed the
     /// "a third of the minimum" rule and not openraft's.
@@ -744,14 +744,5 @@ mod tests {
             }
         }
         assert!(accepted > 1_000, "only {accepted} timings accepted");
-        // Three times a huge interval must not wrap around below the minimum.
-        let mut args = crate::config::test_args();
-        args.heartbeat_interval_ms = Some(u64::MAX / 3 + 1);
-        args.election_timeout_min_ms = Some(3_000);
-        args.election_timeout_max_ms = Some(6_000);
-        assert!(
-            NodeConfig::load(&args).is_err(),
-            "a wrapped 3 x interval passed"
-        );
     }
 }

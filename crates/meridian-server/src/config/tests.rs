@@ -265,4 +265,12 @@ fn huge_settings_do_not_wrap_the_bounds_they_set() {
     a.closed_ts_lag_ms = Some(60_000);
     let e = NodeConfig::load(&a).expect_err("a wrapped 4 x closed_ts_interval_ms");
     assert!(e.to_string().contains("cluster.closed_ts_lag_ms"), "{e}");
+    let mut a = test_args();
+    a.heartbeat_interval_ms = Some(u64::MAX / 3 + 1);
+    a.election_timeout_min_ms = Some(3_000);
+    a.election_timeout_max_ms = Some(6_000);
+    assert!(
+        NodeConfig::load(&a).is_err(),
+        "a wrapped 3 x interval passed"
+    );
 }
