@@ -31,7 +31,8 @@
 #  11. read the wan's `status`: every peer link, and the client links the clients used, must
 #      have forwarded bytes
 #  12. `docker-compose down -v` — always, from an EXIT trap, also after a failure (which first
-#      prints the containers' state, health-check output and logs)
+#      prints each container's log tail, then their states and health checks; the failure
+#      itself is repeated as the last line, since CI shows the tail of the output)
 #
 # Exits 0 without running anything, saying SKIP, only when no Docker engine is reachable.
 #
@@ -169,8 +170,12 @@ COMPOSE+=(-p "$PROJECT" -f "$DOCKER_DIR/compose.yaml")
 
 STARTED_AT=$SECONDS
 log() { printf '[%4ds] %s\n' "$((SECONDS - STARTED_AT))" "$*"; }
+# The failure, repeated as the last line of the output (after the diagnostics and the
+# teardown, which push it far up): CI shows the output's tail.
+FAILURE=""
 fail() {
-  printf '[%4ds] FAIL: %s\n' "$((SECONDS - STARTED_AT))" "$*" >&2
+  FAILURE="$(printf '[%4ds] FAIL: %s' "$((SECONDS - STARTED_AT))" "$*")"
+  printf '%s\n' "$FAILURE" >&2
   exit 1
 }
 
@@ -193,8 +198,14 @@ container_of() { "${COMPOSE[@]}" ps -q "$1" 2>/dev/null || true; }
 cluster_created=0
 dump_diagnostics() {
   echo "================ diagnostics: ${COMPOSE[*]} ================" >&2
-  "${COMPOSE[@]}" ps >&2 || true
   local service id
+  # The wan's log first (its lines are mostly about links to a node that is down), then each
+  # node's, then every container's state: CI shows the tail of the output.
+  for service in "$WAN_SERVICE" "${SERVICES[@]}"; do
+    echo "---- $service: the last 80 lines of its log" >&2
+    "${COMPOSE[@]}" logs --no-color --timestamps --tail=80 "$service" >&2 || true
+  done
+  "${COMPOSE[@]}" ps >&2 || true
   for service in "$WAN_SERVICE" "${SERVICES[@]}"; do
     id="$(container_of "$service")"
     [[ -n "$id" ]] || continue
@@ -203,8 +214,6 @@ dump_diagnostics() {
     docker inspect -f '{{.State.Status}} exit={{.State.ExitCode}} restarts={{.RestartCount}} started={{.State.StartedAt}}{{if .State.Health}}{{range .State.Health.Log}}
   check at {{.Start}}: exit {{.ExitCode}}{{if ne .ExitCode 0}}: {{.Output}}{{end}}{{end}}{{end}}' "$id" >&2 || true
   done
-  echo "---- container logs (last 150 lines each)" >&2
-  "${COMPOSE[@]}" logs --no-color --timestamps --tail=150 >&2 || true
 }
 cleanup() {
   local status=$?
@@ -215,7 +224,10 @@ cleanup() {
   if ((cluster_created)); then
     local teardown_started=$SECONDS
     log "tearing down: ${COMPOSE[*]} down -v"
-    if ! "${COMPOSE[@]}" down -v --remove-orphans --timeout 30; then
+    # Its progress lines only when it fails (they would push the diagnostics out of CI's view).
+    local teardown_out
+    if ! teardown_out="$("${COMPOSE[@]}" down -v --remove-orphans --timeout 30 2>&1)"; then
+      printf '%s\n' "$teardown_out" >&2
       echo "warning: teardown failed; clean up with: ${COMPOSE[*]} down -v --remove-orphans" >&2
       ((status != 0)) || status=1
     fi
@@ -231,6 +243,7 @@ cleanup() {
   if ((status == 0)); then
     log "PASS docker/test.sh"
   else
+    [[ -z "$FAILURE" ]] || echo "$FAILURE" >&2
     log "docker/test.sh failed (exit $status)"
   fi
   exit "$status"
