@@ -42,9 +42,9 @@ pub struct StartArgs {
     /// Data shards a new cluster is pre-split into.
     #[arg(long)]
     pub initial_shards: Option<u32>,
-    /// Largest clock offset tolerated between nodes, in milliseconds. A node whose clock is
-    /// more than 80% of it off from a majority of the cluster, on 3 checks 1 s apart, stops
-    /// itself with exit status 5.
+    /// Largest clock offset tolerated between nodes, in milliseconds (1 to 60000). A node
+    /// whose clock is more than 80% of it off from a majority of the cluster, on 3 checks 1 s
+    /// apart, stops itself with exit status 5.
     #[arg(long)]
     pub max_offset_ms: Option<u64>,
     /// MVCC history kept for reads in the past, in milliseconds (0 = never collect).

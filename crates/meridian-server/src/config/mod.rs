@@ -54,7 +54,9 @@ mod validate;
 pub use args::StartArgs;
 pub use file::{ClusterSection, FileConfig, RaftSection};
 pub use member::Member;
-pub use validate::{MAX_PROPOSALS_IN_FLIGHT, MIN_CLOSED_TS_LAG_INTERVALS, MIN_GC_TTL_OFFSETS};
+pub use validate::{
+    MAX_MAX_OFFSET_MS, MAX_PROPOSALS_IN_FLIGHT, MIN_CLOSED_TS_LAG_INTERVALS, MIN_GC_TTL_OFFSETS,
+};
 
 use meridian_types::NodeId;
 use std::net::SocketAddr;

@@ -259,7 +259,7 @@ fn huge_settings_do_not_wrap_the_bounds_they_set() {
     a.max_offset_ms = Some(u64::MAX / 4 + 1);
     a.gc_ttl_ms = Some(60_000);
     let e = NodeConfig::load(&a).expect_err("a wrapped 4 x max_offset_ms");
-    assert!(e.to_string().contains("cluster.gc_ttl_ms"), "{e}");
+    assert!(e.to_string().contains("cluster.max_offset_ms"), "{e}");
     let mut a = test_args();
     a.closed_ts_interval_ms = Some(u64::MAX / 4 + 1);
     a.closed_ts_lag_ms = Some(60_000);
@@ -273,4 +273,21 @@ fn huge_settings_do_not_wrap_the_bounds_they_set() {
         NodeConfig::load(&a).is_err(),
         "a wrapped 3 x interval passed"
     );
+}
+
+/// `max_offset_ms` has an upper bound: every wait it sets (a new leader's, a commit's, a
+/// restarted node's) is that long, and HLC admission converts it into uhlc's 32.32 fixed point,
+/// where a value near `u64::MAX` ms wraps. 4.6e18 ms was accepted.
+#[test]
+fn max_offset_above_a_minute_is_refused() {
+    let mut a = test_args();
+    a.max_offset_ms = Some(MAX_MAX_OFFSET_MS);
+    a.gc_ttl_ms = Some(0);
+    NodeConfig::load(&a).expect("a minute is accepted");
+    for v in [MAX_MAX_OFFSET_MS + 1, u64::MAX / 4 + 1, u64::MAX] {
+        a.max_offset_ms = Some(v);
+        let e = NodeConfig::load(&a).expect_err("past a minute");
+        assert!(e.to_string().contains("cluster.max_offset_ms"), "{v}: {e}");
+        assert!(e.to_string().contains("at most 60000"), "{v}: {e}");
+    }
 }

@@ -12,6 +12,8 @@ use std::net::SocketAddr;
 pub const MAX_PROPOSALS_IN_FLIGHT: usize = 1_024;
 /// `cluster.gc_ttl_ms` is at least this many `max_offset_ms`.
 pub const MIN_GC_TTL_OFFSETS: u64 = 4;
+/// The largest `cluster.max_offset_ms` accepted: a minute.
+pub const MAX_MAX_OFFSET_MS: u64 = 60_000;
 /// `cluster.closed_ts_lag_ms` (unless 0) is at least this many `closed_ts_interval_ms`.
 pub const MIN_CLOSED_TS_LAG_INTERVALS: u64 = 4;
 
@@ -140,6 +142,14 @@ impl NodeConfig {
         }
         if c.max_offset_ms == 0 {
             return Err(err("cluster.max_offset_ms", "must be > 0"));
+        }
+        // Every wait it sets (a new leader's, a commit's, a restarted node's) is that long,
+        // and HLC admission converts it to uhlc's 32.32 fixed point, where ~4.3e12 ms wraps.
+        if c.max_offset_ms > MAX_MAX_OFFSET_MS {
+            return Err(err(
+                "cluster.max_offset_ms",
+                format!("must be at most {MAX_MAX_OFFSET_MS} (a minute)"),
+            ));
         }
         // A linearizable read is served at a clock reading that may lag the leader that chose
         // the threshold by up to max_offset: the history kept must cover that and more.
