@@ -78,6 +78,7 @@ mod transport_admit;
 pub mod transport_stats;
 pub mod txn_check;
 pub mod types;
+pub mod write_lease;
 
 pub use host::{MultiRaft, ShardReplica, TransportService};
 pub use types::{

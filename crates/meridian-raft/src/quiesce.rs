@@ -93,7 +93,7 @@ pub(crate) fn now_ms() -> u64 {
 #[derive(Default)]
 pub struct Quiet {
     /// This node's id (the replica's own Raft id), fixed at open.
-    me: NodeId,
+    pub(crate) me: NodeId,
     /// Shared with a woken follower's delayed ticker restart, which must not fire if the
     /// replica parked again meanwhile.
     state: Arc<AtomicU8>,

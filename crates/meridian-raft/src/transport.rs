@@ -408,6 +408,8 @@ impl RaftTransport for TransportService {
                 "peers may not propose a coalesced batch".into(),
             ));
         }
+        // `admit` woke the replica; a parked leader's lease must be renewed too.
+        replica.renew_lapsed_lease().await;
         let result = match replica.raft.client_write(cmd).await {
             Ok(resp) => Ok(resp.data),
             Err(e) => Err(write_error_text(&e)),

@@ -120,7 +120,7 @@ async fn pass(node: &Node, shard: ShardId, threshold: u64) -> anyhow::Result<()>
     let mut total = GcResult::default();
     for _ in 0..MAX_PAGES_PER_PASS {
         let cmd = Command::Gc { threshold, from };
-        node.touch(&replica);
+        node.wake_to_write(&replica).await;
         let written = tokio::time::timeout(deadline, replica.raft.client_write(cmd))
             .await
             .map_err(|_| anyhow::anyhow!("a GC page was not applied within {deadline:?}"))?
@@ -170,8 +170,10 @@ async fn collect_records(
     let mut total = GcRecordsResult::default();
     for _ in 0..MAX_PAGES_PER_PASS {
         let cmd = Command::GcRecords { from };
-        // A leader's touch (GC runs on leaders): out of the parked state before proposing.
+        // A leader's touch (GC runs on leaders): out of the parked state before proposing, and
+        // its lease renewed if it lapsed (`meridian_raft::write_lease`).
         let _ = replica.touch();
+        replica.renew_lapsed_lease().await;
         let written = tokio::time::timeout(deadline, replica.raft.client_write(cmd))
             .await
             .map_err(|_| anyhow::anyhow!("a record GC page was not applied within {deadline:?}"))?

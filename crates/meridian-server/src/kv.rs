@@ -63,16 +63,6 @@ use meridian_types::{ShardId, Timestamp};
 use std::sync::Arc;
 use tonic::{Request, Response, Status};
 
-/// How long after the last quorum acknowledgement a leader serves lease reads: the lease
-/// (`election_timeout_max`, what followers wait before voting for another) less a tenth, the
-/// margin for clock-rate drift between nodes, rounded down to whole milliseconds so it never
-/// exceeds the exact fraction. The same window as a parked lease's
-/// (`meridian_raft::parked_lease::lease_window_ms`).
-fn lease_read_window(election_timeout_max_ms: u64) -> std::time::Duration {
-    let ms = meridian_raft::parked_lease::lease_window_ms(election_timeout_max_ms);
-    std::time::Duration::from_millis(ms)
-}
-
 /// The request id of a write, if the client sent one (client_id 0 = none).
 pub(crate) fn request_id(write_id: Option<WriteId>) -> Option<RequestId> {
     write_id.filter(|w| w.client_id != 0).map(|w| RequestId {
@@ -84,15 +74,11 @@ pub(crate) fn request_id(write_id: Option<WriteId>) -> Option<RequestId> {
 pub struct KvService {
     pub(crate) node: Arc<Node>,
     admission: Admission,
-    /// How long after the last quorum acknowledgement lease reads are used (see
-    /// [`KvService::lease_has_margin`]).
-    pub(crate) lease_read_window: std::time::Duration,
 }
 
 impl KvService {
     pub fn new(node: Arc<Node>) -> KvService {
         let permits = MAX_INFLIGHT_PROPOSALS_PER_SHARD * node.map().data.len().max(1);
-        let lease_read_window = lease_read_window(node.config.raft.election_timeout_max_ms);
         crate::kv_early_lock::EarlyLocks::spawn_sweeper(Arc::downgrade(&node));
         KvService {
             node,
@@ -101,7 +87,6 @@ impl KvService {
                 MAX_INFLIGHT_REQUEST_BYTES_PER_NODE,
                 MAX_INFLIGHT_REQUEST_BYTES_PER_CONNECTION,
             ),
-            lease_read_window,
         }
     }
 
@@ -618,25 +603,5 @@ impl Kv for KvService {
             .request_releases
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         Ok(Response::new(ReleaseLocksResponse { released }))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn lease_reads_stop_a_tenth_of_the_lease_early() {
-        use std::time::Duration;
-        assert_eq!(lease_read_window(3_000), Duration::from_millis(2_700));
-        assert_eq!(lease_read_window(1_200), Duration::from_millis(1_080));
-        for lease_ms in [1u64, 7, 150, 999, 3_001, 60_000] {
-            let window = lease_read_window(lease_ms).as_secs_f64() * 1_000.0;
-            assert!(
-                window <= lease_ms as f64 * 0.9,
-                "{lease_ms} ms lease: a {window} ms window leaves less than the margin"
-            );
-            assert!(window > lease_ms as f64 * 0.9 - 1.0, "{lease_ms}: {window}");
-        }
     }
 }

@@ -13,7 +13,6 @@ use meridian_raft::proposals::{ProposeError, MAX_QUEUED};
 use meridian_raft::{Command, CommandResult, ShardReplica};
 use meridian_types::{ShardId, Timestamp};
 use openraft::type_config::async_runtime::WatchReceiver;
-use openraft::{LinearizerOption, ReadPolicy};
 
 impl KvService {
     /// Proposes `cmd` and returns its commit timestamp.
@@ -41,36 +40,19 @@ impl KvService {
         cmd: Command,
         permit: Admitted,
     ) -> Result<CommandResult> {
-        // Timestamps are issued only by a node that knows it leads (see `issued`: a candidate
-        // must not issue before it was elected).
-        let (mut term, mut leader, several_voters) = {
+        // openraft refuses a write while the leader's quorum lease has lapsed (a quiesced
+        // shard's parked leader, or one not yet confirmed since its election) until a quorum
+        // round renews it. Renew it here, one round trip, instead of answering NOT_LEADER with
+        // no hint and leaving the retry and its backoff to the client (see
+        // `meridian_raft::write_lease`). Timestamps are issued only by a node that knows it
+        // leads (see `issued`: a candidate must not issue before it was elected): the term and
+        // leader are read after the renewal.
+        replica.renew_lapsed_lease().await;
+        let (term, leader) = {
             let metrics = replica.raft.metrics();
             let metrics = metrics.borrow_watched();
-            let voters = metrics.membership_config.membership().voter_ids().nth(1);
-            (
-                metrics.current_term,
-                metrics.current_leader,
-                voters.is_some(),
-            )
+            (metrics.current_term, metrics.current_leader)
         };
-        if leader == Some(self.node.config.node_id)
-            && several_voters
-            && !self.lease_has_margin(replica)
-        {
-            // openraft refuses a write while the leader's quorum lease has lapsed (a quiesced
-            // shard's parked leader, or one not yet confirmed since its election) until a
-            // quorum round renews it. Renew it here, one round trip, instead of answering
-            // NOT_LEADER with no hint and leaving the retry and its backoff to the client. A
-            // failure says nothing yet: the leadership check below and openraft decide. The
-            // wait is one round's (`round_wait`), not openraft's default (the whole lease): a
-            // leader cut off from its quorum should answer NOT_LEADER soon, as it did before.
-            let renew = LinearizerOption::from(ReadPolicy::ReadIndex)
-                .with_wait_timeout(self.node.config.raft.round_wait());
-            let _ = replica.ensure_linearizable(renew).await;
-            let metrics = replica.raft.metrics();
-            let metrics = metrics.borrow_watched();
-            (term, leader) = (metrics.current_term, metrics.current_leader);
-        }
         if leader != Some(self.node.config.node_id) {
             return Err(self.node.not_leader(shard, leader).await);
         }

@@ -10,7 +10,6 @@ use meridian_proto::kv::ReadConsistency;
 use meridian_raft::locks::{LockInfo, LockTable};
 use meridian_raft::ShardReplica;
 use meridian_types::{ShardId, Timestamp};
-use openraft::type_config::async_runtime::WatchReceiver;
 use openraft::ReadPolicy;
 use std::sync::Arc;
 use tonic::Request;
@@ -83,23 +82,6 @@ impl KvService {
         )))
     }
 
-    /// Whether this leader's lease has at least a tenth of its length left (see `lease_read_window`).
-    ///
-    /// openraft lets a leader serve lease reads until `election_timeout_max` after the last
-    /// quorum acknowledgement, and followers refuse votes for as long after they last heard
-    /// from it. Both sides measure with their own monotonic clocks, whose rates may differ; the
-    /// leader uses only the first 90% so a slightly fast follower clock cannot end the
-    /// followers' promise while the leader still reads from it. Past that, ReadIndex.
-    pub(crate) fn lease_has_margin(&self, replica: &ShardReplica) -> bool {
-        let acked = replica
-            .raft
-            .data_metrics()
-            .borrow_watched()
-            .last_quorum_acked;
-        acked
-            .is_some_and(|at| openraft::Instant::elapsed(&at.into_inner()) < self.lease_read_window)
-    }
-
     /// The shard owning `key` and this node's replica of it, for a linearizable point read
     /// (see [`Self::route_shard_read`]).
     pub(crate) fn route_read(
@@ -131,7 +113,7 @@ impl KvService {
             if self.node.host.serves_parked_read(&replica) {
                 return Ok((replica, true));
             }
-            if replica.raft.is_leader() && self.lease_has_margin(&replica) {
+            if replica.raft.is_leader() && replica.lease_has_margin() {
                 return Ok((replica, false));
             }
         }
@@ -171,7 +153,7 @@ impl KvService {
         consistency: i32,
     ) -> Result<Timestamp> {
         let policy = if consistency != ReadConsistency::LinearizableReadIndex as i32
-            && self.lease_has_margin(replica)
+            && replica.lease_has_margin()
         {
             ReadPolicy::LeaseRead
         } else {

@@ -216,7 +216,7 @@ impl KvService {
                 )))
             }
         }
-        let lease_held = self.lease_has_margin(replica)
+        let lease_held = replica.lease_has_margin()
             && replica
                 .raft
                 .get_read_log_id(ReadPolicy::LeaseRead)

@@ -182,7 +182,7 @@ pub async fn add_replica(
             // its final configuration. `retain`: a voter of the old set only (a joint change
             // the survival step began) stays a learner, as that step meant.
             tracing::info!(%shard, target, "adding a replica: finishing the voter change an earlier attempt began");
-            node.touch(&replica);
+            node.wake_to_write(&replica).await;
             replica
                 .raft
                 .change_membership(ChangeMembers::AddVoterIds(BTreeSet::from([target])), true)
@@ -209,7 +209,7 @@ pub async fn add_replica(
     })
     .await?;
     tracing::info!(%shard, target, "adding a replica: learner first");
-    node.touch(&replica);
+    node.wake_to_write(&replica).await;
     replica
         .raft
         .add_learner(target, BasicNode::new(addr), false)
@@ -226,7 +226,7 @@ pub async fn add_replica(
         return Ok(outcome(node, &replica));
     }
     tracing::info!(%shard, target, "adding a replica: the learner caught up; making it a voter");
-    node.touch(&replica);
+    node.wake_to_write(&replica).await;
     replica
         .raft
         .change_membership(ChangeMembers::AddVoterIds(BTreeSet::from([target])), false)
@@ -292,7 +292,7 @@ pub async fn remove_replica(
         } else {
             ChangeMembers::RemoveNodes(BTreeSet::from([target]))
         };
-        node.touch(&replica);
+        node.wake_to_write(&replica).await;
         replica
             .raft
             .change_membership(change, false)

@@ -479,7 +479,7 @@ impl Node {
         cmd: Command,
     ) -> std::result::Result<CommandResult, String> {
         if let Some(replica) = self.host.get(shard) {
-            self.touch(&replica);
+            self.wake_to_write(&replica).await;
             if replica.raft.is_leader() {
                 return replica
                     .raft
@@ -555,6 +555,15 @@ impl Node {
         if let Some(leader) = replica.touch() {
             self.host.send_wake(replica.shard, leader);
         }
+    }
+
+    /// Right before this node appends an entry to `replica`'s group as its leader (a
+    /// membership change, a GC page, a metadata write): wakes it ([`Self::touch`]) and renews a
+    /// lapsed quorum lease, without which openraft refuses the entry as if nobody led
+    /// (`meridian_raft::write_lease`).
+    pub async fn wake_to_write(&self, replica: &ShardReplica) {
+        self.touch(replica);
+        replica.renew_lapsed_lease().await;
     }
 
     /// The data shard owning `key` and this node's replica of it.

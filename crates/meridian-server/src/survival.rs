@@ -249,6 +249,12 @@ pub struct ChangingGuard<'a> {
 }
 
 impl Changing {
+    /// Whether a change of `shard` is under way here.
+    pub fn is_held(&self, shard: ShardId) -> bool {
+        let held = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        held.contains(&shard)
+    }
+
     /// Holds `shard`, or `None` if a change of it is under way here.
     pub fn try_hold(&self, shard: ShardId) -> Option<ChangingGuard<'_>> {
         let mut held = self.0.lock().unwrap_or_else(|p| p.into_inner());
@@ -322,6 +328,11 @@ pub(crate) fn step(node: &Arc<Node>, attempts: &mut HashMap<ShardId, Instant>, p
         let Some((from, to)) = change else {
             continue;
         };
+        // A move holds the shard (an add's last step, say): try again next round rather than
+        // spend the attempt on a task that would find it held and return (a 10-round wait).
+        if node.changing.is_held(desc.id) {
+            continue;
+        }
         let now = Instant::now();
         if attempts
             .get(&desc.id)
@@ -335,10 +346,10 @@ pub(crate) fn step(node: &Arc<Node>, attempts: &mut HashMap<ShardId, Instant>, p
             let Some(_held) = node.changing.try_hold(shard) else {
                 return;
             };
-            // Wakes a quiesced group: a membership change needs replication.
-            if node.replica(shard).is_err() {
-                return;
-            }
+            // Wakes a quiesced group (a membership change needs replication) and renews its
+            // leader's lease: a parked leader's has lapsed, and openraft refuses the change
+            // until a quorum round renews it (`meridian_raft::write_lease`).
+            node.wake_to_write(&replica).await;
             tracing::info!(%shard, ?from, ?to, survival = survival.as_str(), "changing a shard's voters for its survival goal");
             let change = replica
                 .raft

@@ -26,6 +26,11 @@ use std::time::{Duration, Instant};
 const BASE_PORT: u16 = 26_400;
 /// The bootstrap test's cluster.
 const BOOT_PORT: u16 = 27_300;
+/// The parked-leader test's cluster.
+const PARKED_PORT: u16 = 26_600;
+/// Twice the local cluster's election_timeout_max (1.2 s): openraft's lease of a leader
+/// parked that long ago has lapsed.
+const LEASE_LAPSED: Duration = Duration::from_millis(2_400);
 const NODES: u64 = 5;
 const SHARD: u64 = 1;
 /// The nodes killed in the control and again under zone survival: both replicas outside
@@ -47,6 +52,71 @@ fn zone_survival_keeps_the_votes_in_the_home_region() {
 #[test]
 fn zone_survival_set_at_bootstrap() {
     run_scenario(bootstrap_scenario());
+}
+
+/// The goal given while the shard is quiesced: its leader is parked, and openraft refuses any
+/// entry from a leader whose quorum lease lapsed (a `ForwardToLeader` naming nobody), so the
+/// role change failed at every attempt (each 10 election timeouts later, the group parked
+/// again in between) and the roles never changed (CI's container test, stop 52). The change
+/// must renew the lease first, as a client write does.
+#[test]
+fn zone_survival_given_while_the_leader_is_parked() {
+    run_scenario(parked_scenario());
+}
+
+async fn parked_scenario() {
+    let (_dir, cluster) = start_with(PARKED_PORT, &[]);
+    let status = cluster
+        .wait_ready(READY_TIMEOUT)
+        .await
+        .expect("cluster ready");
+    let endpoints: Vec<String> = (1..=NODES)
+        .map(|id| cluster.client_addr(id).unwrap())
+        .collect();
+    let founding = status
+        .shards
+        .iter()
+        .find(|s| s.shard_id == SHARD)
+        .expect("the data shard")
+        .replicas
+        .clone();
+    // A replica on every node: us-east then holds three (1, 4, 5), so the placement command
+    // adds nothing and leaves the role change to the parked leader alone.
+    let all: Vec<u64> = (1..=NODES).collect();
+    for node in all.iter().filter(|n| !founding.contains(n)) {
+        cli(
+            &endpoints,
+            &[
+                "cluster",
+                "add-replica",
+                &SHARD.to_string(),
+                &node.to_string(),
+            ],
+        );
+    }
+    wait_roles(&cluster, &all, &all, &[]).await;
+    wait_all_live(&cluster).await;
+    let quiet = wait_all_quiesced(&cluster, &all).await;
+    eprintln!("every replica quiesced {quiet:?} after the adds");
+    // Past openraft's lease of the parked leader (election_timeout_max, 1.2 s here): quiet
+    // from the last heartbeat answered, which the parking came after.
+    tokio::time::sleep(LEASE_LAPSED).await;
+    let (quiet, total) = quiesced(&node_statuses(&cluster, &all).await);
+    assert_eq!(quiet, total, "a replica woke while the cluster was idle");
+
+    let said = home_us_east(&endpoints, "zone");
+    assert!(
+        !said.contains("added a replica") && said.contains("survives a zone failure"),
+        "{said}"
+    );
+    let placed = Instant::now();
+    let view = wait_roles(&cluster, &all, &US_EAST, &[2, 3]).await;
+    eprintln!(
+        "voters {:?}, learners {:?} {:?} after the placement",
+        view.voters,
+        view.learners,
+        placed.elapsed()
+    );
 }
 
 fn start() -> (tempfile::TempDir, LocalCluster) {
