@@ -65,21 +65,7 @@ fn zone_survival_given_while_the_leader_is_parked() {
 }
 
 async fn parked_scenario() {
-    let (_dir, cluster) = start_with(PARKED_PORT, &[]);
-    let status = cluster
-        .wait_ready(READY_TIMEOUT)
-        .await
-        .expect("cluster ready");
-    let endpoints: Vec<String> = (1..=NODES)
-        .map(|id| cluster.client_addr(id).unwrap())
-        .collect();
-    let founding = status
-        .shards
-        .iter()
-        .find(|s| s.shard_id == SHARD)
-        .expect("the data shard")
-        .replicas
-        .clone();
+    let (_dir, cluster, endpoints, founding) = start_ready(PARKED_PORT).await;
     // A replica on every node: us-east then holds three (1, 4, 5), so the placement command
     // adds nothing and leaves the role change to the parked leader alone.
     let all: Vec<u64> = (1..=NODES).collect();
@@ -119,8 +105,25 @@ async fn parked_scenario() {
     );
 }
 
-fn start() -> (tempfile::TempDir, LocalCluster) {
-    start_with(BASE_PORT, &[])
+/// The five-node cluster at `base_port`, once ready: its data dir, the cluster, every node's
+/// client address and the data shard's founding replicas.
+async fn start_ready(base_port: u16) -> (tempfile::TempDir, LocalCluster, Vec<String>, Vec<u64>) {
+    let (dir, cluster) = start_with(base_port, &[]);
+    let status = cluster
+        .wait_ready(READY_TIMEOUT)
+        .await
+        .expect("cluster ready");
+    let endpoints: Vec<String> = (1..=NODES)
+        .map(|id| cluster.client_addr(id).unwrap())
+        .collect();
+    let founding = status
+        .shards
+        .iter()
+        .find(|s| s.shard_id == SHARD)
+        .expect("the data shard")
+        .replicas
+        .clone();
+    (dir, cluster, endpoints, founding)
 }
 
 fn start_with(base_port: u16, args: &[&str]) -> (tempfile::TempDir, LocalCluster) {
@@ -245,21 +248,7 @@ fn kill_and_restart(cluster: &LocalCluster, kill: bool) {
 }
 
 async fn scenario() {
-    let (_dir, cluster) = start();
-    let status = cluster
-        .wait_ready(READY_TIMEOUT)
-        .await
-        .expect("cluster ready");
-    let endpoints: Vec<String> = (1..=NODES)
-        .map(|id| cluster.client_addr(id).unwrap())
-        .collect();
-    let founding = status
-        .shards
-        .iter()
-        .find(|s| s.shard_id == SHARD)
-        .expect("the data shard")
-        .replicas
-        .clone();
+    let (_dir, cluster, endpoints, founding) = start_ready(BASE_PORT).await;
     eprintln!("shard {SHARD}'s founding replicas: {founding:?}");
     let shard_text = SHARD.to_string();
     // Nodes 1 to 4 hold replicas; node 5 gets one from the placement command.
