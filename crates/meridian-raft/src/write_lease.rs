@@ -21,18 +21,22 @@
 //! [`ShardReplica::renew_lapsed_lease`] runs before every entry this node's code appends as
 //! leader: when the lease has less than a tenth of its length left
 //! ([`ShardReplica::lease_has_margin`], the window lease reads use), it runs one quorum round
-//! (ReadIndex, which acknowledges the leadership and so renews the lease), bounded by two
+//! (ReadIndex, which acknowledges the leadership and so renews the lease; openraft sends its
+//! heartbeats even while the parked group's are switched off), the whole call bounded by two
 //! heartbeat intervals, one round's wait. A failure says nothing by itself: openraft then
 //! decides, and a leader cut off from its quorum answers "no leader" about as soon as before.
 //!
 //! # Invariants
 //! - Only a leader of a group with more than one voter waits (a lone voter's lease always
 //!   holds), and only when the lease lacks its margin: an awake leader under load pays nothing.
-//! - The wait is bounded by [`ShardReplica::round_wait`]; nothing is retried here.
+//! - The wait is bounded by [`ShardReplica::round_wait`] (the quorum round and openraft's wait
+//!   for the read's entry to apply, together); nothing is retried here.
 //!
 //! # Not done yet
-//! - The round is a ReadIndex: a leader whose quorum answers renews its lease and learns
-//!   nothing else; openraft has no "renew only" call.
+//! - The round is a ReadIndex, which also waits for the read's entry to apply (a new leader's
+//!   first entry); openraft has no "renew only" call.
+//! - A proposal that passed the check with a sliver of lease left can still reach openraft
+//!   after it lapsed (queued behind a batch): the client then gets NOT_LEADER and retries.
 
 use crate::host::ShardReplica;
 use openraft::type_config::async_runtime::WatchReceiver;
@@ -62,8 +66,8 @@ impl ShardReplica {
         acked.is_some_and(|at| openraft::Instant::elapsed(&at.into_inner()) < window)
     }
 
-    /// One quorum round's wait: two heartbeat intervals (every replica's round trip is under
-    /// one; `rtt_watch` warns otherwise).
+    /// One quorum round's wait: two heartbeat intervals (a replica's round trip should be
+    /// under one; `rtt_watch` warns when it is not).
     pub fn round_wait(&self) -> Duration {
         Duration::from_millis(self.raft.config().heartbeat_interval.saturating_mul(2))
     }
@@ -86,9 +90,13 @@ impl ShardReplica {
         if !leads || !several_voters || self.lease_has_margin() {
             return;
         }
-        let renew =
-            LinearizerOption::from(ReadPolicy::ReadIndex).with_wait_timeout(self.round_wait());
-        let _ = self.ensure_linearizable(renew).await;
+        let wait = self.round_wait();
+        let renew = LinearizerOption::from(ReadPolicy::ReadIndex).with_wait_timeout(wait);
+        // openraft bounds the round by `wait`, then waits, unbounded, for this replica to apply
+        // up to the read's log id: at once on a parked leader, but a leader just elected waits
+        // for its first entry to commit, which a cut-off leader never sees. The whole call is
+        // bounded, so the caller (holding its shard's `Changing`, or the GC loop) goes on.
+        let _ = tokio::time::timeout(wait, self.ensure_linearizable(renew)).await;
     }
 }
 
