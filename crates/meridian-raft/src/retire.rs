@@ -4,9 +4,11 @@
 //! A replica's state is four key ranges of the node's one RocksDB: its span's MVCC data and its
 //! shard-local keys (locks, records, GC threshold) in `Cf::Data`, its Raft log in `Cf::RaftLog`,
 //! its vote, applied state, membership and dedup table in `Cf::RaftMeta`; plus its snapshot
-//! files. Retiring stops the replica's Raft first (no new writes), then deletes the ranges in
-//! one batch queued on the node's log writer, behind every log write of the shard queued
-//! before, so no late append can bring a piece back.
+//! files. Retiring stops the replica's Raft first, then its state machine (an apply, snapshot
+//! build or install in progress ends, and every later one writes nothing: openraft's
+//! shutdown does not stop the state machine's worker), then deletes the ranges in one batch
+//! queued on the node's log writer, behind every log write of the shard queued before, so no
+//! late append or apply can bring a piece back.
 //!
 //! # Invariants
 //! - Only a shard this node hosts is retired, and the caller has seen a committed membership
@@ -34,6 +36,9 @@ impl MultiRaft {
         if let Err(e) = replica.raft.shutdown().await {
             tracing::warn!(%shard, error = %e, "raft shutdown of a retired replica");
         }
+        // openraft's shutdown leaves the state machine's worker running: an apply already
+        // handed to it would write after the deletion below (see `ShardStateMachine::retire`).
+        replica.sm.retire().await;
         let mut batch = WriteBatch::new();
         for (start, end) in crate::state_machine::snapshot_ranges(shard, span) {
             batch.delete_range(Cf::Data, start, end);

@@ -122,6 +122,19 @@ struct Inner {
     current: Option<SnapshotRecord>,
     /// Also in `ShardStateMachine::locks`, for readers.
     locks: Arc<RwLock<LockTable>>,
+    /// Set by [`ShardStateMachine::retire`]: nothing more is written.
+    retired: bool,
+}
+
+/// Refuses a write to a retired replica's state (see [`ShardStateMachine::retire`]).
+fn refuse_if_retired(inner: &Inner) -> io::Result<()> {
+    if inner.retired {
+        return Err(io_err(format!(
+            "shard {}'s replica here was retired: its state is being deleted",
+            inner.shard
+        )));
+    }
+    Ok(())
 }
 
 /// Cheap to clone: clones share the state (the snapshot builder is a clone).
@@ -191,6 +204,7 @@ impl ShardStateMachine {
             dedup,
             current,
             locks: locks.clone(),
+            retired: false,
         };
         if let Some(marker) =
             read_meta::<SnapshotRecord>(&*inner.engine, shard, MetaKind::InstallMarker)?
@@ -220,6 +234,7 @@ impl ShardStateMachine {
     /// openraft's `apply` does, for callers (tests) that have no responders to answer.
     pub async fn apply_for_results(&self, entries: Vec<Entry>) -> io::Result<Vec<CommandResult>> {
         let mut guard = self.inner.clone().lock_owned().await;
+        refuse_if_retired(&guard)?;
         // Applying reads RocksDB (compare-and-swap conditions) and writes it: off the reactor,
         // in one blocking task per apply call.
         let (guard, results) = blocking(move || {
@@ -231,6 +246,18 @@ impl ShardStateMachine {
         self.floor.store(guard.version_floor, Ordering::Release);
         drop(guard);
         Ok(results)
+    }
+
+    /// Stops every later write of this state machine (apply, snapshot build or install): each
+    /// then fails, writing nothing. Called when the replica is retired (`retire`), after its
+    /// Raft shut down and before its state is deleted. openraft's shutdown does not wait for
+    /// the state machine's worker, whose apply of entries already committed could otherwise
+    /// land after the deletion and leave an applied index without the data before it (a
+    /// replica added back then started from that index: Jepsen set × membership lost 1,891
+    /// acknowledged adds on the re-added node). Waits for a write in progress to end (each
+    /// holds the state's lock).
+    pub async fn retire(&self) {
+        self.inner.lock().await.retired = true;
     }
 
     /// The shard's prepared locks and recent resolutions (`resolutions`): hold the read guard
@@ -597,6 +624,7 @@ impl RaftSnapshotBuilder<TypeConfig> for ShardStateMachine {
 
     async fn build_snapshot(&mut self) -> io::Result<crate::types::Snapshot> {
         let mut inner = self.inner.lock().await;
+        refuse_if_retired(&inner)?;
         let shard = inner.shard;
         let last = inner.applied;
         let index = last.as_ref().map(|l| l.index).unwrap_or(0);
@@ -694,6 +722,7 @@ impl RaftStateMachine<TypeConfig> for ShardStateMachine {
         snapshot: SnapshotFile,
     ) -> io::Result<()> {
         let mut guard = self.inner.clone().lock_owned().await;
+        refuse_if_retired(&guard)?;
         let record = SnapshotRecord {
             meta: meta.clone(),
             file: snapshot,

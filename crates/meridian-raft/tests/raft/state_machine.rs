@@ -120,6 +120,33 @@ async fn applied_state_survives_reopen() {
     assert_eq!(read(&engine, "b").unwrap().1, b"2");
 }
 
+/// A retired replica's state machine writes nothing more: openraft's shutdown leaves its
+/// worker running, and an apply it still ran after the retirement's deletion left an applied
+/// index without the data before it (a re-added replica then lacked 1,891 acknowledged adds in
+/// a Jepsen set × membership run). Nor does a snapshot build or install.
+#[tokio::test]
+async fn a_retired_state_machine_writes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine: Arc<dyn Engine> = Arc::new(MemoryEngine::new());
+    let mut sm = open(&engine, dir.path());
+    apply(&mut sm, vec![write(1, 10, "a", "1")]).await;
+    let snapshot = sm.build_snapshot().await.expect("a snapshot before");
+    sm.retire().await;
+    let late = sm.apply_for_results(vec![write(2, 20, "b", "2")]).await;
+    assert!(late.is_err(), "an apply after the retirement succeeded");
+    assert!(
+        read(&engine, "b").is_none(),
+        "an apply after the retirement wrote"
+    );
+    assert!(sm.build_snapshot().await.is_err(), "built a snapshot");
+    let installed = sm.install_snapshot(&snapshot.meta, snapshot.snapshot).await;
+    assert!(installed.is_err(), "installed a snapshot");
+    // Its stored applied state is still the one before: reopened, it is at index 1.
+    let mut sm = open(&engine, dir.path());
+    let (applied, _) = sm.applied_state().await.unwrap();
+    assert_eq!(applied.map(|l| l.index), Some(1));
+}
+
 #[tokio::test]
 async fn snapshot_file_moves_a_shard_between_engines() {
     let dir_a = tempfile::tempdir().unwrap();
