@@ -253,9 +253,9 @@ impl ShardStateMachine {
     /// Raft shut down and before its state is deleted. openraft's shutdown does not wait for
     /// the state machine's worker, whose apply of entries already committed could otherwise
     /// land after the deletion and leave an applied index without the data before it (a
-    /// replica added back then started from that index: Jepsen set × membership lost 1,891
-    /// acknowledged adds on the re-added node). Waits for a write in progress to end (each
-    /// holds the state's lock).
+    /// replica added back then started from that index: in a Jepsen set × membership run the
+    /// re-added node's replica lacked 1,891 acknowledged adds, while reads through the leader
+    /// saw them all). Waits for a write in progress to end (each holds the state's lock).
     pub async fn retire(&self) {
         self.inner.lock().await.retired = true;
     }
