@@ -11,8 +11,10 @@
 //!
 //! 1. the leaving node's region (the shard keeps its spread over regions),
 //! 2. then a region none of the shard's other replicas is in,
-//! 3. then the node with the fewest replicas (counting the moves planned so far),
-//! 4. then the lowest node id (a stable choice).
+//! 3. then a zone of that region none of them is in (under zone survival, the spread that
+//!    lets the shard lose a zone; the server refuses a removal that crowds one needlessly),
+//! 4. then the node with the fewest replicas (counting the moves planned so far),
+//! 5. then the lowest node id (a stable choice).
 //!
 //! At the end the cluster's status must list no replica on the node, else the call fails
 //! (something added one meanwhile) and can be run again. A shard no node can take (every
@@ -23,8 +25,9 @@
 //! nodes, not learners still catching up) number at least the cluster's `replication_factor`
 //! (as the answering node's `Cluster.Status` reports it; 0 from an older node, which turns
 //! this off), no voter change is half done, at least three are in the home region when the
-//! leaving one is a zone-survival home replica, and no node that could take the replica is in
-//! a region those replicas lack (an add there would widen the shard's spread). That is what
+//! leaving one is a zone-survival home replica (and no node that could take it is in a zone
+//! of the home those three or more lack), and no node that could take the replica is in a
+//! region those replicas lack (an add there would widen the shard's spread). That is what
 //! makes an interrupted run resumable: running the command again re-plans from what is left,
 //! and a move cut between its add and its remove (the shard holds one replica more) is
 //! finished by the removal alone. A replica someone added beyond the replication factor is
@@ -84,6 +87,14 @@ pub fn plan(status: &StatusResponse, node: u64) -> Result<Vec<Move>> {
             .filter(|r| **r != node)
             .filter_map(|r| region_of.get(r).copied())
             .collect();
+        let zone_taken = |n: &NodeInfo| {
+            status.nodes.iter().any(|o| {
+                o.node_id != node
+                    && shard.replicas.contains(&o.node_id)
+                    && o.region == n.region
+                    && o.zone == n.zone
+            })
+        };
         let candidates: Vec<&NodeInfo> = status
             .nodes
             .iter()
@@ -99,7 +110,7 @@ pub fn plan(status: &StatusResponse, node: u64) -> Result<Vec<Move>> {
             } else {
                 2
             };
-            (region_rank, load[&n.node_id], n.node_id)
+            (region_rank, zone_taken(n), load[&n.node_id], n.node_id)
         });
         let enough = enough_without(status, shard, node, bound, &candidates);
         let to = match target {
@@ -134,8 +145,9 @@ pub fn plan(status: &StatusResponse, node: u64) -> Result<Vec<Move>> {
 /// it: at least the cluster's replication factor of working replicas (on live nodes, and not
 /// learners still catching up: a learner zone survival keeps outside the home counts), no
 /// voter change half done, three of them in the home if `bound` names it (the leaving one is
-/// a zone-survival home replica), and no `candidates` node (one that could take the replica)
-/// in a region those replicas lack: an add there would widen the shard's spread.
+/// a zone-survival home replica, with no `candidates` node in a zone of the home they lack),
+/// and no `candidates` node (one that could take the replica) in a region those replicas
+/// lack: an add there would widen the shard's spread.
 fn enough_without(
     status: &StatusResponse,
     shard: &ShardInfo,
@@ -145,22 +157,29 @@ fn enough_without(
 ) -> bool {
     let info = |id: u64| status.nodes.iter().find(|n| n.node_id == id);
     let kept_learner = |n: &NodeInfo| shard.survival == "zone" && n.region != shard.home_region;
-    let working: Vec<&str> = shard
+    let working: Vec<(&str, &str)> = shard
         .replicas
         .iter()
         .filter(|r| **r != node)
         .filter_map(|r| info(*r))
         .filter(|n| n.live && (!shard.learners.contains(&n.node_id) || kept_learner(n)))
-        .map(|n| n.region.as_str())
+        .map(|n| (n.region.as_str(), n.zone.as_str()))
         .collect();
-    let at_home = |home: &str| working.iter().filter(|r| **r == home).count();
+    let at_home = |home: &str| working.iter().filter(|(r, _)| *r == home).count();
+    // Under zone survival (`bound`), the candidates are in the home region already.
+    let home_spread = || {
+        candidates
+            .iter()
+            .all(|n| working.contains(&(n.region.as_str(), n.zone.as_str())))
+    };
     status.replication_factor > 0
         && !shard.joint
         && working.len() >= status.replication_factor as usize
-        && bound.is_none_or(|home| at_home(home) >= crate::survival_plan::ZONE_VOTERS)
+        && bound
+            .is_none_or(|home| at_home(home) >= crate::survival_plan::ZONE_VOTERS && home_spread())
         && candidates
             .iter()
-            .all(|n| working.contains(&n.region.as_str()))
+            .all(|n| working.iter().any(|(r, _)| *r == n.region))
 }
 
 impl Client {
@@ -359,6 +378,54 @@ mod tests {
             plan(&s, 2).unwrap()[0].to,
             Some(3),
             "a learner elsewhere is not bound"
+        );
+    }
+
+    /// Under zone survival the replacement for a home replica goes to a zone the shard's
+    /// other home replicas are not in (the bug: node 6, in node 4's zone, was picked on its
+    /// id, and the server refuses the removal that follows, which would leave two of the
+    /// three home replicas in one zone).
+    #[test]
+    fn a_home_replica_moves_to_a_zone_the_home_lacks() {
+        let mut s = status(
+            &[
+                (1, "a", true),
+                (2, "b", true),
+                (4, "a", true),
+                (5, "a", true),
+                (6, "a", true),
+                (7, "a", true),
+                (8, "a", true),
+            ],
+            &[(1, &[1, 4, 5, 2]), (2, &[7, 2])],
+        );
+        for (node, zone) in [
+            (1, "z1"),
+            (4, "z2"),
+            (5, "z3"),
+            (6, "z2"),
+            (7, "z4"),
+            (8, "z2"),
+        ] {
+            s.nodes.iter_mut().find(|n| n.node_id == node).unwrap().zone = zone.into();
+        }
+        s.shards[0].home_region = "a".into();
+        s.shards[0].survival = "zone".into();
+        assert_eq!(
+            plan(&s, 1).unwrap()[0].to,
+            Some(7),
+            "zone z4, though node 7 holds more"
+        );
+        // Enough replicas without node 1 (rf 3), but two of its three home ones share z2:
+        // node 7 could spread them, so it is added rather than node 1's removed alone.
+        s.replication_factor = 3;
+        s.shards[0].replicas = vec![1, 4, 5, 8, 2];
+        assert_eq!(plan(&s, 1).unwrap()[0].to, Some(7));
+        s.nodes.iter_mut().find(|n| n.node_id == 7).unwrap().live = false;
+        assert_eq!(
+            plan(&s, 1).unwrap()[0].to,
+            None,
+            "no zone left to spread to"
         );
     }
 

@@ -73,18 +73,17 @@
 //! # Placement checks
 //! An add goes only to a member the shard's replica constraints allow
 //! (`constraints::refuse_target`); a remove never leaves a shard with zone survival fewer
-//! than `ZONE_VOTERS` replicas in its home region, and never leaves a shard with region
-//! survival unable to survive losing a region (one region holding so many replicas that the
-//! rest are no majority) when removing another of its replicas would not, and the live
-//! members its constraints allow could hold its replicas that way
+//! than `ZONE_VOTERS` replicas in its home region, and never leaves one group crowded (a
+//! zone of the home region under zone survival, a region under region survival: so many of
+//! the replicas there that the rest are no majority) when removing another of its replicas
+//! would not, and the live members its constraints allow could hold its replicas spread
 //! (`removal_checks`). All answer INVALID_ARGUMENT naming the fix.
 //!
 //! # Not done yet
-//! - An add is not checked against region survival: a move adds before it removes, so the
-//!   shard briefly has two replicas in a region on purpose. Neither an add nor a remove is
-//!   checked against zone survival's zones (see `removal_checks`). A remove is allowed where no
-//!   better one exists (a decommission of a region's only node, a shard crowded already, a
-//!   shard left with two replicas).
+//! - An add is not checked against either spread: a move adds before it removes, so the
+//!   shard briefly has two replicas in a region (or a home zone) on purpose. A remove is
+//!   allowed where no better one exists (a decommission of a region's or zone's only node, a
+//!   shard crowded already, a shard left with two replicas).
 //! - `decommission` (moving every replica off a node) is a client-side plan of one add and
 //!   one remove per shard, or the remove alone (`meridian-client`'s `decommission`); no
 //!   server-side job tracks it.
@@ -265,7 +264,7 @@ pub async fn remove_replica(
         )));
     }
     if let Some(why) = node.map().get(shard).and_then(|d| {
-        let members: Vec<(NodeId, String, bool)> = node
+        let members: Vec<crate::removal_checks::Place> = node
             .members_now()
             .into_iter()
             .map(|m| {
@@ -275,12 +274,18 @@ pub async fn remove_replica(
                         .pool
                         .seen_within(m.node_id, crate::cluster::LIVENESS_WINDOW);
                 let could = live && crate::constraints::refuse_target(d, &m).is_none();
-                (m.node_id, m.region, could)
+                crate::removal_checks::Place {
+                    id: m.node_id,
+                    region: m.region,
+                    zone: m.zone,
+                    could,
+                }
             })
             .collect();
         crate::removal_checks::zone_survival_refusal(d, target, |id| {
             node.member(id).map(|m| m.region)
         })
+        .or_else(|| crate::removal_checks::zone_spread_refusal(d, target, &members))
         .or_else(|| crate::removal_checks::region_survival_refusal(d, target, &members))
     }) {
         return Err(ServerError::InvalidArgument(why));

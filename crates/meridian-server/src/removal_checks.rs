@@ -2,21 +2,23 @@
 //! `membership::remove_replica` makes before it changes a group.
 //!
 //! - **Zone survival** keeps the votes in the home region, so a removal there must leave
-//!   `ZONE_VOTERS` replicas.
+//!   `ZONE_VOTERS` replicas, and no zone of the home region may be left holding half of
+//!   them or more (losing it would stop the writes).
 //! - **Region survival** needs no region to hold so many replicas that the rest are no
-//!   majority; a removal that would leave that is refused when removing another replica
-//!   would not, and the live members its constraints allow could hold the replicas that way.
+//!   majority.
 //!
-//! Both are pure (the caller gathers where each node is), and answer the refusal's text, which
+//! The spread rules (zones at home, regions) are one check over groups
+//! ([`needless_crowding`]): a removal that crowds a group is refused only when removing
+//! another replica would not, and the live members its constraints allow could hold the
+//! replicas spread; a removal that must crowd (a decommission of a group's only node, a dead
+//! replica whose zone has no other node) goes ahead.
+//!
+//! All are pure (the caller gathers where each node is), and answer the refusal's text, which
 //! names the fix: the replicas to remove instead, or where to add one first.
 //!
 //! # Not done yet
 //! - Adds are not checked: a move adds before it removes, so a shard briefly holds two
-//!   replicas in a region on purpose.
-//! - Zone survival's zones are not checked here: a removal may leave half of the home
-//!   replicas or more in one zone. Refusing it would need the members that could hold the
-//!   replicas instead (a decommission of a zone's only node, a dead replica's removal must
-//!   still go ahead) and a decommission planner that picks new zones first.
+//!   replicas in a region (or a zone) on purpose.
 
 use meridian_types::NodeId;
 
@@ -49,67 +51,83 @@ pub(crate) fn zone_survival_refusal(
     })
 }
 
-/// Why removing `target`'s replica of `desc` would cost its region survival needlessly;
-/// `None` if it would not. `members` are the cluster's members as (id, region, whether it
-/// could take a replica now: live and allowed by the shard's replica constraints).
-///
-/// A shard survives losing a region when no region holds so many of its replicas that the
-/// others are no majority without them: at most `ceil(n/2) - 1` of `n` in any region (one
-/// of three, two of five). The removal is refused when the replicas it leaves break that
-/// while both
-/// - removing another of the shard's replicas would leave them surviving a region (the
-///   removal picked the wrong one: a move into a crowded region, a remove from a region the
-///   shard holds once), and
+/// Where a cluster member is, for the spread checks: its region, its zone, and whether it
+/// could take a replica of the shard now (live, and allowed by the shard's constraints).
+#[derive(Clone, Debug)]
+pub(crate) struct Place {
+    pub id: NodeId,
+    pub region: String,
+    pub zone: String,
+    pub could: bool,
+}
+
+/// A removal that crowds one group (a region, or a zone of the home region) needlessly, as
+/// [`needless_crowding`] finds it.
+struct Crowding<'a> {
+    /// Replicas left after the removal.
+    n: usize,
+    /// The fullest group left, and how many of the `n` it holds.
+    worst: &'a str,
+    count: usize,
+    /// The replicas whose removal would leave no group crowded.
+    instead: Vec<NodeId>,
+    /// Groups with a member that could take a replica, holding none of the `n`.
+    lacking: Vec<&'a str>,
+}
+
+/// Whether removing `target` from `replicas` leaves one group holding so many of them that
+/// the rest are no majority without it (more than `ceil(n/2) - 1` of `n`), needlessly:
+/// refused when both
+/// - removing another of `replicas` would leave no group crowded (the removal picked the
+///   wrong one: a move into a crowded group, a removal from a group held once), and
 /// - the members other than `target` that could take a replica now could hold `n` replicas
-///   that way (each region up to the bound), so the shard could survive a region without
-///   `target`: otherwise nothing better exists (a decommission of a region's only node, whose
-///   replica must go to another region).
+///   uncrowded (each group up to the bound): otherwise nothing better exists (the removal of
+///   a group's only node, whose replica must go elsewhere, or of a dead one).
 ///
-/// So a step that makes nothing worse (a shard already crowded, one of a two-step cleanup of
-/// extra replicas) and a removal down to fewer than three replicas (which never survive a
-/// region) are allowed.
-pub(crate) fn region_survival_refusal(
-    desc: &crate::shard_map::ShardDescriptor,
+/// So a step that makes nothing worse (already crowded, one of a two-step cleanup of extra
+/// replicas) and a removal down to fewer than three replicas (which never survive losing a
+/// group) go ahead. `group` gives a replica's group (`None`: unknown, its own group "?").
+fn needless_crowding<'a>(
+    replicas: &[NodeId],
     target: NodeId,
-    members: &[(NodeId, String, bool)],
-) -> Option<String> {
-    use crate::survival::Survival;
+    members: &'a [(NodeId, &'a str, bool)],
+) -> Option<Crowding<'a>> {
     use std::collections::BTreeMap;
-    if desc.survival != Survival::Region || !desc.replicas.contains(&target) {
+    if !replicas.contains(&target) {
         return None;
     }
-    let region_of = |id: NodeId| {
+    let group_of = |id: NodeId| {
         members
             .iter()
             .find(|(m, _, _)| *m == id)
-            .map_or("?", |(_, r, _)| r.as_str())
+            .map_or("?", |(_, g, _)| *g)
     };
-    let n = desc.replicas.len() - 1;
+    let n = replicas.len() - 1;
     let bound = n.div_ceil(2).saturating_sub(1);
-    // Replicas per region without `without`'s.
+    // Replicas per group without `without`'s.
     let held = |without: NodeId| {
         let mut held: BTreeMap<&str, usize> = BTreeMap::new();
-        for id in desc.replicas.iter().filter(|id| **id != without) {
-            *held.entry(region_of(*id)).or_default() += 1;
+        for id in replicas.iter().filter(|id| **id != without) {
+            *held.entry(group_of(*id)).or_default() += 1;
         }
         held
     };
-    let survives = |without: NodeId| held(without).values().all(|c| *c <= bound);
-    if bound == 0 || survives(target) {
+    let uncrowded = |without: NodeId| held(without).values().all(|c| *c <= bound);
+    if bound == 0 || uncrowded(target) {
         return None;
     }
-    let instead: Vec<NodeId> = desc
-        .replicas
+    let mut instead: Vec<NodeId> = replicas
         .iter()
         .copied()
-        .filter(|id| *id != target && survives(*id))
+        .filter(|id| *id != target && uncrowded(*id))
         .collect();
+    instead.sort_unstable();
     let mut capacity: BTreeMap<&str, usize> = BTreeMap::new();
-    for (_, region, _) in members
+    for (_, group, _) in members
         .iter()
         .filter(|(id, _, could)| *id != target && *could)
     {
-        *capacity.entry(region.as_str()).or_default() += 1;
+        *capacity.entry(group).or_default() += 1;
     }
     let placeable: usize = capacity.values().map(|c| (*c).min(bound)).sum();
     if instead.is_empty() || placeable < n {
@@ -117,27 +135,113 @@ pub(crate) fn region_survival_refusal(
     }
     let left = held(target);
     let (worst, count) = left.iter().max_by_key(|(_, c)| **c)?;
-    let lacking: Vec<&str> = capacity
+    let lacking = capacity
         .keys()
         .copied()
-        .filter(|r| !left.contains_key(r))
+        .filter(|g| !left.contains_key(g))
         .collect();
-    let instead: Vec<String> = instead.iter().map(|id| format!("node {id}'s")).collect();
-    let add = if lacking.is_empty() {
+    Some(Crowding {
+        n,
+        worst,
+        count: *count,
+        instead,
+        lacking,
+    })
+}
+
+/// "node 1's or node 4's", for a refusal's text.
+fn named(instead: &[NodeId]) -> String {
+    let named: Vec<String> = instead.iter().map(|id| format!("node {id}'s")).collect();
+    named.join(" or ")
+}
+
+/// Why removing `target`'s replica of `desc` would cost its region survival needlessly;
+/// `None` if it would not. A shard survives losing a region when no region holds so many of
+/// its replicas that the others are no majority without them (at most `ceil(n/2) - 1` of
+/// `n`: one of three, two of five); the refusal is [`needless_crowding`]'s over regions.
+pub(crate) fn region_survival_refusal(
+    desc: &crate::shard_map::ShardDescriptor,
+    target: NodeId,
+    members: &[Place],
+) -> Option<String> {
+    use crate::survival::Survival;
+    if desc.survival != Survival::Region {
+        return None;
+    }
+    let groups: Vec<(NodeId, &str, bool)> = members
+        .iter()
+        .map(|m| (m.id, m.region.as_str(), m.could))
+        .collect();
+    let c = needless_crowding(&desc.replicas, target, &groups)?;
+    let add = if c.lacking.is_empty() {
         String::new()
     } else {
         format!(
             ", or first add a replica in {} (meridian cluster add-replica {} NODE)",
-            lacking.join(" or "),
+            c.lacking.join(" or "),
             desc.id.0
         )
     };
     Some(format!(
-        "removing node {target}'s replica of shard {} would leave {worst} with {count} of its \
-         {n} replicas: losing {worst} would lose the shard (region survival). Remove {} \
-         replica instead{add}",
+        "removing node {target}'s replica of shard {} would leave {} with {} of its {} \
+         replicas: losing {} would lose the shard (region survival). Remove {} replica \
+         instead{add}",
         desc.id.0,
-        instead.join(" or "),
+        c.worst,
+        c.count,
+        c.n,
+        c.worst,
+        named(&c.instead),
+    ))
+}
+
+/// Why removing `target`'s replica of `desc` would crowd a zone of its home region
+/// needlessly, under zone survival: the replicas left there (its voters) would have half or
+/// more in one zone, so losing that zone would stop the shard's writes, when removing another
+/// home replica would not and the home region's members that could take a replica could
+/// hold them spread ([`needless_crowding`] over the home region's zones). `None` otherwise,
+/// and for a replica outside the home (a learner).
+pub(crate) fn zone_spread_refusal(
+    desc: &crate::shard_map::ShardDescriptor,
+    target: NodeId,
+    members: &[Place],
+) -> Option<String> {
+    use crate::survival::Survival;
+    let home = desc
+        .home
+        .as_deref()
+        .filter(|_| desc.survival == Survival::Zone)?;
+    let at_home: Vec<&Place> = members.iter().filter(|m| m.region == home).collect();
+    let zones: Vec<(NodeId, &str, bool)> = at_home
+        .iter()
+        .map(|m| (m.id, m.zone.as_str(), m.could))
+        .collect();
+    let home_replicas: Vec<NodeId> = desc
+        .replicas
+        .iter()
+        .copied()
+        .filter(|id| at_home.iter().any(|m| m.id == *id))
+        .collect();
+    let c = needless_crowding(&home_replicas, target, &zones)?;
+    let add = if c.lacking.is_empty() {
+        String::new()
+    } else {
+        format!(
+            ", or first add a replica on a node of {home} in zone {} (meridian cluster \
+             add-replica {} NODE)",
+            c.lacking.join(" or "),
+            desc.id.0
+        )
+    };
+    Some(format!(
+        "removing node {target}'s replica of shard {} would leave zone {} with {} of its {} \
+         replicas in {home}: losing that zone would stop its writes (zone survival). Remove \
+         {} replica instead{add}",
+        desc.id.0,
+        c.worst,
+        c.count,
+        c.n,
+        named(&c.instead),
     ))
 }
 
@@ -146,6 +250,15 @@ mod tests {
     use super::*;
     use crate::shard_map::ShardMap;
     use crate::survival::Survival;
+
+    fn place(id: NodeId, region: &str, zone: &str) -> Place {
+        Place {
+            id,
+            region: region.into(),
+            zone: zone.into(),
+            could: true,
+        }
+    }
 
     #[test]
     fn a_removal_never_leaves_zone_survival_fewer_than_three_home_replicas() {
@@ -184,13 +297,60 @@ mod tests {
     }
 
     #[test]
+    fn a_removal_that_crowds_a_home_zone_is_refused_only_when_another_would_not() {
+        // us: nodes 1 and 4 in zone a, 2 and 6 in b, 3 in c; eu: node 5 (a learner).
+        let mut six = vec![
+            place(1, "us", "a"),
+            place(2, "us", "b"),
+            place(3, "us", "c"),
+            place(4, "us", "a"),
+            place(5, "eu", "a"),
+            place(6, "us", "b"),
+        ];
+        let mut map = ShardMap::founding(&[], 0, &[], 1);
+        let desc = &mut map.data[0];
+        // Node 2's replica moving to node 4: the add is done, the wrong removal comes.
+        desc.replicas = vec![1, 2, 3, 4, 5];
+        desc.home = Some("us".into());
+        assert_eq!(zone_spread_refusal(desc, 2, &six), None, "region survival");
+        desc.survival = Survival::Zone;
+        let e = zone_spread_refusal(desc, 2, &six).unwrap();
+        assert!(
+            e.contains("would leave zone a with 2 of its 3 replicas in us")
+                && e.contains("Remove node 1's or node 4's replica instead")
+                && e.contains("or first add a replica on a node of us in zone b"),
+            "{e}"
+        );
+        assert_eq!(zone_spread_refusal(desc, 4, &six), None, "spread kept");
+        assert_eq!(zone_spread_refusal(desc, 1, &six), None, "spread kept");
+        assert_eq!(
+            zone_spread_refusal(desc, 5, &six),
+            None,
+            "a learner elsewhere"
+        );
+        assert_eq!(zone_spread_refusal(desc, 9, &six), None, "not a replica");
+        // Zone b's other node down (or barred by constraints), or absent: nothing could hold
+        // three replicas spread without node 2 (a decommission of b's only node), so it goes.
+        six[5].could = false;
+        assert_eq!(zone_spread_refusal(desc, 2, &six), None);
+        six.pop();
+        assert_eq!(zone_spread_refusal(desc, 2, &six), None);
+        // Already crowded (three in zone a): no removal spreads them, so none is refused.
+        six.push(place(7, "us", "a"));
+        six.push(place(8, "us", "c"));
+        desc.replicas = vec![1, 4, 7, 2, 3, 5];
+        assert_eq!(zone_spread_refusal(desc, 2, &six), None);
+        // Five at home (zones a, a, b, c, c): any four of them have two in one zone, half of
+        // four, so no removal keeps them spread and none is refused.
+        desc.replicas = vec![1, 4, 2, 3, 8];
+        assert_eq!(zone_spread_refusal(desc, 8, &six), None);
+    }
+
+    #[test]
     fn a_removal_that_costs_region_survival_is_refused_only_when_another_would_not() {
-        // (id, region, could take a replica now).
-        let members = |regions: &[(NodeId, &str)]| -> Vec<(NodeId, String, bool)> {
-            regions
-                .iter()
-                .map(|(id, r)| (*id, r.to_string(), true))
-                .collect()
+        // Each in zone "z", and could take a replica now.
+        let members = |regions: &[(NodeId, &str)]| -> Vec<Place> {
+            regions.iter().map(|(id, r)| place(*id, r, "z")).collect()
         };
         let mut map = ShardMap::founding(&[], 0, &[], 1);
         let desc = &mut map.data[0];
@@ -214,7 +374,7 @@ mod tests {
         let four = members(&[(1, "us"), (2, "eu"), (3, "ap"), (4, "us")]);
         assert_eq!(region_survival_refusal(desc, 2, &four), None);
         let mut down = five.clone();
-        down[4].2 = false;
+        down[4].could = false;
         assert_eq!(region_survival_refusal(desc, 2, &down), None);
         // One region only, or two replicas left: no placement survives a region anyway.
         let one = members(&[(1, "us"), (2, "us"), (3, "us"), (4, "us")]);

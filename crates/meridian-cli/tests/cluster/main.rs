@@ -46,4 +46,5 @@ mod txn_recovery;
 mod txn_wound_wait;
 mod vote_refusal;
 mod wan;
+mod zone_spread;
 mod zone_survival;

@@ -227,7 +227,7 @@ async fn scenario() {
     //    the crowded region while removing a crowded one would not: refused, naming those.
     let replicas = shard_at(&cluster, 1, 1).await.replicas;
     let region = meridian_cli::local_cluster::default_region;
-    let crowded: Vec<u64> = replicas
+    let mut crowded: Vec<u64> = replicas
         .iter()
         .copied()
         .filter(|id| {
@@ -238,6 +238,7 @@ async fn scenario() {
                 == 2
         })
         .collect();
+    crowded.sort_unstable();
     let lone = *replicas
         .iter()
         .find(|id| **id != AP_SOUTH && !crowded.contains(id))
