@@ -274,15 +274,13 @@ impl Kv for KvService {
             None if req.snapshot.is_none() => self.route_shard_read(shard, req.consistency)?,
             None => (self.node.replica(shard)?, false),
         };
-        // Every page at its own linearizable timestamp: an earlier page's timestamp is not a
+        // A plain page at its own linearizable timestamp: an earlier page's timestamp is not a
         // stable snapshot (a write below it may be applied after it was chosen), so reusing it
         // could miss acknowledged writes or show half of a batch. One page is one RocksDB
-        // iterator, so it is consistent within itself. A transaction's page is read at its
-        // snapshot instead (see `kv_snapshot`).
+        // iterator, so it is consistent within itself. A page with a snapshot (a transaction's,
+        // or a multi-page scan's) is read at it instead, which settles the writes below it
+        // first (see `kv_snapshot`).
         let snapshot = match &req.snapshot {
-            Some(_) if req.reverse => {
-                return Err(invalid("snapshot scans go forward only").into());
-            }
             Some(spec) => {
                 let span = ReadSpan::Range {
                     start: &req.start,
@@ -342,6 +340,7 @@ impl Kv for KvService {
                 (&start, end.as_deref()),
                 (read_ts, snap.window_end_with(table)),
                 limit,
+                reverse,
             ),
             None => mvcc::scan(e, shard, &start, end.as_deref(), read_ts, limit, reverse)
                 .map(|page| (page, None)),

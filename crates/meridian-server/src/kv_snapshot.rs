@@ -1,4 +1,5 @@
-//! Snapshot reads: a transaction's `BatchGet` and `Scan` at one timestamp on every shard.
+//! Snapshot reads: a transaction's `BatchGet` and `Scan` (and a multi-page plain scan's pages,
+//! see the client's `multi`) at one timestamp on every shard.
 //!
 //! # What a snapshot read promises
 //! A request carrying a [`TxnSnapshot`] is served at its `read_ts` (or, when that is 0, at
@@ -76,7 +77,6 @@
 //! commit timestamp, so no write that begins after it is stamped below it.
 //!
 //! # Not done yet
-//! - Snapshot scans go forward only (`reverse` with a snapshot is `INVALID_ARGUMENT`).
 //! - Writes in the first `max_offset` of a leader's term wait for it to end (see
 //!   `meridian_raft::issued`).
 

@@ -155,22 +155,31 @@ mod tests {
         write(&engine, "b", 10, Some("b10"));
         write(&engine, "b", 25, None);
         write(&engine, "c", 40, Some("c40"));
-        let scan = |read: u64, end: u64| {
-            mvcc::scan_in_window(
-                &engine,
-                SHARD,
-                (b"", None),
-                (Timestamp(read), Timestamp(end)),
-                10,
-            )
-            .unwrap()
-        };
-        let (page, uncertain) = scan(20, 30);
-        let keys: Vec<&[u8]> = page.rows.iter().map(|(k, _, _)| k.as_slice()).collect();
-        assert_eq!(keys, vec![&b"a"[..], b"b"], "rows at the read timestamp");
-        assert_eq!(uncertain, Some(Timestamp(25)));
-        assert_eq!(scan(20, 20).1, None);
-        assert_eq!(scan(30, 45).1, Some(Timestamp(40)));
-        assert_eq!(scan(40, 45).1, None);
+        for reverse in [false, true] {
+            let scan = |read: u64, end: u64| {
+                mvcc::scan_in_window(
+                    &engine,
+                    SHARD,
+                    (b"", None),
+                    (Timestamp(read), Timestamp(end)),
+                    10,
+                    reverse,
+                )
+                .unwrap()
+            };
+            let (page, uncertain) = scan(20, 30);
+            let mut keys: Vec<&[u8]> = page.rows.iter().map(|(k, _, _)| k.as_slice()).collect();
+            if reverse {
+                keys.reverse();
+            }
+            assert_eq!(keys, vec![&b"a"[..], b"b"], "rows at the read timestamp");
+            assert_eq!(uncertain, Some(Timestamp(25)), "reverse {reverse}");
+            assert_eq!(scan(20, 20).1, None);
+            assert_eq!(scan(30, 45).1, Some(Timestamp(40)), "reverse {reverse}");
+            assert_eq!(scan(40, 45).1, None);
+            // The same rows as the plain scan when certain.
+            let plain = mvcc::scan(&engine, SHARD, b"", None, Timestamp(40), 10, reverse);
+            assert_eq!(scan(40, 45).0.rows, plain.unwrap().rows);
+        }
     }
 }

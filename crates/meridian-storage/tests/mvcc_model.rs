@@ -8,7 +8,9 @@
 //! `Timestamp::MAX`, the slot's own timestamp) is compared with a
 //! `BTreeMap<key, BTreeMap<ts, Option<value>>>` model: `get` and `multi_get` (exact-key slot
 //! path and seek fallback), `latest_version_ts`, and paged forward and reverse scans stitched
-//! together through `resume_key`, which must never surface a latest-version slot as a row.
+//! together through `resume_key`, which must never surface a latest-version slot as a row,
+//! and the snapshot reads' windowed scans (forward and reverse: the same rows, and the newest
+//! version inside the uncertainty window).
 //! Finally the raw layout: one slot per written key, holding a copy of its newest version.
 
 use meridian_storage::mvcc::{self, ScanPage, VersionValue};
@@ -150,6 +152,35 @@ fn check_history(e: &dyn Engine, shard: ShardId, ops: &[Op], limit: usize, bound
                 got, want,
                 "scan reverse={reverse} @{read_ts} limit={limit} [{start:?},{end:?})"
             );
+        }
+        // A snapshot read's windowed scan, in one page: the same rows, and the newest version
+        // (tombstones too) of the range above read_ts and at or below the window's end.
+        for width in [0u64, 2, 5] {
+            let window_end = read_ts.saturating_add(width);
+            let in_range =
+                |k: &Vec<u8>| k.as_slice() >= start && end.is_none_or(|e| k.as_slice() < e);
+            let want_uncertain = model
+                .iter()
+                .filter(|(k, _)| in_range(k))
+                .flat_map(|(_, versions)| versions.keys().copied())
+                .filter(|ts| *ts > read_ts && *ts <= window_end)
+                .max()
+                .map(Timestamp);
+            for reverse in [false, true] {
+                let (page, uncertain) = mvcc::scan_in_window(
+                    e,
+                    shard,
+                    (start, end),
+                    (rts, Timestamp(window_end)),
+                    KEYS.len() + 1,
+                    reverse,
+                )
+                .unwrap();
+                let what = format!("windowed scan reverse={reverse} ({read_ts}, {window_end}]");
+                assert_eq!(uncertain, want_uncertain, "{what}");
+                let want = model_scan(&model, start, end, read_ts, reverse);
+                assert_eq!(page.rows, want, "{what}");
+            }
         }
     }
     for key in KEYS {

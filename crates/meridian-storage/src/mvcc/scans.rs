@@ -62,13 +62,13 @@ pub fn scan_with_budget(
     let iter = engine.scan(Cf::Data, &lower, Some(&upper), reverse);
     let budget = budget.max(1);
     if reverse {
-        scan_reverse(iter, read_ts, limit, budget)
+        scan_reverse(iter, (read_ts, read_ts), limit, budget).map(|(page, _)| page)
     } else {
         scan_forward(iter, (read_ts, read_ts), limit, budget).map(|(page, _)| page)
     }
 }
 
-/// A forward [`scan`] at `read_ts` that also reports the newest version timestamp of the
+/// A [`scan`] at `read_ts` (forward, or descending with `reverse`) that also reports the newest version timestamp of the
 /// examined keys in the window `(read_ts, window_end]` (tombstones included), if any: a
 /// snapshot read's uncertainty check (see `uncertainty`).
 pub fn scan_in_window(
@@ -77,15 +77,17 @@ pub fn scan_in_window(
     (start, end): (&[u8], Option<&[u8]>),
     (read_ts, window_end): (Timestamp, Timestamp),
     limit: usize,
+    reverse: bool,
 ) -> Result<(ScanPage, Option<Timestamp>)> {
     let (lower, upper) = keys::data_scan_bounds(space, start, end);
-    let iter = engine.scan(Cf::Data, &lower, Some(&upper), false);
-    scan_forward(
-        iter,
-        (read_ts, window_end),
-        limit.max(1),
-        MAX_SCAN_ENTRIES_PER_PAGE,
-    )
+    let iter = engine.scan(Cf::Data, &lower, Some(&upper), reverse);
+    let window = (read_ts, window_end);
+    let (limit, budget) = (limit.max(1), MAX_SCAN_ENTRIES_PER_PAGE);
+    if reverse {
+        scan_reverse(iter, window, limit, budget)
+    } else {
+        scan_forward(iter, window, limit, budget)
+    }
 }
 
 type RawIter<'a> = KvIter<'a>;
@@ -145,13 +147,17 @@ fn scan_forward(
     Ok((page, uncertain))
 }
 
+/// A reverse page at `read_ts`, and the newest version in `(read_ts, window_end]` among the
+/// keys it examined (as `scan_forward`: every version of each key, so a key read at `read_ts`
+/// is never certain while a newer version of it is in the window).
 fn scan_reverse(
     iter: RawIter<'_>,
-    read_ts: Timestamp,
+    (read_ts, window_end): (Timestamp, Timestamp),
     limit: usize,
     budget: usize,
-) -> Result<ScanPage> {
+) -> Result<(ScanPage, Option<Timestamp>)> {
     let mut page = ScanPage::default();
+    let mut uncertain: Option<Timestamp> = None;
     // Versions of one key arrive oldest first; keep the newest one at or below read_ts.
     let mut group: Option<Vec<u8>> = None;
     let mut candidate: Option<Versioned> = None;
@@ -167,7 +173,7 @@ fn scan_reverse(
             if finish_group(&prev, candidate.take(), &mut page, limit)? {
                 page.resume_key = Some(decode_user_key(&prev)?);
             }
-            return Ok(page);
+            return Ok((page, uncertain));
         }
         if keys::is_slot_ts(ts) {
             // Arrives last in its key's group (it sorts first); never a row.
@@ -176,7 +182,7 @@ fn scan_reverse(
         if group.as_deref() != Some(prefix) {
             if let Some(prev) = group.take() {
                 if !finish_group(&prev, candidate.take(), &mut page, limit)? {
-                    return Ok(page);
+                    return Ok((page, uncertain));
                 }
             }
             group = Some(prefix.to_vec());
@@ -184,12 +190,14 @@ fn scan_reverse(
         }
         if ts <= read_ts {
             candidate = Some((ts, v));
+        } else if ts <= window_end {
+            uncertain = uncertain.max(Some(ts));
         }
     }
     if let Some(prev) = group {
         finish_group(&prev, candidate, &mut page, limit)?;
     }
-    Ok(page)
+    Ok((page, uncertain))
 }
 
 /// Emits a finished reverse-scan group's visible version (if a Put); returns false (and sets
