@@ -29,7 +29,7 @@
 //!     CasOutcome::Mismatch { current } => println!("lost the race; now {current:?}"),
 //! }
 //!
-//! // Scans page across shards; each page is read at its own timestamp (not a snapshot).
+//! // Scans page across shards; the rows are one snapshot (see `multi`).
 //! for row in client.scan("user/", Some("user0".into()), 100, false).await? {
 //!     println!("{:?} = {:?} @ {}", row.key, row.value, row.version_ts);
 //! }
@@ -66,7 +66,8 @@
 //! - Writes carry a write id on every attempt, so a retry never applies a write twice; a call
 //!   that ends without knowing the outcome returns [`Error::Ambiguous`].
 //! - `batch_put` is atomic per shard only; `batch_get` reads each shard at its own timestamp;
-//!   `scan` reads each page at its own timestamp, so a multi-page scan is not a snapshot.
+//!   `scan` is one snapshot: a scan that needs more than one page reads them all at one
+//!   timestamp (see `multi`).
 //! - A stale read ([`ReadConsistency::BoundedStaleness`], `ExactStaleness`, `AsOf`; see
 //!   [`stale`]) is the key's (or range's) final state at its returned `read_ts`, served by
 //!   the nearest replica that can; a multi-page stale scan is one snapshot; a

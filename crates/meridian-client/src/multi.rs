@@ -5,13 +5,26 @@
 //! run the groups concurrently (at most `max_parallel_shard_requests`), and scatter results
 //! back into input order. A group answered `WRONG_SHARD` is regrouped under a refreshed map.
 //!
-//! # Scans are not snapshots
-//! Each page is read at its own linearizable timestamp on its shard's leader: a page sees every
-//! write acknowledged before the page was requested, and is consistent within itself (one
-//! storage iterator), but two pages may reflect different moments. A write acknowledged while
-//! the scan runs may appear in a later page and not an earlier one. A transaction's scans and
-//! batches (`scan_pages` and `batch_get_at` with a snapshot) read every page and every shard
-//! at its snapshot instead (see `snapshot` and the `txn` module).
+//! # Scans are snapshots
+//! A scan first reads one plain page on its first shard's leader, at that leader's
+//! linearizable timestamp: one storage iterator, so consistent within itself, and served on a
+//! parked lease without waking a quiesced shard. When that page answers the scan (the range
+//! ends there, or `limit` rows came back), that is the result. Otherwise the page is dropped
+//! and the scan is read again with a snapshot (`snapshot`, as a transaction reads): the first
+//! page's leader picks the timestamp after its read barrier, and every page of every shard is
+//! read at it, each shard first settling the writes it issued at or below it. A version in
+//! the uncertainty window (stamped by a clock up to `max_offset` ahead, possibly before the
+//! scan began) restarts the scan at that version, at most `MAX_SNAPSHOT_SCAN_ATTEMPTS` times.
+//! So a scan sees every write acknowledged before it began, and every page reflects the same
+//! moment: a single-shard `BatchPut` and a transaction are seen whole or not at all. A
+//! multi-shard `batch_put` is not atomic (each shard's part has its own timestamp), so a scan
+//! may see part of one, as any read may.
+//!
+//! What it costs: a multi-page scan reads its first page twice, wakes the quiesced shards it
+//! reads (snapshot reads are not served on a parked lease), and waits for the shards' writes
+//! in flight below its timestamp. A transaction's scans and batches (`scan_pages` and
+//! `batch_get_at` with a snapshot) read at the transaction's snapshot; a stale scan reads its
+//! later pages at the first page's `read_ts` (see `stale`).
 
 use crate::client::{display_key, kv_client, request, Deadline, Route, MAX_SCAN_PAGES};
 use crate::early_lock::Locking;
@@ -25,13 +38,29 @@ use meridian_proto::kv as proto;
 use meridian_types::Timestamp;
 use std::future::Future;
 
+/// Most reads of a multi-page scan at one snapshot: each uncertain version (written by a
+/// clock up to `max_offset` ahead before the scan began) restarts it at that version, and
+/// the window never widens (see `snapshot`).
+const MAX_SNAPSHOT_SCAN_ATTEMPTS: u32 = meridian_types::limits::DEFAULT_TXN_MAX_ATTEMPTS;
+
+fn too_many_pages() -> Error {
+    Error::internal(format!("scan exceeded MAX_SCAN_PAGES ({MAX_SCAN_PAGES})"))
+}
+
+/// How a run of scan pages ended.
+enum Paged {
+    Read(SnapRead<Vec<KeyValue>>),
+    /// The page budget was spent with rows still wanted and the range not exhausted.
+    Cut,
+}
+
 impl Client {
     /// Up to `limit` rows of `[start, end)` (`end` `None` = to the end of the keyspace; an
     /// empty `start` = from the beginning), ascending, or descending with `reverse`.
     ///
-    /// The scan pages across shards (and within a shard past `MAX_SCAN_LIMIT` rows). Each page
-    /// is linearizable and consistent within itself, but the pages are read at different
-    /// moments: the result is **not** one snapshot (see the module docs).
+    /// The result is **one snapshot** (see the module docs): a scan one page answers is that
+    /// page (linearizable); a longer one is read again, every page of every shard at one
+    /// timestamp. With a stale `read_consistency`, every page reads at the first one's.
     pub async fn scan(
         &self,
         start: impl Into<Bytes>,
@@ -39,33 +68,83 @@ impl Client {
         limit: u32,
         reverse: bool,
     ) -> Result<Vec<KeyValue>> {
+        let range = (start.into(), end);
+        let plain = match self.config().read_consistency.is_stale() {
+            true => MAX_SCAN_PAGES,
+            false => 1,
+        };
         match self
-            .scan_pages(start.into(), end, limit, reverse, None, None)
+            .scan_loop(range.clone(), limit, reverse, None, None, plain)
             .await?
         {
-            SnapRead::Done(rows) => Ok(rows),
-            SnapRead::Uncertain(_) => Err(Error::internal("uncertain reply to a plain scan")),
+            Paged::Read(SnapRead::Done(rows)) => return Ok(rows),
+            Paged::Read(SnapRead::Uncertain(_)) => {
+                return Err(Error::internal("uncertain reply to a plain scan"))
+            }
+            Paged::Cut if plain > 1 => return Err(too_many_pages()),
+            Paged::Cut => {}
         }
+        // More than one page: all of them again, at one snapshot.
+        let mut snapshot = SnapshotState::default();
+        for _attempt in 0..MAX_SNAPSHOT_SCAN_ATTEMPTS {
+            let (start, end) = range.clone();
+            match self
+                .scan_pages(start, end, limit, reverse, Some(&mut snapshot), None)
+                .await?
+            {
+                SnapRead::Done(rows) => return Ok(rows),
+                SnapRead::Uncertain(version_ts) => {
+                    snapshot = snapshot.next_attempt(Some(version_ts));
+                }
+            }
+        }
+        Err(Error::Unavailable {
+            message: format!(
+                "a snapshot scan met a version in its uncertainty window {MAX_SNAPSHOT_SCAN_ATTEMPTS} \
+                 times in a row; try again"
+            ),
+        })
     }
 
-    /// [`Client::scan`], every page at `snapshot`'s timestamp when one is given (forward
-    /// only; a transaction's scan), or at `stale`'s consistency when that is given (a stale
-    /// snapshot's scan): a stale first page turns it into `AsOf` that page's `read_ts`, at
-    /// which every later page reads.
+    /// The pages of a scan, every one at `snapshot`'s timestamp when one is given (a
+    /// transaction's scan, or a multi-page [`Client::scan`]), or at `stale`'s consistency when
+    /// that is given (a stale snapshot's scan): a stale first page turns it into `AsOf` that
+    /// page's `read_ts`, at which every later page reads. Neither: each page at its own
+    /// linearizable timestamp.
     pub(crate) async fn scan_pages(
         &self,
         start: Bytes,
         end: Option<Bytes>,
         limit: u32,
         reverse: bool,
-        mut snapshot: Option<&mut SnapshotState>,
+        snapshot: Option<&mut SnapshotState>,
         stale: Option<&mut ReadConsistency>,
     ) -> Result<SnapRead<Vec<KeyValue>>> {
+        let range = (start, end);
+        match self
+            .scan_loop(range, limit, reverse, snapshot, stale, MAX_SCAN_PAGES)
+            .await?
+        {
+            Paged::Read(read) => Ok(read),
+            Paged::Cut => Err(too_many_pages()),
+        }
+    }
+
+    /// The pages of [`Client::scan_pages`], at most `max_pages` of them.
+    async fn scan_loop(
+        &self,
+        (start, end): (Bytes, Option<Bytes>),
+        limit: u32,
+        reverse: bool,
+        mut snapshot: Option<&mut SnapshotState>,
+        stale: Option<&mut ReadConsistency>,
+        max_pages: usize,
+    ) -> Result<Paged> {
         let end: Bytes = end.unwrap_or_default();
         validate::scan(&start, Some(&end), limit)?;
         let mut rows: Vec<KeyValue> = Vec::new();
         if !end.is_empty() && start == end {
-            return Ok(SnapRead::Done(rows));
+            return Ok(Paged::Read(SnapRead::Done(rows)));
         }
         let deadline = self.deadline();
         // A transaction's scan reads at its snapshot (never stale); a stale scan reads its
@@ -81,7 +160,7 @@ impl Client {
         // Forward scans advance `cursor_start`; reverse scans lower `cursor_end`.
         let mut cursor_start = start.clone();
         let mut cursor_end = end.clone();
-        for _page in 0..MAX_SCAN_PAGES {
+        for _page in 0..max_pages {
             let wanted = limit - rows.len() as u32;
             let message = proto::ScanRequest {
                 start: cursor_start.clone(),
@@ -114,7 +193,7 @@ impl Client {
             }
             if let Some(snap) = snapshot.as_mut() {
                 if let Some(uncertain) = snap.absorb(page.read_ts, page.snapshot)? {
-                    return Ok(SnapRead::Uncertain(uncertain));
+                    return Ok(Paged::Read(SnapRead::Uncertain(uncertain)));
                 }
             }
             rows.extend(
@@ -128,7 +207,7 @@ impl Client {
                     }),
             );
             if !page.more || rows.len() >= limit as usize {
-                return Ok(SnapRead::Done(rows));
+                return Ok(Paged::Read(SnapRead::Done(rows)));
             }
             let resume = page.resume_key;
             if resume.is_empty() {
@@ -146,7 +225,7 @@ impl Client {
                     )));
                 }
                 if resume <= start && !start.is_empty() {
-                    return Ok(SnapRead::Done(rows));
+                    return Ok(Paged::Read(SnapRead::Done(rows)));
                 }
                 cursor_end = resume;
             } else {
@@ -158,14 +237,12 @@ impl Client {
                     )));
                 }
                 if !end.is_empty() && resume >= end {
-                    return Ok(SnapRead::Done(rows));
+                    return Ok(Paged::Read(SnapRead::Done(rows)));
                 }
                 cursor_start = resume;
             }
         }
-        Err(Error::internal(format!(
-            "scan exceeded MAX_SCAN_PAGES ({MAX_SCAN_PAGES})"
-        )))
+        Ok(Paged::Cut)
     }
 
     /// Reads many keys; the result is in input order (`None` = absent). Keys are grouped per

@@ -226,7 +226,8 @@ async fn deadline_exceeded_carries_last_error() {
     assert!(!error.is_retryable());
 }
 
-/// Scans page across shards, forward and reverse, all pages at the first page's timestamp.
+/// Scans page across shards, forward and reverse. A scan one page answers is that plain
+/// page; a longer one is read again at one snapshot, every page at the same timestamp.
 #[tokio::test]
 async fn scan_pages_across_shards() {
     let fake = Fake::start(&["h", "p"]).await;
@@ -241,17 +242,36 @@ async fn scan_pages_across_shards() {
         .await
         .unwrap();
     fake.world.scan_read_ts.lock().unwrap().clear();
+    fake.world.snapshot_reads.lock().unwrap().clear();
 
     let rows = client.scan("", None, 100, false).await.unwrap();
     let got: Vec<&[u8]> = rows.iter().map(|r| r.key.as_ref()).collect();
     let want: Vec<&[u8]> = keys.iter().map(|k| k.as_bytes()).collect();
     assert_eq!(got, want);
     let read_ts = fake.world.scan_read_ts.lock().unwrap().clone();
-    assert_eq!(read_ts.len(), 3, "one page per shard");
-    assert!(
-        read_ts.windows(2).all(|w| w[0] < w[1]),
-        "every page is read at its own (later) timestamp, not the first page's: {read_ts:?}"
+    assert_eq!(
+        read_ts.len(),
+        4,
+        "a plain first page, then one snapshot page per shard: {read_ts:?}"
     );
+    assert!(
+        read_ts[1..].windows(2).all(|w| w[0] == w[1]),
+        "every page of the snapshot at one timestamp: {read_ts:?}"
+    );
+    let snapshots = fake.world.snapshot_reads.lock().unwrap().clone();
+    assert_eq!(
+        snapshots,
+        vec![0, read_ts[1], read_ts[1]],
+        "the first snapshot page picks the timestamp, the others send it"
+    );
+    // One page answers: no snapshot.
+    fake.world.snapshot_reads.lock().unwrap().clear();
+    let rows = client
+        .scan("bb", Some(Bytes::from("ff")), 100, false)
+        .await
+        .unwrap();
+    assert_eq!(rows.len(), 4);
+    assert!(fake.world.snapshot_reads.lock().unwrap().is_empty());
 
     let rows = client.scan("", None, 100, true).await.unwrap();
     let got: Vec<&[u8]> = rows.iter().map(|r| r.key.as_ref()).collect();

@@ -35,6 +35,7 @@ mod replica_constraints;
 mod replica_moves;
 mod resting_followers;
 mod shard_map;
+mod snapshot_scan;
 mod stale_snapshot;
 mod transfer_leader;
 mod txn;
