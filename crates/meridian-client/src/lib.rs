@@ -76,7 +76,7 @@
 //! - Inputs over `meridian_types::limits` fail fast with [`Error::InvalidArgument`].
 //!
 //! # Not done yet
-//! - Linearizable snapshot scans outside transactions; reverse scans in a [`StaleSnapshot`].
+//! - Reverse scans in a [`StaleSnapshot`] or a transaction.
 
 mod admin;
 mod backoff;

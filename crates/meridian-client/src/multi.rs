@@ -22,7 +22,11 @@
 //!
 //! What it costs: a multi-page scan reads its first page twice, wakes the quiesced shards it
 //! reads (snapshot reads are not served on a parked lease), and waits for the shards' writes
-//! in flight below its timestamp. A transaction's scans and batches (`scan_pages` and
+//! in flight below its timestamp. Its pages' read barrier is the lease, whatever the
+//! configured consistency (as a transaction's), and its timestamp is fixed, so a scan that
+//! outlasts `gc_ttl_ms` fails with `BELOW_GC_THRESHOLD`. An uncertain version of a key past
+//! the last row returned (examined before the page stopped) restarts it too: wasted work,
+//! never a wrong row. A transaction's scans and batches (`scan_pages` and
 //! `batch_get_at` with a snapshot) read at the transaction's snapshot; a stale scan reads its
 //! later pages at the first page's `read_ts` (see `stale`).
 
