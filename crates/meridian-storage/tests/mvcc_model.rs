@@ -153,8 +153,9 @@ fn check_history(e: &dyn Engine, shard: ShardId, ops: &[Op], limit: usize, bound
                 "scan reverse={reverse} @{read_ts} limit={limit} [{start:?},{end:?})"
             );
         }
-        // A snapshot read's windowed scan, in one page: the same rows, and the newest version
-        // (tombstones too) of the range above read_ts and at or below the window's end.
+        // A snapshot read's windowed scan, one page of it: the same rows, and the newest version
+        // (tombstones too) above read_ts and at or below the window's end of every key it
+        // decided.
         for width in [0u64, 2, 5] {
             let window_end = read_ts.saturating_add(width);
             let in_range =
@@ -166,20 +167,47 @@ fn check_history(e: &dyn Engine, shard: ShardId, ops: &[Op], limit: usize, bound
                 .filter(|ts| *ts > read_ts && *ts <= window_end)
                 .max()
                 .map(Timestamp);
-            for reverse in [false, true] {
+            let window_max = |within: &dyn Fn(&[u8]) -> bool| {
+                model
+                    .iter()
+                    .filter(|(k, _)| in_range(k) && within(k))
+                    .flat_map(|(_, versions)| versions.keys().copied())
+                    .filter(|ts| *ts > read_ts && *ts <= window_end)
+                    .max()
+                    .map(Timestamp)
+            };
+            for (reverse, page_limit) in [false, true]
+                .into_iter()
+                .flat_map(|r| [(r, limit), (r, KEYS.len() + 1)])
+            {
                 let (page, uncertain) = mvcc::scan_in_window(
                     e,
                     shard,
                     (start, end),
                     (rts, Timestamp(window_end)),
-                    KEYS.len() + 1,
+                    page_limit,
                     reverse,
                 )
                 .unwrap();
-                let what = format!("windowed scan reverse={reverse} ({read_ts}, {window_end}]");
-                assert_eq!(uncertain, want_uncertain, "{what}");
+                let what = format!(
+                    "windowed scan reverse={reverse} limit={page_limit} ({read_ts}, {window_end}]"
+                );
                 let want = model_scan(&model, start, end, read_ts, reverse);
-                assert_eq!(page.rows, want, "{what}");
+                assert_eq!(page.rows, want[..want.len().min(page_limit)], "{what}");
+                // Every key the page decided (before its resume key, or at and after it in
+                // reverse) must have its window versions reported; nothing is reported beyond
+                // the range's own newest one. A whole range must be exact.
+                let decided = |k: &[u8]| match (&page.resume_key, reverse) {
+                    (None, _) => true,
+                    (Some(r), false) => k < r.as_slice(),
+                    (Some(r), true) => k >= r.as_slice(),
+                };
+                let must = window_max(&decided);
+                assert!(uncertain >= must, "{what}: {uncertain:?} misses {must:?}");
+                assert!(uncertain <= want_uncertain, "{what}: {uncertain:?}");
+                if page.resume_key.is_none() {
+                    assert_eq!(uncertain, want_uncertain, "{what}");
+                }
             }
         }
     }
