@@ -60,12 +60,7 @@ pub struct MoveDone {
 
 /// The moves that take every replica off `node`, given the cluster's `status`.
 pub fn plan(status: &StatusResponse, node: u64) -> Result<Vec<Move>> {
-    let region_of: BTreeMap<u64, &str> = status
-        .nodes
-        .iter()
-        .map(|n| (n.node_id, n.region.as_str()))
-        .collect();
-    let Some(leaving_region) = region_of.get(&node).copied() else {
+    let Some(leaving) = status.nodes.iter().find(|n| n.node_id == node) else {
         return Err(Error::InvalidArgument {
             message: format!("node {node} is not a member of the cluster"),
         });
@@ -79,21 +74,17 @@ pub fn plan(status: &StatusResponse, node: u64) -> Result<Vec<Move>> {
     let mut moves = Vec::new();
     for shard in status.shards.iter().filter(|s| s.replicas.contains(&node)) {
         let constraints = crate::constraint_plan::shard_constraints(shard)?;
-        let leaving = status.nodes.iter().find(|n| n.node_id == node);
-        let bound = crate::constraint_plan::home_bound(shard, leaving);
-        let others: Vec<&str> = shard
-            .replicas
+        let bound = crate::constraint_plan::home_bound(shard, Some(leaving));
+        // The shard's other replicas' nodes, and whether one is in `n`'s region (and zone).
+        let others: Vec<&NodeInfo> = status
+            .nodes
             .iter()
-            .filter(|r| **r != node)
-            .filter_map(|r| region_of.get(r).copied())
+            .filter(|o| o.node_id != node && shard.replicas.contains(&o.node_id))
             .collect();
-        let zone_taken = |n: &NodeInfo| {
-            status.nodes.iter().any(|o| {
-                o.node_id != node
-                    && shard.replicas.contains(&o.node_id)
-                    && o.region == n.region
-                    && o.zone == n.zone
-            })
+        let held = |n: &NodeInfo, zone_too: bool| {
+            others
+                .iter()
+                .any(|o| o.region == n.region && (!zone_too || o.zone == n.zone))
         };
         let candidates: Vec<&NodeInfo> = status
             .nodes
@@ -103,14 +94,14 @@ pub fn plan(status: &StatusResponse, node: u64) -> Result<Vec<Move>> {
             .filter(|n| bound.is_none_or(|home| n.region == home))
             .collect();
         let target = candidates.iter().min_by_key(|n| {
-            let region_rank = if n.region == leaving_region {
+            let region_rank = if n.region == leaving.region {
                 0
-            } else if !others.contains(&n.region.as_str()) {
+            } else if !held(n, false) {
                 1
             } else {
                 2
             };
-            (region_rank, zone_taken(n), load[&n.node_id], n.node_id)
+            (region_rank, held(n, true), load[&n.node_id], n.node_id)
         });
         let enough = enough_without(status, shard, node, bound, &candidates);
         let to = match target {

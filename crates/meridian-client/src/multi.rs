@@ -65,6 +65,8 @@ impl Client {
     /// The result is **one snapshot** (see the module docs): a scan one page answers is that
     /// page (linearizable); a longer one is read again, every page of every shard at one
     /// timestamp. With a stale `read_consistency`, every page reads at the first one's.
+    /// Each read of the scan (the first page, then each attempt at the snapshot, at most
+    /// `MAX_SNAPSHOT_SCAN_ATTEMPTS`) has the client's call deadline.
     pub async fn scan(
         &self,
         start: impl Into<Bytes>,

@@ -86,7 +86,8 @@ struct Crowding<'a> {
 ///
 /// So a step that makes nothing worse (already crowded, one of a two-step cleanup of extra
 /// replicas) and a removal down to fewer than three replicas (which never survive losing a
-/// group) go ahead. `group` gives a replica's group (`None`: unknown, its own group "?").
+/// group) go ahead. `members` are (node, its group, whether it could take a replica now); a
+/// replica on a node not among them counts in a group of its own, "?".
 fn needless_crowding<'a>(
     replicas: &[NodeId],
     target: NodeId,

@@ -14,9 +14,8 @@
 
 use crate::common::*;
 use meridian_cli::{LocalCluster, LocalClusterConfig};
-use meridian_client::fetch_status;
 use std::collections::BTreeSet;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const BASE_PORT: u16 = 16_200;
 const NODES: u64 = 5;
@@ -112,37 +111,9 @@ async fn scenario() {
     assert_no_panics(&cluster, &(1..=NODES).collect::<Vec<_>>());
 }
 
-/// Waits until the shard's leader (asked through node 1 first) reports `voters` as its
-/// voters, no learners, and no voter change half done.
+/// Waits until the data shard's leader reports `voters` as its voters, no learners, and no
+/// voter change half done.
 async fn wait_voters(cluster: &LocalCluster, voters: &[u64]) {
-    let want: BTreeSet<u64> = voters.iter().copied().collect();
-    let started = Instant::now();
-    let mut last = None;
-    loop {
-        for node in 1..=NODES {
-            let Ok(addr) = cluster.client_addr(node) else {
-                continue;
-            };
-            let Ok(status) = fetch_status(&addr, Duration::from_secs(2)).await else {
-                continue;
-            };
-            let Some(shard) = status.shards.into_iter().find(|s| s.shard_id == SHARD) else {
-                continue;
-            };
-            if shard.leader_id != node {
-                continue;
-            }
-            let seen: BTreeSet<u64> = shard.voters.iter().copied().collect();
-            if seen == want && shard.learners.is_empty() && !shard.joint {
-                return;
-            }
-            last = Some((seen, shard.learners, shard.joint));
-        }
-        assert!(
-            started.elapsed() < CONVERGE_TIMEOUT,
-            "voters {want:?} not reached after {CONVERGE_TIMEOUT:?}; last seen at the leader \
-             (voters, learners, joint): {last:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    let nodes: Vec<u64> = (1..=NODES).collect();
+    wait_shard_roles(cluster, SHARD, &nodes, (voters, &[]), CONVERGE_TIMEOUT).await;
 }

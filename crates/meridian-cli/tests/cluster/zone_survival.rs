@@ -20,7 +20,6 @@ use crate::common::*;
 use meridian_cli::{LocalCluster, LocalClusterConfig};
 use meridian_client::{fetch_status, proto::ShardInfo, Client};
 use nix::sys::signal::Signal;
-use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 const BASE_PORT: u16 = 26_400;
@@ -145,15 +144,12 @@ fn start_with(base_port: u16, args: &[&str]) -> (tempfile::TempDir, LocalCluster
     (dir, cluster)
 }
 
-/// The shard as node `node` sees it (its status), if it answers.
+/// The data shard as node `node` sees it, if it answers.
 async fn shard_at(cluster: &LocalCluster, node: u64) -> Option<ShardInfo> {
-    let status = fetch_status(&cluster.client_addr(node).ok()?, Duration::from_secs(2))
-        .await
-        .ok()?;
-    status.shards.into_iter().find(|s| s.shard_id == SHARD)
+    shard_info_at(cluster, node, SHARD).await
 }
 
-/// Waits until the shard's leader (asked through `nodes`) reports voters `voters` and
+/// Waits until the data shard's leader (asked through `nodes`) reports voters `voters` and
 /// learners `learners`, not joint; returns that view.
 async fn wait_roles(
     cluster: &LocalCluster,
@@ -161,39 +157,7 @@ async fn wait_roles(
     voters: &[u64],
     learners: &[u64],
 ) -> ShardInfo {
-    let want = |ids: &[u64]| ids.iter().copied().collect::<BTreeSet<u64>>();
-    let started = Instant::now();
-    let mut last = None;
-    loop {
-        for node in nodes {
-            let Some(seen) = shard_at(cluster, *node).await else {
-                continue;
-            };
-            let leader = seen.leader_id;
-            if leader == 0 || !nodes.contains(&leader) {
-                continue;
-            }
-            let Some(at_leader) = shard_at(cluster, leader).await else {
-                continue;
-            };
-            let roles = (
-                want(&at_leader.voters),
-                want(&at_leader.learners),
-                at_leader.joint,
-            );
-            if roles == (want(voters), want(learners), false) {
-                return at_leader;
-            }
-            last = Some(roles);
-            break;
-        }
-        assert!(
-            started.elapsed() < CONVERGE_TIMEOUT,
-            "voters {voters:?} and learners {learners:?} not reached after \
-             {CONVERGE_TIMEOUT:?}; last seen (voters, learners, joint): {last:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    wait_shard_roles(cluster, SHARD, nodes, (voters, learners), CONVERGE_TIMEOUT).await
 }
 
 /// Waits until node 1 reports every node live (the placement command adds replicas on live

@@ -8,6 +8,9 @@
 
 #![allow(dead_code)] // kept for tests to come; the binary's modules use most of it
 
+mod roles;
+pub use roles::{shard_info_at, wait_shard_roles};
+
 use meridian_cli::{LocalCluster, LocalClusterConfig};
 use meridian_client::{Client, ClientConfig};
 use std::path::{Path, PathBuf};
