@@ -48,65 +48,38 @@
 //! applied index forward). The side channel's offers go through
 //! [`ShardStateMachine::offer_closed`].
 //!
-//! # Snapshots are files
-//! A snapshot is the shard's data written into one SST file (RocksDB `SstFileWriter`): two
-//! ranges of `Cf::Data`, its shard-local keys (prepared locks, transaction records, GC
-//! threshold) and its span's MVCC versions (`meridian_storage::keys`) — plus the Raft meta, the
-//! version floor and the dedup table; installing one deletes both ranges (the other shards'
-//! keys between them are untouched) and ingests the file. The file is what travels over the network (see `network`), in
-//! checksummed chunks, never as one in-memory blob.
-//!
-//! # Installing a snapshot is crash-atomic
-//! Replacing the data ranges (synced range deletes, then an ingest) and recording the new
-//! applied index cannot be one RocksDB batch. So install runs in three durable steps:
-//! 1. a synced batch writes an install marker (the snapshot's meta and file);
-//! 2. the ranges are cleared and the file ingested (the file is copied, never moved);
-//! 3. a synced batch writes the applied index, membership, floor, dedup table and snapshot
-//!    record, and deletes the marker.
-//!
-//! A crash after 1 leaves the marker: [`ShardStateMachine::open`] redoes 2 and 3 from it before
-//! the shard serves, so the data and the applied index never disagree (a crash between 2 and 3
-//! used to leave the new data under the old applied index, and replaying the log over it
-//! rolled latest-version slots back). Snapshot files are deleted only after the record that
-//! replaced them is synced.
+//! # Files
+//! - `mod.rs` (this file): the state machine, its apply, and openraft's `RaftStateMachine`.
+//! - `snapshot`: snapshots are SST files; building, installing (crash-atomic) and redoing
+//!   an interrupted install.
+//! - `persist`: the replicated state's RocksDB encoding (applied state, dedup table, locks).
 //!
 //! # Not done yet
 //! - Building a snapshot holds the shard's state-machine lock (apply waits). A RocksDB snapshot
 //!   (point-in-time iterator) would let apply continue while the file is written.
 
+mod persist;
+mod snapshot;
+
+pub(crate) use snapshot::snapshot_ranges;
+pub use snapshot::SnapshotFile;
+
 use crate::apply::ApplyBatch;
-use crate::dedup::{DedupChanges, DedupEntry, DedupOp, DedupTable};
+use crate::dedup::DedupTable;
 use crate::locks::LockTable;
 use crate::types::{CommandResult, Entry, LogId, SnapshotMeta, StoredMembership, TypeConfig};
 use futures::{Stream, TryStreamExt};
-use meridian_storage::keys::{self, MetaKind, Span};
-use meridian_storage::{Cf, Engine, WriteBatch};
+use meridian_storage::keys::{MetaKind, Span};
+use meridian_storage::Engine;
 use meridian_types::{Clock, ShardId, Timestamp};
 use openraft::storage::{EntryResponder, RaftStateMachine};
-use openraft::{EntryPayload, OptionalSend, RaftSnapshotBuilder};
-use serde::{Deserialize, Serialize};
+use openraft::{EntryPayload, OptionalSend};
+use persist::{load_locks, put_dedup_changes, put_state, read_dedup, read_meta};
+use snapshot::{finish_install, replace_data, SnapshotRecord};
 use std::io;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
-
-use crate::types::codec;
-
-/// A snapshot's data: an SST file of the shard's MVCC range (None when the shard is empty), and
-/// the replicated state that goes with it: the version floor and the write-dedup table.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct SnapshotFile {
-    pub path: Option<PathBuf>,
-    pub version_floor: u64,
-    pub dedup: Vec<DedupEntry>,
-}
-
-/// What is persisted about the current snapshot so it survives restarts.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-struct SnapshotRecord {
-    meta: SnapshotMeta,
-    file: SnapshotFile,
-}
 
 struct Inner {
     shard: ShardId,
@@ -158,20 +131,6 @@ async fn blocking<T: Send + 'static>(
     f: impl FnOnce() -> io::Result<T> + Send + 'static,
 ) -> io::Result<T> {
     tokio::task::spawn_blocking(f).await.map_err(io_err)?
-}
-
-fn read_meta<T: serde::de::DeserializeOwned>(
-    engine: &dyn Engine,
-    shard: ShardId,
-    kind: MetaKind,
-) -> io::Result<Option<T>> {
-    match engine
-        .get(Cf::RaftMeta, &keys::raft_meta_key(shard, kind))
-        .map_err(io_err)?
-    {
-        Some(b) => Ok(Some(codec::decode(&b)?)),
-        None => Ok(None),
-    }
 }
 
 impl ShardStateMachine {
@@ -315,108 +274,6 @@ impl ShardStateMachine {
     pub fn applied_floor(&self) -> Timestamp {
         Timestamp(self.floor.load(Ordering::Acquire))
     }
-
-    /// Test hook: runs the first two steps of a snapshot install (marker, data replaced) and
-    /// stops as a crash there would, leaving the rest to [`ShardStateMachine::open`]'s redo.
-    #[doc(hidden)]
-    pub async fn install_snapshot_then_crash(
-        &self,
-        meta: &SnapshotMeta,
-        snapshot: SnapshotFile,
-    ) -> io::Result<()> {
-        let inner = self.inner.lock().await;
-        let record = SnapshotRecord {
-            meta: meta.clone(),
-            file: snapshot,
-        };
-        write_marker(&inner, &record).await?;
-        let engine = inner.engine.clone();
-        let (shard, span, file) = (inner.shard, inner.span.clone(), record.file.clone());
-        blocking(move || replace_data_with(&*engine, shard, &span, &file)).await
-    }
-}
-
-/// Rebuilds the in-memory lock table from the shard's transaction region; after a snapshot
-/// install (`installed`), the recent resolutions are known only up to the installed floor.
-fn load_locks(inner: &Inner, installed: bool) -> io::Result<()> {
-    let (start, end) = keys::txn_kind_range(inner.shard, keys::TxnKeyKind::Locks);
-    let mut table = LockTable::new();
-    for item in inner.engine.scan(Cf::Data, &start, Some(&end), false) {
-        let (k, v) = item.map_err(io_err)?;
-        let (_, client_id, seq) = keys::decode_txn_key(&k).map_err(io_err)?;
-        table.insert(
-            crate::types::RequestId { client_id, seq },
-            codec::decode(&v)?,
-        );
-    }
-    table.gc_threshold = match inner
-        .engine
-        .get(Cf::Data, &keys::gc_threshold_key(inner.shard))
-        .map_err(io_err)?
-    {
-        Some(raw) => u64::from_be_bytes(raw.as_slice().try_into().map_err(|_| {
-            io_err(format!(
-                "shard {}: GC threshold is {} bytes, want 8",
-                inner.shard,
-                raw.len()
-            ))
-        })?),
-        None => 0,
-    };
-    let mut guard = inner.locks.write().unwrap_or_else(|p| p.into_inner());
-    if installed {
-        table.resolutions = std::mem::take(&mut guard.resolutions);
-        table.resolutions.installed(inner.version_floor);
-        // A closed timestamp is a promise about log indexes, and an install only moves the
-        // applied index forward: what was closed stays closed (the table used to be replaced
-        // whole, which would have dropped it).
-        table.closed = std::mem::take(&mut guard.closed);
-    }
-    table
-        .closed
-        .on_applied(inner.applied.map_or(0, |id| id.index));
-    *guard = table;
-    Ok(())
-}
-
-fn read_dedup(engine: &dyn Engine, shard: ShardId) -> io::Result<Vec<DedupEntry>> {
-    let (start, end) = keys::dedup_range(shard);
-    let mut entries = Vec::new();
-    for item in engine.scan(Cf::RaftMeta, &start, Some(&end), false) {
-        let (k, v) = item.map_err(io_err)?;
-        let (client_id, seq) = keys::decode_dedup_key(&k).map_err(io_err)?;
-        let commit_ts = u64::from_be_bytes(
-            v.as_slice()
-                .try_into()
-                .map_err(|_| io_err(format!("dedup entry of {} bytes, want 8", v.len())))?,
-        );
-        entries.push(DedupEntry {
-            id: crate::types::RequestId { client_id, seq },
-            commit_ts,
-        });
-    }
-    Ok(entries)
-}
-
-/// Adds one dedup entry to `batch` (the encoding [`read_dedup`] reads back).
-fn put_dedup_entry(batch: &mut WriteBatch, shard: ShardId, entry: &DedupEntry) {
-    batch.put(
-        Cf::RaftMeta,
-        keys::dedup_key(shard, entry.id.client_id, entry.id.seq),
-        entry.commit_ts.to_be_bytes().to_vec(),
-    );
-}
-
-/// Adds the dedup table's changes to `batch`, in the order they happened.
-fn put_dedup_changes(batch: &mut WriteBatch, shard: ShardId, changes: DedupChanges) {
-    for op in changes.ops {
-        match op {
-            DedupOp::Put(entry) => put_dedup_entry(batch, shard, &entry),
-            DedupOp::Delete(id) => {
-                batch.delete(Cf::RaftMeta, keys::dedup_key(shard, id.client_id, id.seq))
-            }
-        }
-    }
 }
 
 /// Merges the shard's floor into the node's HLC so timestamps it proposes next are above every
@@ -430,79 +287,6 @@ fn merge_floor(inner: &Inner) {
     if let Err(e) = inner.clock.update(Timestamp(inner.version_floor)) {
         tracing::error!(shard = %inner.shard, error = %e, "local clock is behind the shard's applied versions by more than max_offset");
     }
-}
-
-/// Step 1 of an install: the synced marker.
-async fn write_marker(inner: &Inner, record: &SnapshotRecord) -> io::Result<()> {
-    let mut batch = WriteBatch::new();
-    batch.put(
-        Cf::RaftMeta,
-        keys::raft_meta_key(inner.shard, MetaKind::InstallMarker),
-        codec::encode(record)?,
-    );
-    let engine = inner.engine.clone();
-    blocking(move || engine.write(batch, true).map_err(io_err)).await
-}
-
-/// The two `Cf::Data` ranges a snapshot of the shard holds, ascending: its shard-local keys
-/// (transaction region, GC threshold) and its span's MVCC data.
-pub(crate) fn snapshot_ranges(shard: ShardId, span: &Span) -> [(Vec<u8>, Vec<u8>); 2] {
-    [keys::shard_local_range(shard), span.data_range()]
-}
-
-/// Step 2 of an install: the shard's snapshot ranges become the file's contents.
-fn replace_data_with(
-    engine: &dyn Engine,
-    shard: ShardId,
-    span: &Span,
-    file: &SnapshotFile,
-) -> io::Result<()> {
-    if let Some(path) = &file.path {
-        if !path.exists() {
-            return Err(io_err(format!(
-                "snapshot file {} of an install is missing; the shard cannot be restored from it",
-                path.display()
-            )));
-        }
-    }
-    let ranges = snapshot_ranges(shard, span);
-    let ranges = ranges.each_ref().map(|(s, e)| (s.as_slice(), e.as_slice()));
-    engine
-        .ingest_sst(Cf::Data, &ranges, file.path.as_deref())
-        .map_err(io_err)
-}
-
-fn replace_data(inner: &Inner, file: &SnapshotFile) -> io::Result<()> {
-    replace_data_with(&*inner.engine, inner.shard, &inner.span, file)
-}
-
-/// Step 3 of an install (blocking): the shard's state becomes the snapshot's, synced, and the
-/// marker goes in the same batch. Returns the previous snapshot's file for the caller to delete.
-fn finish_install(inner: &mut Inner, record: SnapshotRecord) -> io::Result<Option<PathBuf>> {
-    inner.applied = record.meta.last_log_id;
-    inner.membership = record.meta.last_membership.clone();
-    inner.version_floor = inner.version_floor.max(record.file.version_floor);
-    let mut batch = WriteBatch::new();
-    let (start, end) = keys::dedup_range(inner.shard);
-    batch.delete_range(Cf::RaftMeta, start, end);
-    inner.dedup = DedupTable::from_entries(record.file.dedup.iter().copied());
-    for entry in &record.file.dedup {
-        put_dedup_entry(&mut batch, inner.shard, entry);
-    }
-    put_state(&mut batch, inner)?;
-    batch.put(
-        Cf::RaftMeta,
-        keys::raft_meta_key(inner.shard, MetaKind::SnapshotMeta),
-        codec::encode(&record)?,
-    );
-    batch.delete(
-        Cf::RaftMeta,
-        keys::raft_meta_key(inner.shard, MetaKind::InstallMarker),
-    );
-    inner.engine.write(batch, true).map_err(io_err)?;
-    let new_path = record.file.path.clone();
-    let previous = inner.current.replace(record).and_then(|r| r.file.path);
-    Ok(previous.filter(|old| Some(old) != new_path.as_ref()))
 }
 
 /// Applies `entries` in order (blocking) and returns each entry's result: as ONE RocksDB batch
@@ -599,91 +383,6 @@ fn apply_run(inner: &mut Inner, entries: Vec<Entry>) -> io::Result<Vec<CommandRe
     Ok(results)
 }
 
-fn put_state(batch: &mut WriteBatch, inner: &Inner) -> io::Result<()> {
-    let shard = inner.shard;
-    batch.put(
-        Cf::RaftMeta,
-        keys::raft_meta_key(shard, MetaKind::Applied),
-        codec::encode(&inner.applied)?,
-    );
-    batch.put(
-        Cf::RaftMeta,
-        keys::raft_meta_key(shard, MetaKind::Membership),
-        codec::encode(&inner.membership)?,
-    );
-    batch.put(
-        Cf::RaftMeta,
-        keys::raft_meta_key(shard, MetaKind::VersionFloor),
-        codec::encode(&inner.version_floor)?,
-    );
-    Ok(())
-}
-
-impl RaftSnapshotBuilder<TypeConfig> for ShardStateMachine {
-    type SnapshotData = SnapshotFile;
-
-    async fn build_snapshot(&mut self) -> io::Result<crate::types::Snapshot> {
-        let mut inner = self.inner.lock().await;
-        refuse_if_retired(&inner)?;
-        let shard = inner.shard;
-        let last = inner.applied;
-        let index = last.as_ref().map(|l| l.index).unwrap_or(0);
-        let final_path = inner
-            .snapshot_dir
-            .join(format!("shard-{}-{index}.sst", shard.0));
-        let tmp_path = inner
-            .snapshot_dir
-            .join(format!("shard-{}-{index}.sst.tmp", shard.0));
-        let engine = inner.engine.clone();
-        let ranges = snapshot_ranges(shard, &inner.span);
-        let (tmp, fin) = (tmp_path.clone(), final_path.clone());
-        let written = blocking(move || {
-            let _ = std::fs::remove_file(&tmp);
-            let ranges = ranges.each_ref().map(|(s, e)| (s.as_slice(), e.as_slice()));
-            let n = engine.export_sst(Cf::Data, &ranges, &tmp).map_err(io_err)?;
-            if n > 0 {
-                std::fs::rename(&tmp, &fin)?;
-            }
-            Ok(n)
-        })
-        .await?;
-        let file = SnapshotFile {
-            path: (written > 0).then_some(final_path),
-            version_floor: inner.version_floor,
-            dedup: inner.dedup.entries(),
-        };
-        let meta = SnapshotMeta {
-            last_log_id: last,
-            last_membership: inner.membership.clone(),
-        };
-        let record = SnapshotRecord {
-            meta: meta.clone(),
-            file: file.clone(),
-        };
-        let mut batch = WriteBatch::new();
-        batch.put(
-            Cf::RaftMeta,
-            keys::raft_meta_key(shard, MetaKind::SnapshotMeta),
-            codec::encode(&record)?,
-        );
-        let engine = inner.engine.clone();
-        // Synced before the previous file goes: a crash must not leave a record naming a
-        // deleted file.
-        blocking(move || engine.write(batch, true).map_err(io_err)).await?;
-        let previous = inner.current.replace(record);
-        if let Some(old) = previous.and_then(|r| r.file.path) {
-            if Some(&old) != file.path.as_ref() {
-                let _ = std::fs::remove_file(old);
-            }
-        }
-        tracing::info!(%shard, index, keys = written, "built snapshot");
-        Ok(crate::types::Snapshot {
-            meta,
-            snapshot: file,
-        })
-    }
-}
-
 impl RaftStateMachine<TypeConfig> for ShardStateMachine {
     type SnapshotData = SnapshotFile;
     type SnapshotBuilder = Self;
@@ -721,36 +420,10 @@ impl RaftStateMachine<TypeConfig> for ShardStateMachine {
         meta: &SnapshotMeta,
         snapshot: SnapshotFile,
     ) -> io::Result<()> {
-        let mut guard = self.inner.clone().lock_owned().await;
-        refuse_if_retired(&guard)?;
-        let record = SnapshotRecord {
-            meta: meta.clone(),
-            file: snapshot,
-        };
-        write_marker(&guard, &record).await?;
-        let (guard, previous) = tokio::task::spawn_blocking(move || {
-            let inner: &mut Inner = &mut guard;
-            replace_data(inner, &record.file)?;
-            let previous = finish_install(inner, record)?;
-            load_locks(inner, true)?;
-            Ok::<_, io::Error>((guard, previous))
-        })
-        .await
-        .map_err(io_err)??;
-        merge_floor(&guard);
-        self.floor.store(guard.version_floor, Ordering::Release);
-        if let Some(old) = previous {
-            let _ = std::fs::remove_file(old);
-        }
-        tracing::info!(shard = %guard.shard, applied = ?guard.applied, "installed snapshot");
-        Ok(())
+        self.install(meta, snapshot).await
     }
 
     async fn get_current_snapshot(&mut self) -> io::Result<Option<crate::types::Snapshot>> {
-        let inner = self.inner.lock().await;
-        Ok(inner.current.as_ref().map(|r| crate::types::Snapshot {
-            meta: r.meta.clone(),
-            snapshot: r.file.clone(),
-        }))
+        Ok(self.current().await)
     }
 }
