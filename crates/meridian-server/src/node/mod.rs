@@ -15,10 +15,11 @@
 //!    Then it stores the founding shard map there, or checks it against the one stored
 //!    (`shard_map_store`; a node with a local metadata replica also checks it before step 2).
 //!
-//! # Cluster identity
-//! The cluster id is derived from the founding member list and shard layout, so founding
-//! members agree on it without coordination. It is written into the data dir at first start and
-//! checked on every later start.
+//! # Files
+//! - `mod.rs` (this file): [`Node`], its startup and shutdown, routing and proposals.
+//! - `identity`: the founding shard map and the cluster id derived from it.
+//! - `registry`: the node registry in the metadata shard (registration, lookups) and the
+//!   founding map's store-or-check there.
 
 use crate::config::{Member, NodeConfig};
 use crate::error::{Result, ServerError};
@@ -27,31 +28,18 @@ use bytes::Bytes;
 use meridian_proto::raft::RaftRequest;
 use meridian_raft::types::codec;
 use meridian_raft::{Command, CommandResult, MultiRaft, ShardReplica};
-use meridian_storage::{mvcc, Engine, EngineOptions, RocksEngine};
+use meridian_storage::{Engine, EngineOptions, RocksEngine};
 use meridian_types::{Clock, NodeId, ShardId, Timestamp};
 use openraft::impls::BasicNode;
-use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-/// Key prefix of node records in the metadata group.
-pub const NODE_KEY_PREFIX: &[u8] = b"node/";
+mod identity;
+mod registry;
 
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct NodeRecord {
-    pub node_id: NodeId,
-    pub client_addr: String,
-    pub peer_addr: String,
-    pub region: String,
-    pub zone: String,
-}
-
-pub fn node_key(id: NodeId) -> Vec<u8> {
-    let mut k = NODE_KEY_PREFIX.to_vec();
-    k.extend_from_slice(format!("{id:020}").as_bytes());
-    k
-}
+pub use identity::{cluster_id, founding_cluster_id, founding_map};
+pub use registry::{node_key, NodeRecord, NODE_KEY_PREFIX};
 
 pub struct Node {
     pub config: NodeConfig,
@@ -82,63 +70,6 @@ pub struct Node {
     pub early_locks: crate::kv_early_lock::EarlyLocks,
     /// Replicas whose elections wait for a quorum of their group to answer (see `founding`).
     pub(crate) election_hold: Arc<crate::election_hold::ElectionHold>,
-}
-
-/// Stops the node: its configuration gives another shard map than the one the cluster stored.
-fn map_mismatch(diff: &str) -> ! {
-    tracing::error!(%diff, "this node's shard map differs from the stored one; stopping");
-    eprintln!(
-        "fatal: the shard map stored in the metadata shard differs from the one this node's \
-         configuration gives ({diff}); stopping (start the node with the configuration the \
-         cluster was founded with)"
-    );
-    std::process::exit(crate::shard_map_store::EXIT_MAP_MISMATCH)
-}
-
-/// A stable id for the founding configuration (FNV-1a over its canonical text).
-pub fn cluster_id(members: &[Member], map: &ShardMap) -> String {
-    let mut members: Vec<&Member> = members.iter().collect();
-    members.sort_by_key(|m| m.node_id);
-    let mut text = String::new();
-    for m in members {
-        text.push_str(&format!("{}={};", m.node_id, m.peer_addr));
-    }
-    for s in &map.data {
-        text.push_str(&format!("{}:{:?};", s.id.0, s.start));
-    }
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in text.bytes() {
-        h ^= b as u64;
-        h = h.wrapping_mul(0x100_0000_01b3);
-    }
-    format!("mer-{h:016x}")
-}
-
-/// The founding shard map `config` gives (see `shard_map`).
-pub fn founding_map(config: &NodeConfig) -> ShardMap {
-    let splits: Vec<Vec<u8>> = config
-        .cluster
-        .split_points
-        .iter()
-        .map(|s| s.as_bytes().to_vec())
-        .collect();
-    ShardMap::founding(
-        &config.initial_cluster,
-        config.cluster.replication_factor as usize,
-        &splits,
-        config.cluster.initial_shards,
-    )
-    .with_constraints(
-        &config.replica_constraints,
-        &config.initial_cluster,
-        config.cluster.replication_factor as usize,
-    )
-    .with_homes(&config.home_regions, &config.initial_cluster)
-}
-
-/// The cluster id `config`'s founding members and map make (see [`cluster_id`]).
-pub fn founding_cluster_id(config: &NodeConfig) -> String {
-    cluster_id(&config.initial_cluster, &founding_map(config))
 }
 
 fn raft_config(cfg: &NodeConfig) -> openraft::Config {
@@ -381,96 +312,6 @@ impl Node {
         );
     }
 
-    fn my_record(&self) -> NodeRecord {
-        NodeRecord {
-            node_id: self.config.node_id,
-            client_addr: self.config.client_addr.to_string(),
-            peer_addr: self.config.peer_addr.to_string(),
-            region: self.config.region.clone(),
-            zone: self.config.zone.clone(),
-        }
-    }
-
-    /// Registers this node in the metadata group; retries with backoff until it succeeds.
-    async fn register_self(self: Arc<Self>) {
-        let record = self.my_record();
-        let puts = vec![(
-            Bytes::from(node_key(record.node_id)),
-            Bytes::from(serde_json::to_vec(&record).expect("node record serializes")),
-        )];
-        let mut delay = Duration::from_millis(20);
-        loop {
-            let cmd = Command::Write {
-                ts: self.clock.now().0,
-                puts: puts.clone(),
-                deletes: Vec::new(),
-                // Re-proposing the same registration is harmless: it overwrites equal values.
-                request: None,
-            };
-            match self.propose_anywhere(ShardId::META, cmd).await {
-                Ok(_) => {
-                    tracing::info!(node = record.node_id, "registered in the metadata group");
-                    break;
-                }
-                Err(e) => tracing::debug!(error = %e, "node registration not done yet; retrying"),
-            }
-            tokio::time::sleep(delay).await;
-            // Kept short: clients cannot route to this node until it is registered.
-            delay = (delay * 2).min(Duration::from_millis(200));
-        }
-        self.store_or_check_shard_map().await;
-    }
-
-    /// Stores this node's founding map in the metadata shard unless a map is stored already,
-    /// in which case it must be this node's (see `shard_map_store`): a node whose map differs
-    /// stops. Retries until the metadata shard answers.
-    async fn store_or_check_shard_map(&self) {
-        let mut delay = Duration::from_millis(50);
-        loop {
-            let cmd = Command::Cas {
-                ts: self.clock.now().0,
-                key: Bytes::from_static(crate::shard_map_store::SHARD_MAP_KEY),
-                expect: meridian_raft::Expect::Absent,
-                value: Some(self.shard_map_record.clone()),
-                request: None,
-            };
-            match self.propose_anywhere(ShardId::META, cmd).await {
-                Ok(result) => match result.mismatch {
-                    None if result.rejected.is_none() => {
-                        tracing::info!(
-                            version = self.founding.version,
-                            "stored the founding shard map in the metadata group"
-                        );
-                        return;
-                    }
-                    Some(Some((_, raw))) => {
-                        let stored = crate::shard_map_store::decode(&raw);
-                        let diff = stored.as_ref().map(|stored| {
-                            crate::shard_map_store::founding_difference(stored, &self.founding)
-                        });
-                        match diff {
-                            Ok(None) => {
-                                tracing::info!("the stored shard map matches this node's");
-                                if let Ok(stored) = stored {
-                                    crate::membership::adopt(self, stored).await;
-                                }
-                                return;
-                            }
-                            Ok(Some(diff)) => map_mismatch(&diff),
-                            Err(e) => map_mismatch(e),
-                        }
-                    }
-                    _ => tracing::warn!(?result, "unexpected answer storing the shard map"),
-                },
-                Err(e) => {
-                    tracing::debug!(error = %e, "storing the shard map not done yet; retrying")
-                }
-            }
-            tokio::time::sleep(delay).await;
-            delay = (delay * 2).min(Duration::from_secs(1));
-        }
-    }
-
     /// Proposes `cmd` to `shard`: locally if this node leads it, else forwarded to the leader
     /// (or, when the leader is unknown, to each replica in turn).
     pub async fn propose_anywhere(
@@ -571,101 +412,6 @@ impl Node {
         let desc = self.map().lookup(key).clone();
         let replica = self.replica(desc.id)?;
         Ok((desc, replica))
-    }
-
-    /// Registered nodes, read from the local metadata replica; members not found there (a
-    /// node without a metadata replica, or one not registered yet) get what this node read
-    /// before, or the client address their ping replies gave.
-    pub async fn registry(&self) -> BTreeMap<NodeId, NodeRecord> {
-        let forgotten = self.map().forgotten.clone();
-        let mut out: BTreeMap<NodeId, NodeRecord> = self
-            .members_now()
-            .into_iter()
-            .map(|m| {
-                (
-                    m.node_id,
-                    NodeRecord {
-                        node_id: m.node_id,
-                        client_addr: String::new(),
-                        peer_addr: m.peer_addr.to_string(),
-                        region: m.region.clone(),
-                        zone: m.zone.clone(),
-                    },
-                )
-            })
-            .collect();
-        if self.host.get(ShardId::META).is_some() {
-            let engine = self.engine.clone();
-            let rows = tokio::task::spawn_blocking(move || {
-                let mut end = NODE_KEY_PREFIX.to_vec();
-                *end.last_mut().expect("non-empty prefix") += 1;
-                mvcc::scan(
-                    &*engine,
-                    ShardId::META,
-                    NODE_KEY_PREFIX,
-                    Some(&end),
-                    Timestamp::MAX,
-                    10_000,
-                    false,
-                )
-            })
-            .await;
-            if let Ok(Ok(page)) = rows {
-                for (_, _, value) in page.rows {
-                    if let Ok(rec) = serde_json::from_slice::<NodeRecord>(&value) {
-                        // A forgotten member's registration stays; it is no longer listed.
-                        if !forgotten.contains(&rec.node_id) {
-                            out.insert(rec.node_id, rec);
-                        }
-                    }
-                }
-            }
-        }
-        let mut cache = self.registry_cache.write().expect("registry cache lock");
-        for (id, rec) in &out {
-            if !rec.client_addr.is_empty() {
-                cache.insert(*id, rec.clone());
-            }
-        }
-        cache.retain(|id, _| !forgotten.contains(id));
-        // A node that no longer (or never) holds a metadata replica fills the gaps from the
-        // registrations it read while it did, then from its pings' replies.
-        for (id, rec) in cache.iter() {
-            let entry = out.entry(*id).or_insert_with(|| rec.clone());
-            if entry.client_addr.is_empty() {
-                *entry = rec.clone();
-            }
-        }
-        for (id, rec) in out.iter_mut() {
-            if rec.client_addr.is_empty() {
-                if let Some(addr) = self.host.pool.client_addr_of(*id) {
-                    rec.client_addr = addr;
-                }
-            }
-        }
-        if let Some(me) = out.get_mut(&self.config.node_id) {
-            if me.client_addr.is_empty() {
-                me.client_addr = self.config.client_addr.to_string();
-            }
-        }
-        out
-    }
-
-    /// The client address of `node`, if registered.
-    pub async fn client_addr_of(&self, node: NodeId) -> Option<String> {
-        if let Some(r) = self
-            .registry_cache
-            .read()
-            .expect("registry cache lock")
-            .get(&node)
-        {
-            return Some(r.client_addr.clone());
-        }
-        self.registry()
-            .await
-            .get(&node)
-            .map(|r| r.client_addr.clone())
-            .filter(|a| !a.is_empty())
     }
 
     pub async fn not_leader(&self, shard: ShardId, leader: Option<NodeId>) -> ServerError {
