@@ -151,7 +151,7 @@ impl Client {
                 key: key.clone(),
                 route: None,
             };
-            tokio::spawn(async move {
+            self.spawn_background("release early locks", async move {
                 let deadline = Deadline::after(RELEASE_TIMEOUT);
                 let released = client
                     .call_with(

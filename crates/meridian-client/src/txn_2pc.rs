@@ -246,8 +246,9 @@ fn finish(
         .filter(|p| p.shard != anchor_shard)
         .map(|p| p.key.clone())
         .collect();
-    let (client, anchor) = (client.clone(), anchor.clone());
-    tokio::spawn(async move {
+    let (task, anchor) = (client.clone(), anchor.clone());
+    client.spawn_background("finish a multi-shard transaction", async move {
+        let client = task;
         let deadline = client.deadline();
         let c = match settled {
             Settled::Committed(c) => c,

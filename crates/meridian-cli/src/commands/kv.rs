@@ -6,6 +6,11 @@ use crate::txn_steps::{parse_steps, Step};
 use anyhow::Context;
 use bytes::Bytes;
 use meridian_client::{CasOutcome, Client, Expect, Timestamp, TxnOptions};
+use std::time::Duration;
+
+/// Longest `kv txn` waits, after its answer, for the commit's background work (resolving its
+/// other shards' locks) before it exits.
+const BACKGROUND_SETTLE: Duration = Duration::from_secs(5);
 
 /// A `kv cas` whose condition did not hold: nothing was written (`main` exits with status 4).
 #[derive(Debug)]
@@ -260,7 +265,7 @@ impl KvCommand {
         }
         let client = self.connect.connect().await?;
         let ops = std::sync::Arc::new(ops);
-        let (reads, info) = client
+        let outcome = client
             .txn(options, move |txn| {
                 let ops = ops.clone();
                 Box::pin(async move {
@@ -280,17 +285,30 @@ impl KvCommand {
                     Ok::<_, meridian_client::Error>(reads)
                 })
             })
-            .await?;
-        for (key, value) in reads {
-            match value {
-                Some(value) => println!("{}\t{}", format_bytes(&key), format_bytes(&value)),
-                None => println!("{}\t(absent)", format_bytes(&key)),
+            .await;
+        if let Ok((reads, info)) = &outcome {
+            for (key, value) in reads {
+                match value {
+                    Some(value) => println!("{}\t{}", format_bytes(key), format_bytes(value)),
+                    None => println!("{}\t(absent)", format_bytes(key)),
+                }
+            }
+            match info.commit_ts {
+                Some(ts) => println!("OK commit_ts={ts} attempts={}", info.attempts),
+                None => println!("OK read-only attempts={}", info.attempts),
             }
         }
-        match info.commit_ts {
-            Some(ts) => println!("OK commit_ts={ts} attempts={}", info.attempts),
-            None => println!("OK read-only attempts={}", info.attempts),
+        // A multi-shard commit resolves its other shards' locks after it answers (an aborted
+        // attempt releases its early locks); exiting first would leave them for the next
+        // reader to wait on and recover.
+        let left = client.settle_background(BACKGROUND_SETTLE).await;
+        if left > 0 {
+            eprintln!(
+                "warning: exiting with {left} background task(s) of the transaction unfinished \
+                 (its locks are settled by the next reader or the nodes' sweeper)"
+            );
         }
+        outcome?;
         Ok(())
     }
 }

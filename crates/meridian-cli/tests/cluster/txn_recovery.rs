@@ -32,7 +32,7 @@
 
 use crate::common::*;
 use bytes::Bytes;
-use meridian_client::proto::{self, kv_client::KvClient, resolve_request, TxnState};
+use meridian_client::proto::{self, resolve_request, TxnState};
 use meridian_client::{Client, Error, TxnOptions};
 use std::sync::atomic::Ordering::SeqCst;
 use std::time::Duration;
@@ -53,9 +53,6 @@ const SWEEP_TIMEOUT: Duration = Duration::from_secs(20);
 /// user716752); the first is the anchor.
 const ANCHOR: &str = "user1rec/a";
 const OTHER: &str = "user8rec/b";
-const RPC_TIMEOUT: Duration = Duration::from_secs(5);
-/// Passes over the nodes looking for a shard's leader.
-const LEADER_ROUNDS: usize = 20;
 
 #[test]
 fn readers_resolve_the_locks_of_a_vanished_coordinator() {
@@ -74,35 +71,6 @@ fn a_committed_record_nothing_leads_to_is_finished_and_collected() {
 
 fn b(s: &str) -> Bytes {
     Bytes::copy_from_slice(s.as_bytes())
-}
-
-/// Sends `call` to each node in turn until one that leads the shard answers (anything but
-/// `NOT_LEADER` or a transport error); returns that answer.
-async fn at_leader<T, F, Fut>(endpoints: &[String], mut call: F) -> Result<T, Error>
-where
-    F: FnMut(KvClient<tonic::transport::Channel>) -> Fut,
-    Fut: std::future::Future<Output = Result<T, tonic::Status>>,
-{
-    let mut last = None;
-    for _ in 0..LEADER_ROUNDS {
-        for endpoint in endpoints {
-            let channel = tonic::transport::Endpoint::from_shared(format!("http://{endpoint}"))
-                .expect("endpoint")
-                .timeout(RPC_TIMEOUT)
-                .connect()
-                .await;
-            let Ok(channel) = channel else { continue };
-            match call(KvClient::new(channel)).await {
-                Ok(answer) => return Ok(answer),
-                Err(status) => match Error::from_status(&status, endpoint) {
-                    e @ (Error::NotLeader { .. } | Error::Transport { .. }) => last = Some(e),
-                    other => return Err(other),
-                },
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    panic!("no leader answered: {last:?}");
 }
 
 /// The raw prepare of `txn` writing `value` to `key` (the anchor's prepare names the other
@@ -292,20 +260,6 @@ async fn decided_never_resolved(endpoints: &[String], client: &Client) {
         .await
         .expect("a transaction reads both");
     assert_eq!(both, ("new2".to_string(), "new2".to_string()));
-}
-
-/// A raw linearizable read of `key` at its leader: `Locked` while a lock is in the way (it
-/// never recovers anything), else the value.
-async fn raw_get(endpoints: &[String], key: &str) -> Result<proto::GetResponse, Error> {
-    at_leader(endpoints, |mut kv| async move {
-        kv.get(proto::GetRequest {
-            key: b(key),
-            ..Default::default()
-        })
-        .await
-        .map(|r| r.into_inner())
-    })
-    .await
 }
 
 /// Polls raw reads of `key` until none meets a lock; returns the value then.

@@ -38,16 +38,20 @@
 //! - `retry`: `Route`, `Deadline`, `Client::call_with`'s loop above, backoff.
 //! - `conn`: channels, `Cluster.Status` ([`fetch_status`], `Client::status`) and the
 //!   single-flight shard map refresh.
+//! - `background`: the counted tasks calls leave running after they answer, and
+//!   [`Client::settle_background`], which waits for them.
 //!
 //! # Not done yet
 //! - Plain `get`s go to the leader; stale (follower) reads are `stale.rs`'s, asked for
 //!   explicitly.
 //! - The client does not send a causality token (`meridian-hlc`) yet.
 
+mod background;
 mod conn;
 mod kv;
 mod retry;
 
+pub use background::MAX_BACKGROUND_TASKS;
 pub use conn::fetch_status;
 pub(crate) use conn::{cluster_client, kv_client, request};
 pub use kv::{KeyValue, Versioned};
@@ -93,6 +97,8 @@ struct Inner {
     oracle: Mutex<Option<String>>,
     /// Locks of junior transactions this client's prepares wounded (see `locks`).
     wounds: std::sync::atomic::AtomicU64,
+    /// Work calls left running after they answered (see `background`).
+    background: background::Background,
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -134,10 +140,33 @@ impl Client {
                 write_ids,
                 oracle: Mutex::new(None),
                 wounds: std::sync::atomic::AtomicU64::new(0),
+                background: background::Background::default(),
             }),
         };
         client.status().await?;
         Ok(client)
+    }
+
+    /// Waits, at most `timeout`, for the work this client's calls left running after they
+    /// answered: a multi-shard commit resolving its other participants' locks and finishing
+    /// its record, an aborted transaction releasing its early locks. Returns how many of those
+    /// tasks still run (0: all done).
+    ///
+    /// A process should call it before it exits: work cut short is not lost (readers recover a
+    /// transaction whose locks they meet, the nodes' sweeper settles the rest, early locks
+    /// expire), but the next reader of those keys waits and recovers. The CLI does.
+    pub async fn settle_background(&self, timeout: Duration) -> usize {
+        self.inner.background.settle(timeout).await
+    }
+
+    /// Runs `work` in the background, counted for [`Client::settle_background`]; skips it
+    /// (false) when [`MAX_BACKGROUND_TASKS`] already run.
+    pub(crate) fn spawn_background(
+        &self,
+        what: &'static str,
+        work: impl std::future::Future<Output = ()> + Send + 'static,
+    ) -> bool {
+        self.inner.background.spawn(what, work)
     }
 
     /// The configuration this client was built with.

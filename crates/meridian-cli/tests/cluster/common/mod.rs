@@ -8,7 +8,9 @@
 
 #![allow(dead_code)] // kept for tests to come; the binary's modules use most of it
 
+mod raw;
 mod roles;
+pub use raw::{at_leader, raw_get};
 pub use roles::{shard_info_at, wait_shard_roles};
 
 use meridian_cli::{LocalCluster, LocalClusterConfig};
