@@ -43,6 +43,16 @@ impl ReadConsistency {
         }
     }
 
+    /// The barrier of a snapshot read (a transaction's read, a multi-page scan's snapshot
+    /// pages), which is never stale: ReadIndex when this is [`Self::LinearizableReadIndex`]
+    /// (the client does not trust clock rates), else the lease.
+    pub(crate) fn snapshot_barrier(self) -> ReadConsistency {
+        match self {
+            ReadConsistency::LinearizableReadIndex => ReadConsistency::LinearizableReadIndex,
+            _ => ReadConsistency::Linearizable,
+        }
+    }
+
     /// The request's `Staleness` (`None` for linearizable reads).
     pub(crate) fn staleness(self) -> Option<meridian_proto::kv::Staleness> {
         use meridian_proto::kv::Staleness;

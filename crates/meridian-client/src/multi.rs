@@ -22,8 +22,9 @@
 //!
 //! What it costs: a multi-page scan reads its first page twice, wakes the quiesced shards it
 //! reads (snapshot reads are not served on a parked lease), and waits for the shards' writes
-//! in flight below its timestamp. Its pages' read barrier is the lease, whatever the
-//! configured consistency (as a transaction's), and its timestamp is fixed, so a scan that
+//! in flight below its timestamp. Its pages' read barrier is a transaction's: ReadIndex for a
+//! client configured with `LinearizableReadIndex`, else the lease (see
+//! `ReadConsistency::snapshot_barrier`). Its timestamp is fixed, so a scan that
 //! outlasts `gc_ttl_ms` fails with `BELOW_GC_THRESHOLD`. An uncertain version of a key past
 //! the last row returned (examined before the page stopped) restarts it too: wasted work,
 //! never a wrong row. A transaction's scans and batches (`scan_pages` and
@@ -156,7 +157,7 @@ impl Client {
         // A transaction's scan reads at its snapshot (never stale); a stale scan reads its
         // later pages at the first page's timestamp, so the whole scan is one snapshot.
         let mut own = match snapshot {
-            Some(_) => ReadConsistency::Linearizable,
+            Some(_) => self.config().read_consistency.snapshot_barrier(),
             None => self.config().read_consistency,
         };
         let consistency: &mut ReadConsistency = match stale {
@@ -345,7 +346,7 @@ impl Client {
         let deadline = self.deadline();
         // A transaction's reads are snapshot reads, never stale.
         let consistency = match snapshot {
-            Some(_) => ReadConsistency::Linearizable,
+            Some(_) => self.config().read_consistency.snapshot_barrier(),
             None => self.config().read_consistency,
         };
         let spec = snapshot.as_ref().map(|s| s.spec());

@@ -5,7 +5,7 @@ mod fake;
 
 use bytes::Bytes;
 use fake::*;
-use meridian_client::{Client, ClientConfig, Error, ReadConsistency};
+use meridian_client::{proto, Client, ClientConfig, Error, ReadConsistency};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
@@ -224,6 +224,42 @@ async fn deadline_exceeded_carries_last_error() {
         other => panic!("unexpected {other}"),
     }
     assert!(!error.is_retryable());
+}
+
+/// A client configured with `LINEARIZABLE_READ_INDEX` asks for the ReadIndex barrier on its
+/// snapshot reads too (a multi-page scan's snapshot pages, a transaction's reads), not only on
+/// its plain reads: it does not trust clock rates, so no read of it may rest on a lease.
+#[tokio::test]
+async fn snapshot_reads_keep_the_configured_read_index_barrier() {
+    let fake = Fake::start(&["h", "p"]).await;
+    let client = fake
+        .client_with(vec![fake.address(1)], Duration::from_secs(5), |config| {
+            config.read_consistency = ReadConsistency::LinearizableReadIndex;
+        })
+        .await;
+    let keys: Vec<String> = (b'a'..=b'z').map(|c| format!("{}", c as char)).collect();
+    client
+        .batch_put(keys.iter().map(|k| (k.clone(), k.clone())))
+        .await
+        .unwrap();
+    fake.world.read_consistency.lock().unwrap().clear();
+    assert_eq!(client.scan("", None, 100, false).await.unwrap().len(), 26);
+    let mut txn = client.begin();
+    txn.get("a").await.unwrap();
+    txn.scan("h", Some(Bytes::from("z")), 100).await.unwrap();
+    txn.commit().await.unwrap();
+
+    let seen = fake.world.read_consistency.lock().unwrap().clone();
+    let read_index = proto::ReadConsistency::LinearizableReadIndex as i32;
+    assert!(
+        seen.iter().filter(|(_, snapshot)| *snapshot).count() >= 5,
+        "the scan's three snapshot pages and the transaction's reads: {seen:?}"
+    );
+    assert!(
+        seen.iter()
+            .all(|(consistency, _)| *consistency == read_index),
+        "every read asks for ReadIndex ({read_index}): {seen:?}"
+    );
 }
 
 /// Scans page across shards, forward and reverse. A scan one page answers is that plain

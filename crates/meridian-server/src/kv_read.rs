@@ -11,8 +11,29 @@ use meridian_raft::locks::{LockInfo, LockTable};
 use meridian_raft::ShardReplica;
 use meridian_types::{ShardId, Timestamp};
 use openraft::ReadPolicy;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use tonic::Request;
+
+/// How many read barriers this node's leaders passed for client reads, by kind (the
+/// `meridian_read_barriers_total` metric). Parked-lease reads are counted by the host.
+#[derive(Debug, Default)]
+pub struct ReadBarriers {
+    /// Leadership confirmed by the leader's lease (no round).
+    pub lease: AtomicU64,
+    /// Leadership confirmed by a ReadIndex quorum round.
+    pub read_index: AtomicU64,
+}
+
+impl ReadBarriers {
+    pub(crate) fn count(&self, policy: &ReadPolicy) {
+        let counter = match policy {
+            ReadPolicy::LeaseRead => &self.lease,
+            ReadPolicy::ReadIndex => &self.read_index,
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+}
 
 /// Most sleeps a request spends waiting for the clock to pass its causality token.
 const MAX_TOKEN_WAITS: u32 = 8;
@@ -166,12 +187,17 @@ impl KvService {
         } else {
             replica.raft.ensure_linearizable(policy.clone()).await
         };
+        let mut passed = policy.clone();
         if result.is_err() && policy == ReadPolicy::LeaseRead && replica.raft.is_leader() {
             // The lease is not valid (e.g. right after election): confirm with a quorum round.
             result = replica.ensure_linearizable(ReadPolicy::ReadIndex).await;
+            passed = ReadPolicy::ReadIndex;
         }
         match result {
-            Ok(_) => self.read_ts_now(replica),
+            Ok(_) => {
+                self.node.read_barriers.count(&passed);
+                self.read_ts_now(replica)
+            }
             Err(e) => {
                 if let Some(f) = e.forward_to_leader() {
                     return Err(self.node.not_leader(shard, f.leader_id).await);

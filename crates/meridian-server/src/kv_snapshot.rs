@@ -28,6 +28,8 @@
 //!    its drift margin), and openraft's core grants a lease read now, which it refuses while a
 //!    leader transfer is under way (the target may be elected while the followers' leases
 //!    still run, so the acknowledgement's age alone does not show that no one else leads).
+//!    A request that asked for `LINEARIZABLE_READ_INDEX` gets a second ReadIndex round here
+//!    instead: its client does not trust clock rates, so no step of its read rests on a lease.
 //!
 //! # Uncertainty
 //! `read_ts` came from one node's clock; a write acknowledged before the transaction began
@@ -153,7 +155,7 @@ pub(crate) fn leadership(replica: &ShardReplica) -> (Option<u64>, u64) {
 
 impl KvService {
     /// Steps 1–4 of the module docs: after it returns, the shard's state at `read_ts` is final
-    /// for what `span` reads. `consistency` chooses the barrier as for plain reads (lease or
+    /// for what `span` reads. `consistency` chooses both barriers as for plain reads (lease or
     /// ReadIndex).
     pub(crate) async fn snapshot(
         &self,
@@ -216,13 +218,18 @@ impl KvService {
                 )))
             }
         }
-        let lease_held = replica.lease_has_margin()
+        // A client that asked for ReadIndex does not trust clock rates: a second round.
+        let lease_ok = consistency != ReadConsistency::LinearizableReadIndex as i32;
+        let lease_held = lease_ok
+            && replica.lease_has_margin()
             && replica
                 .raft
                 .get_read_log_id(ReadPolicy::LeaseRead)
                 .await
                 .is_ok();
-        if !lease_held {
+        if lease_held {
+            self.node.read_barriers.count(&ReadPolicy::LeaseRead);
+        } else {
             let read_index = ReadConsistency::LinearizableReadIndex as i32;
             self.linearize(shard, replica, read_index).await?;
         }

@@ -251,6 +251,24 @@ pub fn render(node: &Node, admission: &Admission) -> String {
             .parked_reads
             .load(std::sync::atomic::Ordering::Relaxed) as f64,
     );
+    let barriers = &node.read_barriers;
+    out.metric(
+        "meridian_read_barriers_total",
+        "counter",
+        "Read barriers this node's leaders passed for linearizable and snapshot client reads, \
+         by kind: the leader's lease, or a ReadIndex quorum round (reads on a parked lease are \
+         meridian_raft_parked_reads_total).",
+        &[
+            (
+                "kind=\"lease\"".to_string(),
+                barriers.lease.load(Ordering::Relaxed) as f64,
+            ),
+            (
+                "kind=\"read_index\"".to_string(),
+                barriers.read_index.load(Ordering::Relaxed) as f64,
+            ),
+        ],
+    );
     out.one(
         "meridian_raft_ping_lapses_total",
         "counter",

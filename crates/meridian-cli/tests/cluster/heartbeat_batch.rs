@@ -6,11 +6,13 @@
 //!   (each used to be a stream of its own);
 //! - no follower starts an election (no vote requests), so the heartbeats arrive in time and
 //!   their answers renew the leaders' leases;
-//! - ReadIndex reads (a quorum round confirmed by an urgent heartbeat) and writes are served.
+//! - ReadIndex reads (a quorum round confirmed by an urgent heartbeat) and writes are served;
+//! - a client configured with ReadIndex passes ReadIndex rounds, never the lease, in its
+//!   transaction's snapshot read too (`meridian_read_barriers_total`).
 
 use crate::common::*;
 use bytes::Bytes;
-use meridian_client::ReadConsistency;
+use meridian_client::{Client, ClientConfig, ReadConsistency};
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -119,6 +121,40 @@ async fn scenario() {
         took[took.len() / 2],
         took[took.len() - 1]
     );
+    // A client configured with ReadIndex: its transaction's snapshot read passes a ReadIndex
+    // round on both sides of settling the shard's writes in flight, and never the lease.
+    let barriers = |kind: &str| -> f64 {
+        (1..=3)
+            .map(|n| {
+                let name = format!("meridian_read_barriers_total{{kind=\"{kind}\"}}");
+                sample(&scrape_metrics(metrics_port(n)), &name)
+            })
+            .sum()
+    };
+    let (lease_before, rounds_before) = (barriers("lease"), barriers("read_index"));
+    let mut config = ClientConfig::new(cluster.endpoints());
+    config.read_consistency = ReadConsistency::LinearizableReadIndex;
+    config.call_timeout = Duration::from_secs(20);
+    let careful = Client::connect(config).await.expect("connecting");
+    let mut txn = careful.begin();
+    let got = txn
+        .get(Bytes::from_static(b"hb/0000"))
+        .await
+        .expect("txn get");
+    assert_eq!(got.as_deref(), Some(&b"v"[..]));
+    txn.commit().await.expect("read-only commit");
+    let lease = barriers("lease") - lease_before;
+    let rounds = barriers("read_index") - rounds_before;
+    eprintln!("a ReadIndex client's transaction read: {rounds} ReadIndex rounds, {lease} leases");
+    assert_eq!(
+        lease, 0.0,
+        "no barrier of a ReadIndex client's read is the lease"
+    );
+    assert!(
+        rounds >= 2.0,
+        "a ReadIndex round before and after the settle: {rounds}"
+    );
+
     client
         .put(Bytes::from_static(b"hb/last"), Bytes::from_static(b"w"))
         .await

@@ -34,6 +34,8 @@ pub struct World {
     /// (node, method) of every request that reached a leader check.
     pub served: Mutex<Vec<(u64, &'static str)>>,
     pub scan_read_ts: Mutex<Vec<u64>>,
+    /// (`consistency`, whether it carried a snapshot) of every `Scan` and `BatchGet`.
+    pub read_consistency: Mutex<Vec<(i32, bool)>>,
     /// The `read_ts` of every snapshot read (0 = the node picks).
     pub snapshot_reads: Mutex<Vec<u64>>,
     /// Every prepare asked for, with its number of writes.
@@ -422,6 +424,11 @@ impl Kv for FakeNode {
                 .map(|(_, v)| v.1),
         );
         self.world.scan_read_ts.lock().unwrap().push(read_ts);
+        self.world
+            .read_consistency
+            .lock()
+            .unwrap()
+            .push((r.consistency, r.snapshot.is_some()));
         let limit = r.limit as usize;
         let row = |(k, (v, ts)): (&Bytes, &(Bytes, u64))| KeyValue {
             key: k.clone(),
@@ -489,6 +496,11 @@ impl Kv for FakeNode {
         if !request.keys.iter().all(|k| contains(&shard, k)) {
             return Err(error("WRONG_SHARD", "keys span shards", None));
         }
+        self.world
+            .read_consistency
+            .lock()
+            .unwrap()
+            .push((request.consistency, request.snapshot.is_some()));
         let store = self.world.store.lock().unwrap();
         let (read_ts, snapshot) = self.snapshot_read(
             request.snapshot.as_ref(),
@@ -825,6 +837,16 @@ impl Fake {
     }
 
     pub async fn client(&self, seeds: Vec<String>, call_timeout: Duration) -> Client {
+        self.client_with(seeds, call_timeout, |_| {}).await
+    }
+
+    /// [`Fake::client`] with `adjust` applied to its configuration.
+    pub async fn client_with(
+        &self,
+        seeds: Vec<String>,
+        call_timeout: Duration,
+        adjust: impl FnOnce(&mut ClientConfig),
+    ) -> Client {
         let mut config = ClientConfig::new(seeds);
         config.call_timeout = call_timeout;
         config.rpc_timeout = Duration::from_millis(500);
@@ -832,6 +854,7 @@ impl Fake {
         config.backoff_initial = Duration::from_millis(5);
         config.backoff_max = Duration::from_millis(50);
         config.jitter_seed = Some(7);
+        adjust(&mut config);
         Client::connect(config).await.unwrap()
     }
 }

@@ -70,6 +70,8 @@ pub struct Node {
     pub early_locks: crate::kv_early_lock::EarlyLocks,
     /// Replicas whose elections wait for a quorum of their group to answer (see `founding`).
     pub(crate) election_hold: Arc<crate::election_hold::ElectionHold>,
+    /// The read barriers client reads passed, by kind (the node's metrics; see `kv_read`).
+    pub(crate) read_barriers: crate::kv_read::ReadBarriers,
 }
 
 fn raft_config(cfg: &NodeConfig) -> openraft::Config {
@@ -222,6 +224,7 @@ impl Node {
             stuck: Default::default(),
             early_locks: Default::default(),
             election_hold: Default::default(),
+            read_barriers: Default::default(),
         });
         // Before any replica opens: the transport dials peers through their overrides.
         node.refresh_peers();
