@@ -35,6 +35,12 @@ impl ReadBarriers {
     }
 }
 
+/// Whether a read at `consistency` may rest on a lease: any but `LINEARIZABLE_READ_INDEX`,
+/// whose client does not trust clock rates and asks for quorum rounds only.
+pub(crate) fn lease_allowed(consistency: i32) -> bool {
+    consistency != ReadConsistency::LinearizableReadIndex as i32
+}
+
 /// Most sleeps a request spends waiting for the clock to pass its causality token.
 const MAX_TOKEN_WAITS: u32 = 8;
 
@@ -129,8 +135,12 @@ impl KvService {
         shard: ShardId,
         consistency: i32,
     ) -> Result<(Arc<ShardReplica>, bool)> {
-        let lease_ok = consistency != ReadConsistency::LinearizableReadIndex as i32;
-        if let Some(replica) = self.node.host.get(shard).filter(|_| lease_ok) {
+        if let Some(replica) = self
+            .node
+            .host
+            .get(shard)
+            .filter(|_| lease_allowed(consistency))
+        {
             if self.node.host.serves_parked_read(&replica) {
                 return Ok((replica, true));
             }
@@ -173,9 +183,7 @@ impl KvService {
         replica: &ShardReplica,
         consistency: i32,
     ) -> Result<Timestamp> {
-        let policy = if consistency != ReadConsistency::LinearizableReadIndex as i32
-            && replica.lease_has_margin()
-        {
+        let policy = if lease_allowed(consistency) && replica.lease_has_margin() {
             ReadPolicy::LeaseRead
         } else {
             ReadPolicy::ReadIndex

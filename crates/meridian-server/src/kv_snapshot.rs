@@ -219,8 +219,7 @@ impl KvService {
             }
         }
         // A client that asked for ReadIndex does not trust clock rates: a second round.
-        let lease_ok = consistency != ReadConsistency::LinearizableReadIndex as i32;
-        let lease_held = lease_ok
+        let lease_held = crate::kv_read::lease_allowed(consistency)
             && replica.lease_has_margin()
             && replica
                 .raft

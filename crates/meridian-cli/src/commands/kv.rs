@@ -86,6 +86,7 @@ pub enum KvOp {
     /// argument, or per line of --file), re-run on conflicts. After the commit prints each get
     /// as `KEY<TAB>VALUE` (or `KEY<TAB>(absent)`), then the commit timestamp and the attempts.
     /// Reads and writes may span shards (a parallel commit); a read-only one commits nothing.
+    /// Before exiting it waits, up to 5 s, for the commit to resolve its other shards' locks.
     Txn {
         /// The steps, e.g. 'get a' 'put b 1' 'del c'; 'get a for update' reads a key the
         /// commit checks even under snapshot isolation.

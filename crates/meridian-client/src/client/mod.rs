@@ -160,13 +160,13 @@ impl Client {
     }
 
     /// Runs `work` in the background, counted for [`Client::settle_background`]; skips it
-    /// (false) when [`MAX_BACKGROUND_TASKS`] already run.
+    /// when [`MAX_BACKGROUND_TASKS`] already run.
     pub(crate) fn spawn_background(
         &self,
         what: &'static str,
         work: impl std::future::Future<Output = ()> + Send + 'static,
-    ) -> bool {
-        self.inner.background.spawn(what, work)
+    ) {
+        self.inner.background.spawn(what, work);
     }
 
     /// The configuration this client was built with.
